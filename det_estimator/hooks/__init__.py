@@ -1,0 +1,3 @@
+"""RunHook and the SessionRunHooks the training harness drives a trial with."""
+
+__all__: list = []

@@ -1,0 +1,42 @@
+"""Packaging for det-estimator.
+
+Horovod is deliberately not a dependency here: it has to be compiled against the
+TensorFlow that is already installed, so ``scripts/setup.sh`` builds it after
+TensorFlow. See the README.
+"""
+
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+TENSORFLOW_RANGE = ">=2.15,<2.16"
+
+setup(
+    name="det-estimator",
+    version="0.1.0",
+    description=(
+        "Train, evaluate and serve tf.estimator models on one to many Horovod workers, "
+        "with validation metrics that are exact across workers."
+    ),
+    long_description=Path(__file__).with_name("README.md").read_text(encoding="utf-8"),
+    long_description_content_type="text/markdown",
+    packages=find_packages(include=["det_estimator", "det_estimator.*"]),
+    python_requires=">=3.9,<3.12",
+    install_requires=[
+        "tensorflow-estimator==2.15.0",
+        "numpy<2",
+        "scikit-learn",
+        "pyyaml",
+    ],
+    extras_require={
+        "cpu": [f"tensorflow-cpu{TENSORFLOW_RANGE}"],
+        "gpu": [f"tensorflow[and-cuda]{TENSORFLOW_RANGE}"],
+        "dev": ["pytest", "pytest-timeout", "ruff==0.17.6"],
+    },
+    entry_points={"console_scripts": ["det-estimator=det_estimator.cli:main"]},
+    classifiers=[
+        "Programming Language :: Python :: 3.9",
+        "Programming Language :: Python :: 3.10",
+        "Programming Language :: Python :: 3.11",
+    ],
+)

@@ -1,0 +1,75 @@
+"""Runs real multi-process jobs under ``horovodrun --gloo`` on localhost.
+
+Every launch has a timeout and kills the whole process group when it expires, so a hang
+in a collective fails the test in minutes instead of stalling the suite.
+"""
+
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+WORKERS_DIR = Path(__file__).parent / "workers"
+DEFAULT_TIMEOUT_SECONDS = 180
+
+
+def _horovodrun() -> str:
+    launcher = Path(sys.executable).parent / "horovodrun"
+    if not launcher.exists():
+        pytest.fail(f"horovodrun not found next to {sys.executable}; run scripts/setup.sh first")
+    return str(launcher)
+
+
+def run_under_horovod(
+    worker: str,
+    args: Sequence[str] = (),
+    num_processes: int = 2,
+    timeout: float = DEFAULT_TIMEOUT_SECONDS,
+) -> subprocess.CompletedProcess:
+    """Runs ``tests/distributed/workers/<worker>`` on ``num_processes`` Gloo ranks.
+
+    One process runs as plain ``python``, without horovodrun, as a user's single-process
+    run would.
+
+    Returns the completed process (stdout and stderr merged into ``stdout``); fails the
+    test with the job's output if the job is still running after ``timeout`` seconds.
+    """
+    command: list[str] = [sys.executable, str(WORKERS_DIR / worker), *args]
+    if num_processes > 1:
+        command = [_horovodrun(), "-np", str(num_processes), "-H", f"localhost:{num_processes}", "--gloo", *command]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True
+    )
+    try:
+        output, _ = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        output, _ = process.communicate()
+        pytest.fail(f"{worker} did not finish within {timeout} s; output:\n{output[-5000:]}")
+    return subprocess.CompletedProcess(command, process.returncode, output, None)
+
+
+@pytest.fixture
+def horovod_job() -> Callable[..., subprocess.CompletedProcess]:
+    """The :func:`run_under_horovod` launcher, as a fixture."""
+    return run_under_horovod
+
+
+def _load_worker(worker: str):
+    spec = importlib.util.spec_from_file_location(Path(worker).stem, WORKERS_DIR / worker)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def load_worker() -> Callable[[str], object]:
+    """Imports a worker script as a module, so a test shares its data generators."""
+    return _load_worker
