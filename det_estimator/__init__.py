@@ -5,6 +5,8 @@ Typical use::
     import det_estimator as det
 """
 
+from det_estimator.reducers import MetricReducer
+
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+__all__ = ["MetricReducer", "__version__"]
