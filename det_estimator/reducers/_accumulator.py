@@ -1,0 +1,131 @@
+"""One metric's life in one evaluation on one rank, without any TensorFlow.
+
+A :class:`MetricAccumulator` feeds batches to a private copy of the user's reducer,
+packs what this rank ends with (its state, "saw no batch", or the error it hit) into an
+envelope that can cross the network, and reduces the envelopes of all ranks. Errors
+travel as data rather than being raised mid-evaluation, so a reducer that fails on one
+rank makes every rank fail with the same message instead of leaving the others waiting
+in a collective.
+"""
+
+import copy
+import pickle
+import traceback
+from collections.abc import Sequence
+from typing import Any, Optional
+
+import numpy as np
+
+from det_estimator.reducers._base import MetricReducer
+
+# Envelope kinds: what one rank contributes to a reduction.
+_STATE = "state"
+_NO_BATCH = "no-batch"
+_ERROR = "error"
+
+Envelope = tuple[str, Any]
+
+
+class MetricReductionError(RuntimeError):
+    """A reducer failed, or could not run, on some rank of a distributed evaluation."""
+
+
+class MetricAccumulator:
+    """Accumulates one metric on this rank and reduces it across ranks.
+
+    The user's reducer is never mutated: every evaluation works on a ``copy.deepcopy`` of
+    it, taken when the accumulator is created and again after each reduction. A reducer
+    instance created once and handed to every evaluation therefore always starts from the
+    state its constructor left.
+
+    Args:
+        reducer: the user's reducer, used as the prototype of each evaluation's copy.
+        name: how error messages refer to this metric.
+        rank: this process's rank, for error messages.
+    """
+
+    def __init__(self, reducer: MetricReducer, name: str, rank: int = 0):
+        self.name = name
+        self._prototype = reducer
+        self._rank = rank
+        self._start_evaluation()
+
+    def _start_evaluation(self) -> None:
+        self._reducer = copy.deepcopy(self._prototype)
+        self._state: Any = None
+        self._batches = 0
+        self._error: Optional[str] = None
+
+    def accumulate(self, batch: Any) -> int:
+        """Feeds one batch to the reducer; returns the number of batches seen so far.
+
+        An exception from the reducer is recorded, not raised: it is reported by every
+        rank once all ranks have exchanged their outcomes.
+        """
+        if self._error is None:
+            try:
+                self._state = self._reducer.accumulate(batch)
+                self._batches += 1
+            except Exception:
+                self._error = self._describe_failure("accumulate")
+        return self._batches
+
+    def local_envelope(self) -> Envelope:
+        """What this rank contributes to the reduction."""
+        if self._error is not None:
+            return (_ERROR, self._error)
+        if self._batches == 0:
+            return (_NO_BATCH, None)
+        return (_STATE, self._state)
+
+    def encode(self) -> bytes:
+        """This rank's envelope as bytes, ready for an allgather."""
+        try:
+            return pickle.dumps(self.local_envelope(), protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception:
+            return pickle.dumps((_ERROR, self._describe_failure("pickling the state returned by accumulate")))
+
+    def reduce_encoded(self, all_bytes: np.ndarray, sizes: np.ndarray) -> Any:
+        """Reduces the gathered envelopes of all ranks (concatenated bytes and their lengths)."""
+        offsets = np.concatenate([[0], np.cumsum(sizes)])
+        buffers = [all_bytes[start:end].tobytes() for start, end in zip(offsets[:-1], offsets[1:])]
+        return self.reduce([pickle.loads(buffer) for buffer in buffers])
+
+    def reduce_local(self) -> Any:
+        """Reduces this rank's own state: the whole evaluation when there is one process."""
+        return self.reduce([self.local_envelope()])
+
+    def reduce(self, envelopes: Sequence[Envelope]) -> Any:
+        """Calls ``cross_slot_reduce`` on the states of the ranks that saw a batch.
+
+        The accumulator then starts a fresh evaluation, whatever the outcome.
+
+        Raises:
+            MetricReductionError: a rank's reducer failed, no rank saw a batch, or
+                ``cross_slot_reduce`` raised.
+        """
+        try:
+            return self._reduce(envelopes)
+        finally:
+            self._start_evaluation()
+
+    def _reduce(self, envelopes: Sequence[Envelope]) -> Any:
+        for rank, (kind, payload) in enumerate(envelopes):
+            if kind == _ERROR:
+                raise MetricReductionError(payload if len(envelopes) == 1 else f"(reported by rank {rank}) {payload}")
+        states: list[Any] = [payload for kind, payload in envelopes if kind == _STATE]
+        if not states:
+            raise MetricReductionError(
+                f"Metric {self.name!r}: no rank evaluated a single batch, so there is nothing to reduce. "
+                "Check that the validation input_fn yields data on at least one rank."
+            )
+        try:
+            return self._reducer.cross_slot_reduce(states)
+        except Exception:
+            raise MetricReductionError(self._describe_failure("cross_slot_reduce")) from None
+
+    def _describe_failure(self, during: str) -> str:
+        return (
+            f"Metric {self.name!r}: the reducer {type(self._reducer).__name__} failed in {during} "
+            f"on rank {self._rank}:\n{traceback.format_exc()}"
+        )

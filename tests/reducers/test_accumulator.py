@@ -1,0 +1,125 @@
+import pickle
+
+import numpy as np
+import pytest
+
+from det_estimator.reducers import MetricReducer
+from det_estimator.reducers._accumulator import MetricAccumulator, MetricReductionError
+
+
+class RunningSum(MetricReducer):
+    def __init__(self):
+        self.total = 0.0
+        self.batches = 0
+
+    def accumulate(self, metric):
+        self.total += float(np.sum(metric))
+        self.batches += 1
+        return self.total, self.batches
+
+    def cross_slot_reduce(self, per_slot_metrics):
+        self.seen_states = list(per_slot_metrics)
+        return sum(total for total, _ in per_slot_metrics)
+
+
+class FailsOn(MetricReducer):
+    def __init__(self, bad_value):
+        self.bad_value = bad_value
+
+    def accumulate(self, metric):
+        if self.bad_value in metric:
+            raise ValueError(f"cannot take {self.bad_value}")
+        return 0
+
+    def cross_slot_reduce(self, per_slot_metrics):
+        return 0
+
+
+def exchange(accumulators: list[MetricAccumulator]):
+    """What the allgather does: every rank receives all ranks' bytes and their sizes."""
+    encoded = [np.frombuffer(a.encode(), dtype=np.uint8) for a in accumulators]
+    return np.concatenate(encoded), np.array([len(e) for e in encoded], dtype=np.int64)
+
+
+def test_states_of_all_ranks_are_reduced_on_every_rank():
+    ranks = [MetricAccumulator(RunningSum(), "total", rank=r) for r in range(3)]
+    for rank, accumulator in enumerate(ranks):
+        for batch in np.array_split(np.arange(10.0) + 100 * rank, 3):
+            accumulator.accumulate(batch)
+    all_bytes, sizes = exchange(ranks)
+    expected = sum(np.arange(10.0).sum() + 1000 * r for r in range(3))
+    assert [a.reduce_encoded(all_bytes, sizes) for a in ranks] == [expected] * 3
+
+
+def test_a_rank_without_batches_is_left_out_of_per_slot_metrics():
+    ranks = [MetricAccumulator(RunningSum(), "total", rank=r) for r in range(2)]
+    ranks[0].accumulate(np.array([1.0, 2.0]))
+    all_bytes, sizes = exchange(ranks)
+    prototype_copy = ranks[0]._reducer
+    assert ranks[0].reduce_encoded(all_bytes, sizes) == 3.0
+    assert prototype_copy.seen_states == [(3.0, 1)]
+
+
+def test_an_evaluation_where_no_rank_saw_a_batch_is_a_clear_error():
+    ranks = [MetricAccumulator(RunningSum(), "clicks", rank=r) for r in range(2)]
+    all_bytes, sizes = exchange(ranks)
+    with pytest.raises(MetricReductionError, match=r"Metric 'clicks': no rank evaluated a single batch"):
+        ranks[0].reduce_encoded(all_bytes, sizes)
+
+
+def test_a_reducer_failing_on_one_rank_fails_every_rank_with_its_name_and_error():
+    ranks = [MetricAccumulator(FailsOn(bad_value=7), "my_auc", rank=r) for r in range(2)]
+    ranks[0].accumulate(np.array([1, 2]))
+    ranks[1].accumulate(np.array([7]))
+    ranks[1].accumulate(np.array([3]))  # later batches are skipped, not fatal
+    all_bytes, sizes = exchange(ranks)
+    for accumulator in ranks:
+        with pytest.raises(MetricReductionError) as failure:
+            accumulator.reduce_encoded(all_bytes, sizes)
+        message = str(failure.value)
+        assert "Metric 'my_auc'" in message and "FailsOn failed in accumulate on rank 1" in message
+        assert "ValueError: cannot take 7" in message
+
+
+def test_a_failing_cross_slot_reduce_names_the_metric():
+    class BadReduce(RunningSum):
+        def cross_slot_reduce(self, per_slot_metrics):
+            raise ZeroDivisionError("no examples")
+
+    accumulator = MetricAccumulator(BadReduce(), "rate")
+    accumulator.accumulate(np.ones(2))
+    with pytest.raises(MetricReductionError, match=r"(?s)'rate'.*cross_slot_reduce.*ZeroDivisionError: no examples"):
+        accumulator.reduce_local()
+
+
+def test_an_unpicklable_state_is_reported_not_hung_on():
+    class LambdaState(RunningSum):
+        def accumulate(self, metric):
+            return lambda: metric
+
+    ranks = [MetricAccumulator(LambdaState(), "odd", rank=r) for r in range(2)]
+    for accumulator in ranks:
+        accumulator.accumulate(np.ones(1))
+    all_bytes, sizes = exchange(ranks)
+    with pytest.raises(MetricReductionError, match="pickling the state"):
+        ranks[1].reduce_encoded(all_bytes, sizes)
+
+
+def test_every_evaluation_starts_fresh_and_the_users_instance_is_never_mutated():
+    shared = RunningSum()
+    accumulator = MetricAccumulator(shared, "total")
+    accumulator.accumulate(np.array([5.0]))
+    assert accumulator.reduce_local() == 5.0
+    accumulator.accumulate(np.array([1.0]))
+    assert accumulator.reduce_local() == 1.0  # not 6.0: the second evaluation starts fresh
+    assert (shared.total, shared.batches) == (0.0, 0)
+    assert pickle.loads(pickle.dumps(shared)).total == 0.0
+
+
+def test_a_failed_evaluation_does_not_leak_into_the_next():
+    accumulator = MetricAccumulator(FailsOn(bad_value=1), "flaky")
+    accumulator.accumulate(np.array([1]))
+    with pytest.raises(MetricReductionError):
+        accumulator.reduce_local()
+    accumulator.accumulate(np.array([2]))
+    assert accumulator.reduce_local() == 0
