@@ -1,0 +1,47 @@
+"""Experiment configs: the reference system's YAML format, validated once into immutable objects.
+
+Typical use::
+
+    from det_estimator.config import load_experiment_config
+
+    config = load_experiment_config("const.yaml")
+    hparams = config.sample_hyperparameters(config.reproducibility.experiment_seed)
+
+Keys that the reference format has but det-estimator does not implement yet are
+rejected with a message that says so; unknown keys are rejected too. Every
+error is a :class:`ConfigError` whose message names the key's dotted path.
+"""
+
+from det_estimator.config._checkpoint_storage import CheckpointStorageConfig
+from det_estimator.config._errors import ConfigError
+from det_estimator.config._experiment_config import ExperimentConfig, load_experiment_config
+from det_estimator.config._hyperparameters import (
+    CategoricalHyperparameter,
+    ConstHyperparameter,
+    DoubleHyperparameter,
+    Hyperparameter,
+    IntHyperparameter,
+    LogHyperparameter,
+)
+from det_estimator.config._lengths import Length, LengthUnit
+from det_estimator.config._searcher import SearcherConfig
+from det_estimator.config._sections import OptimizationsConfig, ReproducibilityConfig, ResourcesConfig
+
+__all__ = [
+    "CategoricalHyperparameter",
+    "CheckpointStorageConfig",
+    "ConfigError",
+    "ConstHyperparameter",
+    "DoubleHyperparameter",
+    "ExperimentConfig",
+    "Hyperparameter",
+    "IntHyperparameter",
+    "Length",
+    "LengthUnit",
+    "LogHyperparameter",
+    "OptimizationsConfig",
+    "ReproducibilityConfig",
+    "ResourcesConfig",
+    "SearcherConfig",
+    "load_experiment_config",
+]

@@ -1,0 +1,340 @@
+"""The validated experiment config and :func:`load_experiment_config`, its only constructor in practice."""
+
+import keyword
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from det_estimator.config._checkpoint_storage import CheckpointStorageConfig, parse_checkpoint_storage
+from det_estimator.config._errors import PREFIX, ConfigError, describe, invalid_value
+from det_estimator.config._fields import (
+    MAPPING_RULE,
+    check_int,
+    check_keys,
+    join,
+    lookup,
+    read_bool,
+    read_choice,
+    read_int,
+    read_str,
+)
+from det_estimator.config._hyperparameters import (
+    GLOBAL_BATCH_SIZE,
+    check_global_batch_size,
+    hyperparameters_to_dict,
+    parse_hyperparameters,
+    sample_hyperparameters,
+)
+from det_estimator.config._json_values import freeze_mapping, thaw
+from det_estimator.config._lengths import Length, check_epochs_allowed, parse_length
+from det_estimator.config._searcher import SearcherConfig, parse_searcher
+from det_estimator.config._sections import (
+    OptimizationsConfig,
+    ReproducibilityConfig,
+    ResourcesConfig,
+    parse_optimizations,
+    parse_reproducibility,
+    parse_resources,
+)
+from det_estimator.config._source import ConfigSource, read_source
+
+CHECKPOINT_POLICIES = ("best", "all", "none")
+
+_TOP_LEVEL_KEYS = (
+    "entrypoint",
+    "name",
+    "description",
+    "labels",
+    "data",
+    "hyperparameters",
+    "searcher",
+    "records_per_epoch",
+    "scheduling_unit",
+    "min_validation_period",
+    "min_checkpoint_period",
+    "perform_initial_validation",
+    "checkpoint_policy",
+    "checkpoint_storage",
+    "resources",
+    "optimizations",
+    "reproducibility",
+)
+# Top-level keys of the reference format that are not implemented yet.
+_TOP_LEVEL_NOT_SUPPORTED = (
+    "bind_mounts",
+    "data_layer",
+    "debug",
+    "environment",
+    "internal",
+    "max_restarts",
+    "profiling",
+    "project",
+    "security",
+    "tensorboard_storage",
+    "workspace",
+)
+_ENTRYPOINT_RULE = '"module:TrialClass", e.g. "model_def:MyTrial"'
+_GLOBAL_BATCH_SIZE_PATH = join("hyperparameters", GLOBAL_BATCH_SIZE)
+
+
+@dataclass(frozen=True)
+class ExperimentConfig:
+    """A validated, immutable experiment config. Build it with :func:`load_experiment_config`.
+
+    Attributes:
+        entrypoint_module: Dotted module path of the trial class.
+        entrypoint_class: Name of the trial class in that module.
+        name: Experiment name.
+        description: Experiment description.
+        labels: Experiment labels.
+        data: The ``data`` section, read-only (lists as tuples); :meth:`data_dict`
+            gives the plain dict handed to the trial.
+        hyperparameters: Name to hyperparameter spec, or to a read-only mapping
+            of the same kind for a nested group.
+        searcher: The ``searcher`` section.
+        records_per_epoch: Records in one epoch; 0 if not given.
+        scheduling_unit: Batches per training workload.
+        min_validation_period: How often to validate at least, or None.
+        min_checkpoint_period: How often to checkpoint at least, or None.
+        perform_initial_validation: Whether to validate before training.
+        checkpoint_policy: "best", "all" or "none".
+        checkpoint_storage: The ``checkpoint_storage`` section.
+        resources: The ``resources`` section.
+        optimizations: The ``optimizations`` section.
+        reproducibility: The ``reproducibility`` section, with the seed actually used.
+    """
+
+    entrypoint_module: str
+    entrypoint_class: str
+    name: str
+    description: str
+    labels: tuple[str, ...]
+    data: Mapping[str, Any]
+    hyperparameters: Mapping[str, Any]
+    searcher: SearcherConfig
+    records_per_epoch: int
+    scheduling_unit: int
+    min_validation_period: Optional[Length]
+    min_checkpoint_period: Optional[Length]
+    perform_initial_validation: bool
+    checkpoint_policy: str
+    checkpoint_storage: CheckpointStorageConfig
+    resources: ResourcesConfig
+    optimizations: OptimizationsConfig
+    reproducibility: ReproducibilityConfig
+
+    @property
+    def entrypoint(self) -> str:
+        """The entrypoint as written in the config: ``"module:TrialClass"``."""
+        return f"{self.entrypoint_module}:{self.entrypoint_class}"
+
+    def data_dict(self) -> dict[str, Any]:
+        """Returns a fresh, mutable copy of the ``data`` section, as handed to the trial."""
+        return thaw(self.data)
+
+    def sample_hyperparameters(self, seed: int) -> dict[str, Any]:
+        """Draws the hyperparameter values of one trial.
+
+        Constants give their value; ``int`` a uniform integer in ``[minval,
+        maxval]``; ``double`` a uniform float; ``log`` ``base ** x`` for a
+        uniform ``x`` in ``[minval, maxval]``; ``categorical`` one of its values.
+        Each hyperparameter draws from its own ``random.Random`` seeded with
+        ``f"{seed}:{dotted name}"``, so the values depend only on the seed and
+        the spec, on every process and platform.
+
+        Args:
+            seed: The trial's seed; the ``single`` searcher uses
+                ``reproducibility.experiment_seed``.
+
+        Returns:
+            Name to value; nested groups give nested dicts.
+
+        Raises:
+            TypeError: If ``seed`` is not an int.
+        """
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise TypeError(f"seed must be an int. Received: {describe(seed)}")
+        return sample_hyperparameters(self.hyperparameters, seed)
+
+    def per_slot_batch_size(self, global_batch_size: int) -> int:
+        """Splits a global batch size over ``resources.slots_per_trial`` slots.
+
+        Args:
+            global_batch_size: The trial's ``global_batch_size``.
+
+        Returns:
+            ``global_batch_size // slots_per_trial``. When the division is not
+            exact, a warning says that the global batch size was rounded down.
+
+        Raises:
+            ConfigError: If ``global_batch_size`` is not a positive integer or
+                is smaller than ``slots_per_trial``.
+        """
+        check_int(global_batch_size, _GLOBAL_BATCH_SIZE_PATH, minimum=1)
+        slots = self.resources.slots_per_trial
+        if global_batch_size < slots:
+            raise _fewer_records_than_slots(global_batch_size, slots)
+        per_slot = global_batch_size // slots
+        if per_slot * slots != global_batch_size:
+            warnings.warn(
+                f"The global batch size {global_batch_size} is not divisible by resources.slots_per_trial ({slots}); "
+                f"it was rounded down to {per_slot * slots} ({per_slot} per slot).",
+                stacklevel=2,
+            )
+        return per_slot
+
+    def to_dict(self) -> dict[str, Any]:
+        """Returns the config with every default filled in, JSON-serializable.
+
+        :func:`load_experiment_config` accepts the result and gives an equal config.
+        """
+        return {
+            "entrypoint": self.entrypoint,
+            "name": self.name,
+            "description": self.description,
+            "labels": list(self.labels),
+            "data": thaw(self.data),
+            "hyperparameters": hyperparameters_to_dict(self.hyperparameters),
+            "searcher": self.searcher.to_dict(),
+            "records_per_epoch": self.records_per_epoch,
+            "scheduling_unit": self.scheduling_unit,
+            "min_validation_period": _length_to_dict(self.min_validation_period),
+            "min_checkpoint_period": _length_to_dict(self.min_checkpoint_period),
+            "perform_initial_validation": self.perform_initial_validation,
+            "checkpoint_policy": self.checkpoint_policy,
+            "checkpoint_storage": self.checkpoint_storage.to_dict(),
+            "resources": self.resources.to_dict(),
+            "optimizations": self.optimizations.to_dict(),
+            "reproducibility": self.reproducibility.to_dict(),
+        }
+
+
+def _length_to_dict(length: Optional[Length]) -> Optional[dict[str, int]]:
+    return None if length is None else length.to_dict()
+
+
+def _fewer_records_than_slots(global_batch_size: int, slots: int) -> ConfigError:
+    return ConfigError(
+        f"{PREFIX}`{_GLOBAL_BATCH_SIZE_PATH}` must be at least `resources.slots_per_trial` ({slots}), so that "
+        f"every slot gets at least one record per batch. Received: {describe(global_batch_size)}"
+    )
+
+
+def _is_identifier(name: str) -> bool:
+    return name.isidentifier() and not keyword.iskeyword(name)
+
+
+def _parse_entrypoint(raw: Mapping[str, Any]) -> tuple[str, str]:
+    value = lookup(raw, "entrypoint", "", _ENTRYPOINT_RULE)
+    if isinstance(value, str) and value.count(":") == 1:
+        module, trial_class = value.split(":")
+        if all(_is_identifier(part) for part in module.split(".")) and _is_identifier(trial_class):
+            return module, trial_class
+    raise invalid_value("entrypoint", _ENTRYPOINT_RULE, value)
+
+
+def _parse_labels(raw: Mapping[str, Any]) -> tuple[str, ...]:
+    labels = lookup(raw, "labels", "", "a list of strings", default=[])
+    if not isinstance(labels, (list, tuple)):
+        raise invalid_value("labels", "a list of strings", labels)
+    for index, label in enumerate(labels):
+        if not isinstance(label, str):
+            raise invalid_value(join("labels", index), "a string", label)
+    return tuple(labels)
+
+
+def _parse_data(raw: Mapping[str, Any]) -> Mapping[str, Any]:
+    data = lookup(raw, "data", "", MAPPING_RULE, default={})
+    if not isinstance(data, Mapping):
+        raise invalid_value("data", MAPPING_RULE, data)
+    return freeze_mapping(data, "data")
+
+
+def _parse_optional_length(raw: Mapping[str, Any], key: str) -> Optional[Length]:
+    value = raw.get(key)
+    return None if value is None else parse_length(value, key)
+
+
+def _parse_schedule(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """Reads the keys that say when to train, validate and checkpoint."""
+    return {
+        "records_per_epoch": read_int(raw, "records_per_epoch", "", minimum=0, default=0),
+        "scheduling_unit": read_int(raw, "scheduling_unit", "", minimum=1, default=100),
+        "min_validation_period": _parse_optional_length(raw, "min_validation_period"),
+        "min_checkpoint_period": _parse_optional_length(raw, "min_checkpoint_period"),
+        "perform_initial_validation": read_bool(raw, "perform_initial_validation", "", default=False),
+        "checkpoint_policy": read_choice(raw, "checkpoint_policy", "", CHECKPOINT_POLICIES, default="best"),
+    }
+
+
+def _check_consistency(config: ExperimentConfig, smallest_global_batch_size: int) -> None:
+    """Checks the rules that involve more than one key."""
+    lengths = {
+        "searcher.max_length": config.searcher.max_length,
+        "min_validation_period": config.min_validation_period,
+        "min_checkpoint_period": config.min_checkpoint_period,
+    }
+    for path, length in lengths.items():
+        if length is not None:
+            check_epochs_allowed(length, path, config.records_per_epoch)
+    if smallest_global_batch_size < config.resources.slots_per_trial:
+        raise _fewer_records_than_slots(smallest_global_batch_size, config.resources.slots_per_trial)
+
+
+def _parse(raw: Mapping[Any, Any]) -> ExperimentConfig:
+    # Keys are validated in a fixed order (the order of the fields), and the first error is raised.
+    check_keys(raw, "", _TOP_LEVEL_KEYS, _TOP_LEVEL_NOT_SUPPORTED)
+    entrypoint_module, entrypoint_class = _parse_entrypoint(raw)
+    metadata = {
+        "name": read_str(raw, "name", "", default=""),
+        "description": read_str(raw, "description", "", default=""),
+        "labels": _parse_labels(raw),
+        "data": _parse_data(raw),
+    }
+    hyperparameters = parse_hyperparameters(raw.get("hyperparameters"), "hyperparameters")
+    smallest_global_batch_size = check_global_batch_size(raw["hyperparameters"], "hyperparameters")
+    searcher = parse_searcher(raw.get("searcher"), "searcher")
+    config = ExperimentConfig(
+        entrypoint_module=entrypoint_module,
+        entrypoint_class=entrypoint_class,
+        **metadata,
+        hyperparameters=hyperparameters,
+        searcher=searcher,
+        **_parse_schedule(raw),
+        checkpoint_storage=parse_checkpoint_storage(raw.get("checkpoint_storage"), "checkpoint_storage"),
+        resources=parse_resources(raw.get("resources"), "resources"),
+        optimizations=parse_optimizations(raw.get("optimizations"), "optimizations"),
+        reproducibility=parse_reproducibility(raw.get("reproducibility"), "reproducibility"),
+    )
+    _check_consistency(config, smallest_global_batch_size)
+    return config
+
+
+def load_experiment_config(source: ConfigSource) -> ExperimentConfig:
+    """Loads and validates an experiment config.
+
+    Everything is validated here, once; the returned object is immutable and
+    the rest of the code trusts it. A config without
+    ``reproducibility.experiment_seed`` gets a seed from the clock, so load it
+    once (in the launcher) and hand ``to_dict()`` to the workers, which then
+    all see the same seed.
+
+    Example::
+
+        config = load_experiment_config("const.yaml")
+        hparams = config.sample_hyperparameters(config.reproducibility.experiment_seed)
+        batches = config.searcher.max_length.to_batches(hparams["global_batch_size"], config.records_per_epoch)
+
+    Args:
+        source: Path to a YAML file (str or path-like), or an already-parsed dict.
+
+    Returns:
+        The validated config.
+
+    Raises:
+        ConfigError: For the first problem found; the message names the key's
+            dotted path, what it must be and what it was.
+        TypeError: If ``source`` is neither a path nor a mapping.
+    """
+    return _parse(read_source(source))
