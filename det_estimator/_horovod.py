@@ -6,6 +6,7 @@ A run counts as distributed once Horovod has been initialized with more than one
 """
 
 import sys
+from typing import Any
 
 import tensorflow as tf
 
@@ -39,6 +40,30 @@ def rank() -> int:
     return 0 if hvd is None else hvd.rank()
 
 
+def local_rank() -> int:
+    """This process's rank among the processes on its machine; 0 without Horovod."""
+    hvd = _initialized_horovod()
+    return 0 if hvd is None else hvd.local_rank()
+
+
+def local_size() -> int:
+    """Number of processes on this machine; 1 without Horovod."""
+    hvd = _initialized_horovod()
+    return 1 if hvd is None else hvd.local_size()
+
+
+def cross_rank() -> int:
+    """The index of this machine among the job's machines; 0 without Horovod."""
+    hvd = _initialized_horovod()
+    return 0 if hvd is None else hvd.cross_rank()
+
+
+def cross_size() -> int:
+    """Number of machines in the job; 1 without Horovod."""
+    hvd = _initialized_horovod()
+    return 1 if hvd is None else hvd.cross_size()
+
+
 def is_distributed() -> bool:
     """Whether collective operations are needed to combine results across processes."""
     return size() > 1
@@ -65,3 +90,50 @@ def allgather_bytes(local_bytes: tf.Tensor, name: str) -> tuple[tf.Tensor, tf.Te
     sizes = hvd.allgather(local_size, name=f"{name}_sizes")
     all_bytes = hvd.allgather(local_bytes, name=f"{name}_bytes")
     return all_bytes, sizes
+
+
+def allgather_object(obj: Any) -> list[Any]:
+    """Every rank's picklable ``obj``, in rank order, on every rank.
+
+    Runs eagerly: call it outside any graph or session (never from a ``py_func``,
+    where it would nest a ``session.run``). Every rank must make the same sequence of
+    calls.
+    """
+    hvd = _initialized_horovod()
+    if hvd is None:
+        return [obj]
+    return hvd.allgather_object(obj)
+
+
+def broadcast_object(obj: Any, root_rank: int = 0) -> Any:
+    """``root_rank``'s picklable ``obj``, on every rank (eager, like :func:`allgather_object`)."""
+    hvd = _initialized_horovod()
+    if hvd is None:
+        return obj
+    return hvd.broadcast_object(obj, root_rank=root_rank)
+
+
+def distributed_optimizer(
+    optimizer: Any, aggregation_frequency: int, average_aggregated_gradients: bool, gradient_compression: bool
+) -> Any:
+    """``optimizer`` wrapped so that its gradients are averaged over all ranks."""
+    import horovod.tensorflow as hvd
+
+    # Users wrap their optimizer in build_estimator, which TF2 runs eagerly, and Horovod
+    # refuses gradient aggregation for a v1 optimizer built eagerly. The wrapper is only
+    # ever used inside the Estimator's graph and creates its aggregation state there, so
+    # it is built in graph mode.
+    with tf.Graph().as_default():
+        return hvd.DistributedOptimizer(
+            optimizer,
+            backward_passes_per_step=aggregation_frequency,
+            average_aggregated_gradients=average_aggregated_gradients,
+            compression=hvd.Compression.fp16 if gradient_compression else hvd.Compression.none,
+        )
+
+
+def broadcast_variables_hook(root_rank: int = 0) -> Any:
+    """A SessionRunHook that copies ``root_rank``'s initial variables to every rank."""
+    import horovod.tensorflow as hvd
+
+    return hvd.BroadcastGlobalVariablesHook(root_rank)

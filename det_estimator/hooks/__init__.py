@@ -1,3 +1,5 @@
 """RunHook and the SessionRunHooks the training harness drives a trial with."""
 
-__all__: list = []
+from det_estimator.hooks._run_hook import RunHook
+
+__all__ = ["RunHook"]

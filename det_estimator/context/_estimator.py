@@ -1,0 +1,130 @@
+"""EstimatorContext and EstimatorExperimentalContext: what any tf.estimator workflow gets."""
+
+from typing import Any, Callable, Optional, Union
+
+import tensorflow as tf
+
+from det_estimator import _horovod
+from det_estimator.context._distributed import DistributedContext
+from det_estimator.reducers import MetricReducer
+
+
+class EstimatorContext:
+    """Runtime information and the wrappers a tf.estimator model needs to run on N processes.
+
+    Users get one from the harness (``EstimatorTrialContext`` is a subclass) and call
+    :meth:`wrap_optimizer` on their optimizer and :meth:`wrap_dataset` on each dataset
+    as soon as they create them.
+
+    Args:
+        distributed: where this process stands in the job.
+        aggregation_frequency: batches whose gradients are accumulated before they are
+            averaged across processes (``optimizations.aggregation_frequency``).
+        average_aggregated_gradients: average, rather than sum, the accumulated
+            gradients (``optimizations.average_aggregated_gradients``).
+        gradient_compression: send gradients as float16 (``optimizations.gradient_compression``).
+
+    Attributes:
+        distributed: the :class:`DistributedContext` of this process.
+        experimental: the :class:`EstimatorExperimentalContext` (``make_metric``, dataset caches).
+    """
+
+    def __init__(
+        self,
+        distributed: Optional[DistributedContext] = None,
+        aggregation_frequency: int = 1,
+        average_aggregated_gradients: bool = True,
+        gradient_compression: bool = False,
+    ):
+        self.distributed = distributed or DistributedContext()
+        self.experimental = EstimatorExperimentalContext(self)
+        self._aggregation_frequency = aggregation_frequency
+        self._average_aggregated_gradients = average_aggregated_gradients
+        self._gradient_compression = gradient_compression
+        self.wrapped_optimizers = 0
+        self.wrapped_datasets = 0
+
+    def wrap_optimizer(self, optimizer: Any) -> Any:
+        """Returns the optimizer to use in place of ``optimizer``.
+
+        With several processes it is a Horovod ``DistributedOptimizer`` that averages
+        gradients across processes as the experiment's ``optimizations`` say; with one
+        process it is ``optimizer`` itself.
+
+        Args:
+            optimizer: a ``tf.compat.v1.train.Optimizer`` or a Keras optimizer.
+
+        Returns:
+            The optimizer to pass to the Estimator.
+        """
+        self.wrapped_optimizers += 1
+        if self.distributed.size == 1:
+            return optimizer
+        return _horovod.distributed_optimizer(
+            optimizer,
+            aggregation_frequency=self._aggregation_frequency,
+            average_aggregated_gradients=self._average_aggregated_gradients,
+            gradient_compression=self._gradient_compression,
+        )
+
+    def wrap_dataset(self, dataset: tf.data.Dataset, shard_dataset: bool = True) -> tf.data.Dataset:
+        """Returns the dataset to use in place of ``dataset``.
+
+        With several processes and ``shard_dataset``, each process keeps every
+        ``size``-th record starting at its rank (round-robin), so the processes see
+        disjoint data that together is the whole dataset. Wrap the dataset before
+        batching it.
+
+        Args:
+            dataset: the ``tf.data.Dataset`` just created.
+            shard_dataset: False when the input pipeline already gives each process its
+                own data.
+
+        Returns:
+            This process's share of the dataset.
+
+        Raises:
+            TypeError: ``dataset`` is not a ``tf.data.Dataset``.
+        """
+        if not isinstance(dataset, tf.data.Dataset):
+            raise TypeError(f"Argument `dataset` must be a tf.data.Dataset. Received: {type(dataset).__name__}")
+        self.wrapped_datasets += 1
+        if shard_dataset and self.distributed.size > 1:
+            dataset = dataset.shard(self.distributed.size, self.distributed.rank)
+        return dataset
+
+    def make_metric(
+        self, metric: Any, reducer: Union[Callable[[list[Any]], Any], MetricReducer], numpy_dtype: Any
+    ) -> tuple[tf.Tensor, tf.Tensor]:
+        """Same as ``context.experimental.make_metric``."""
+        return self.experimental.make_metric(metric, reducer, numpy_dtype)
+
+
+class EstimatorExperimentalContext:
+    """Experimental features of an :class:`EstimatorContext`, under ``context.experimental``."""
+
+    def __init__(self, context: EstimatorContext):
+        self._context = context
+
+    def make_metric(
+        self, metric: Any, reducer: Union[Callable[[list[Any]], Any], MetricReducer], numpy_dtype: Any
+    ) -> tuple[tf.Tensor, tf.Tensor]:
+        """An ``eval_metric_ops`` entry whose value is reduced over every process's data.
+
+        Args:
+            metric: a Tensor, a flat list of Tensors, or a flat dict of str to Tensor.
+            reducer: a function of the list of all per-batch values, or a
+                ``MetricReducer``; every evaluation works on a fresh deep copy of it.
+            numpy_dtype: the dtype of the value; anything ``np.dtype()`` accepts.
+
+        Returns:
+            ``(value_op, update_op)``.
+
+        Raises:
+            TypeError: ``metric``, ``reducer`` or ``numpy_dtype`` is of an unsupported kind.
+
+        See ``det_estimator.reducers.make_metric`` for the details.
+        """
+        from det_estimator.reducers import make_metric
+
+        return make_metric(metric, reducer, numpy_dtype)
