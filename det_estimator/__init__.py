@@ -25,6 +25,8 @@ _EXPORTS = {
     "EstimatorTrial": "det_estimator.trial",
     "MetricReducer": "det_estimator.reducers",
     "RunHook": "det_estimator.hooks",
+    "run_trial": "det_estimator._run",
+    "load_estimator_from_checkpoint_path": "det_estimator._serving",
 }
 
 __all__ = [
@@ -36,9 +38,13 @@ __all__ = [
     "MetricReducer",
     "RunHook",
     "__version__",
+    "load_estimator_from_checkpoint_path",
+    "run_trial",
 ]
 
 if TYPE_CHECKING:
+    from det_estimator._run import run_trial
+    from det_estimator._serving import load_estimator_from_checkpoint_path
     from det_estimator.context import (
         DistributedContext,
         EstimatorContext,

@@ -6,7 +6,7 @@ A run counts as distributed once Horovod has been initialized with more than one
 """
 
 import sys
-from typing import Any
+from typing import Any, Callable, Optional
 
 import tensorflow as tf
 
@@ -95,22 +95,22 @@ def allgather_bytes(local_bytes: tf.Tensor, name: str) -> tuple[tf.Tensor, tf.Te
 def allgather_object(obj: Any) -> list[Any]:
     """Every rank's picklable ``obj``, in rank order, on every rank.
 
-    Runs eagerly: call it outside any graph or session (never from a ``py_func``,
-    where it would nest a ``session.run``). Every rank must make the same sequence of
-    calls.
+    Every rank must make the same sequence of calls. Safe from a SessionRunHook (it
+    then uses a graph and session of its own), but never from inside a ``py_func``,
+    where it would nest a ``session.run``.
     """
     hvd = _initialized_horovod()
     if hvd is None:
         return [obj]
-    return hvd.allgather_object(obj)
+    return _run_collective(lambda session: hvd.allgather_object(obj, session=session))
 
 
 def broadcast_object(obj: Any, root_rank: int = 0) -> Any:
-    """``root_rank``'s picklable ``obj``, on every rank (eager, like :func:`allgather_object`)."""
+    """``root_rank``'s picklable ``obj``, on every rank (called like :func:`allgather_object`)."""
     hvd = _initialized_horovod()
     if hvd is None:
         return obj
-    return hvd.broadcast_object(obj, root_rank=root_rank)
+    return _run_collective(lambda session: hvd.broadcast_object(obj, root_rank=root_rank, session=session))
 
 
 def distributed_optimizer(
@@ -137,3 +137,22 @@ def broadcast_variables_hook(root_rank: int = 0) -> Any:
     import horovod.tensorflow as hvd
 
     return hvd.BroadcastGlobalVariablesHook(root_rank)
+
+
+def _run_collective(collective: Callable[[Optional[tf.compat.v1.Session]], Any]) -> Any:
+    """Runs an object collective eagerly, or in a graph and session of its own.
+
+    Inside an Estimator (a training hook, say) TensorFlow is in graph mode with the
+    Estimator's finalized graph as default; the collective's ops must go elsewhere.
+    """
+    if tf.executing_eagerly():
+        return collective(None)
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        return collective(session)
+
+
+def allreduce_sum(tensor: tf.Tensor, name: str) -> tf.Tensor:
+    """A graph op: the sum of ``tensor`` over all ranks."""
+    import horovod.tensorflow as hvd
+
+    return hvd.allreduce(tensor, op=hvd.Sum, name=name)

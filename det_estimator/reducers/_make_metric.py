@@ -12,7 +12,8 @@ created. Collective names come from the graph's own unique naming, which is the 
 every rank because every rank builds the same model_fn.
 """
 
-from typing import Any, Callable, Union
+import weakref
+from typing import Any, Callable, Optional, Union
 
 import numpy as np
 import tensorflow as tf
@@ -21,6 +22,10 @@ from det_estimator import _horovod
 from det_estimator.reducers._accumulator import MetricAccumulator
 from det_estimator.reducers._base import MetricReducer
 from det_estimator.reducers._function_reducer import FunctionReducer
+
+# Graph -> {value tensor name: its accumulator}, so that the harness can give each
+# make_metric the name it has in eval_metric_ops (for error messages).
+_ACCUMULATORS: "weakref.WeakKeyDictionary[tf.Graph, dict[str, MetricAccumulator]]" = weakref.WeakKeyDictionary()
 
 MetricStructure = Union[tf.Tensor, list[tf.Tensor], dict[str, tf.Tensor]]
 Reducer = Union[Callable[[list[Any]], Any], MetricReducer]
@@ -90,7 +95,15 @@ def make_metric(
         value_op = tf.compat.v1.py_func(
             reduce_value, reduce_inputs, tf.as_dtype(value_dtype), stateful=True, name="reduce"
         )
+    _ACCUMULATORS.setdefault(graph, {})[value_op.name] = accumulator
     return value_op, update_op
+
+
+def accumulator_of(value_op: Any) -> Optional[MetricAccumulator]:
+    """The accumulator behind a ``value_op`` returned by :func:`make_metric`, or None."""
+    if not tf.is_tensor(value_op):
+        return None
+    return _ACCUMULATORS.get(value_op.graph, {}).get(value_op.name)
 
 
 def _flatten(metric: Any) -> tuple[list[tf.Tensor], Callable[[tuple[np.ndarray, ...]], Any]]:

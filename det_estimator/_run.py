@@ -1,0 +1,145 @@
+"""run_trial: the Python entry point that runs a trial on one or several processes."""
+
+import importlib
+import importlib.util
+import json
+import os
+import signal
+import sys
+import tempfile
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Optional, Union
+
+from det_estimator.config import ExperimentConfig, load_experiment_config
+
+ConfigSource = Union[ExperimentConfig, Mapping[str, Any], str, os.PathLike]
+
+
+def run_trial(
+    trial_class: type,
+    config: ConfigSource,
+    slots: Optional[int] = None,
+    test: bool = False,
+    trial_id: Optional[str] = None,
+):
+    """Runs ``trial_class`` as the experiment config says, on ``slots`` processes.
+
+    Checkpoints go to ``<checkpoint_storage.host_path>/<storage_path>/<trial_id>``; a
+    trial run again with the same ``trial_id`` resumes from its latest complete
+    checkpoint. SIGTERM or SIGINT pauses the trial: the current batch finishes, a
+    checkpoint is written and the run returns with the state ``PAUSED``.
+
+    Args:
+        trial_class: the ``EstimatorTrial`` subclass, importable by module name, or
+            defined in a script file.
+        config: an ``ExperimentConfig``, a dict, or the path of a YAML file.
+        slots: processes to run (default: ``resources.slots_per_trial``); more than one
+            runs under ``horovodrun --gloo`` on this machine.
+        test: one training batch, one validation step and one checkpoint.
+        trial_id: names the trial's checkpoint directory (default: the config's
+            ``name``, else the trial class's name).
+
+    Returns:
+        The ``TrialOutcome``: final state, batches trained, validations and checkpoints.
+
+    Raises:
+        ConfigError: the config is invalid.
+        RuntimeError: a worker process failed (its traceback was printed).
+    """
+    config = _with_slots(config if isinstance(config, ExperimentConfig) else load_experiment_config(config), slots)
+    slots = config.resources.slots_per_trial
+    trial_id = trial_id or config.name or trial_class.__name__
+    checkpoint_dir = str(Path(config.checkpoint_storage.checkpoint_directory) / trial_id)
+    if slots == 1:
+        return run_in_this_process(trial_class, config, checkpoint_dir, test=test)
+
+    from det_estimator.controller import TrialOutcome
+    from det_estimator.launcher import launch_workers
+
+    with tempfile.TemporaryDirectory(prefix="det-estimator-launch-") as scratch:
+        spec = {
+            "trial_class": describe_trial_class(trial_class),
+            "config": config.to_dict(),
+            "checkpoint_dir": checkpoint_dir,
+            "test": test,
+            "pause_file": str(Path(scratch) / "pause"),
+            "outcome_file": str(Path(scratch) / "outcome.json"),
+        }
+        status = launch_workers(spec, Path(scratch) / "spec.json", slots)
+        if status != 0:
+            raise RuntimeError(f"The trial failed: a worker exited with status {status} (its traceback is above).")
+        outcome = json.loads(Path(spec["outcome_file"]).read_text(encoding="utf-8"))
+    return TrialOutcome(**outcome)
+
+
+def _with_slots(config: ExperimentConfig, slots: Optional[int]) -> ExperimentConfig:
+    if slots is None or slots == config.resources.slots_per_trial:
+        return config
+    if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
+        raise ValueError(f"Argument `slots` must be a positive integer. Received: slots={slots!r}")
+    raw = config.to_dict()
+    raw["resources"]["slots_per_trial"] = slots
+    return load_experiment_config(raw)
+
+
+def run_in_this_process(
+    trial_class: type,
+    config: ExperimentConfig,
+    checkpoint_dir: str,
+    distributed=None,
+    test: bool = False,
+    pause_file: Optional[str] = None,
+):
+    """Runs the controller here, pausing on SIGTERM, SIGINT or the creation of ``pause_file``."""
+    from det_estimator.controller import TrialController
+
+    signalled = threading.Event()
+
+    def pause_requested() -> bool:
+        return signalled.is_set() or (pause_file is not None and os.path.exists(pause_file))
+
+    controller = TrialController(
+        trial_class, config, checkpoint_dir, distributed, test=test, pause_requested=pause_requested
+    )
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        previous = {sig: signal.signal(sig, lambda *_: signalled.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        return controller.run()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def describe_trial_class(trial_class: type) -> dict[str, Optional[str]]:
+    """How a worker process finds ``trial_class``: its module, name and source file."""
+    module = sys.modules.get(trial_class.__module__)
+    source = getattr(module, "__file__", None)
+    return {
+        "module": trial_class.__module__,
+        "qualname": trial_class.__qualname__,
+        "file": os.path.abspath(source) if source else None,
+        "sys_path": [os.getcwd(), os.path.dirname(os.path.abspath(source))] if source else [os.getcwd()],
+    }
+
+
+def load_trial_class(description: dict[str, Any]) -> type:
+    """Imports the class :func:`describe_trial_class` described, in another process."""
+    for entry in reversed(description.get("sys_path") or []):
+        if entry not in sys.path:
+            sys.path.insert(0, entry)
+    if description["module"] == "__main__":
+        # A class defined in the launching script: load that file under another name,
+        # so that its `if __name__ == "__main__":` block does not run again.
+        spec = importlib.util.spec_from_file_location("det_estimator_trial_module", description["file"])
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+    else:
+        module = importlib.import_module(description["module"])
+    target: Any = module
+    for part in description["qualname"].split("."):
+        target = getattr(target, part)
+    return target

@@ -1,0 +1,111 @@
+"""Turns the user's Estimator into the one the controller runs.
+
+The user's Estimator keeps its model_fn, params and warm-start settings; the
+controller supplies the run configuration (a private model_dir per process, the
+trial seed, no automatic checkpoints since the controller takes them, one device per
+process) and wraps the model_fn to learn what it needs from each graph.
+"""
+
+import inspect
+from typing import Any, Callable, Optional
+
+import tensorflow as tf
+
+from det_estimator.context import DistributedContext
+from det_estimator.reducers._make_metric import accumulator_of
+
+# eval_metric_ops key under which each rank counts the examples it evaluated; the
+# controller removes it from the results after weighting the other metrics by it.
+EXAMPLES_KEY = "det_estimator/examples"
+
+
+class GraphRecorder:
+    """What the wrapped model_fn saw: the training loss, and which metrics are already global."""
+
+    def __init__(self) -> None:
+        self.train_loss: Optional[tf.Tensor] = None
+        self.global_metric_keys: set[str] = set()
+
+
+def rebuild_estimator(
+    estimator: tf.estimator.Estimator,
+    model_dir: str,
+    seed: int,
+    distributed: DistributedContext,
+    recorder: GraphRecorder,
+) -> tf.estimator.Estimator:
+    """A new Estimator with the user's model and the controller's run configuration.
+
+    Raises:
+        TypeError: ``estimator`` is not a ``tf.estimator.Estimator``.
+    """
+    if not isinstance(estimator, tf.estimator.Estimator):
+        raise TypeError(f"build_estimator() must return a tf.estimator.Estimator. Received: {type(estimator).__name__}")
+    config = estimator.config.replace(
+        model_dir=model_dir,
+        tf_random_seed=seed,
+        save_checkpoints_steps=None,
+        save_checkpoints_secs=None,
+        session_config=_session_config(estimator.config.session_config, distributed),
+    )
+    params = dict(estimator.params) if estimator.params else None
+    return tf.estimator.Estimator(
+        model_fn=_wrap_model_fn(estimator.model_fn, recorder),
+        config=config,
+        params=params,
+        warm_start_from=getattr(estimator, "_warm_start_settings", None),
+    )
+
+
+def _session_config(user_config: Optional[tf.compat.v1.ConfigProto], distributed: DistributedContext):
+    config = tf.compat.v1.ConfigProto()
+    if user_config is not None:
+        config.CopyFrom(user_config)
+    config.allow_soft_placement = True
+    if distributed.size > 1:
+        # One GPU per process: the one of its local rank (harmless without GPUs).
+        config.gpu_options.visible_device_list = str(distributed.local_rank)
+    return config
+
+
+def _wrap_model_fn(model_fn: Callable[..., tf.estimator.EstimatorSpec], recorder: GraphRecorder):
+    accepted = set(inspect.signature(model_fn).parameters)
+
+    def model_fn_with_bookkeeping(features, labels, mode, params, config):
+        candidates = {"labels": labels, "mode": mode, "params": params, "config": config}
+        spec = model_fn(features, **{name: value for name, value in candidates.items() if name in accepted})
+        if mode == tf.estimator.ModeKeys.TRAIN:
+            recorder.train_loss = spec.loss
+        elif mode == tf.estimator.ModeKeys.EVAL:
+            spec = spec._replace(eval_metric_ops=_eval_metric_ops(spec, features, labels, recorder))
+        return spec
+
+    return model_fn_with_bookkeeping
+
+
+def _eval_metric_ops(spec: tf.estimator.EstimatorSpec, features: Any, labels: Any, recorder: GraphRecorder) -> dict:
+    metric_ops = dict(spec.eval_metric_ops or {})
+    for key, metric in metric_ops.items():
+        value_op = metric[0] if isinstance(metric, (tuple, list)) else None
+        accumulator = accumulator_of(value_op)
+        if accumulator is not None:
+            accumulator.name = key
+            recorder.global_metric_keys.add(key)
+    examples = tf.compat.v1.Variable(
+        0,
+        dtype=tf.int64,
+        trainable=False,
+        name="det_estimator_examples",
+        collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES, tf.compat.v1.GraphKeys.METRIC_VARIABLES],
+    )
+    batch_size = tf.shape(_first_tensor(labels, features), out_type=tf.int64)[0]
+    metric_ops[EXAMPLES_KEY] = (tf.identity(examples), examples.assign_add(batch_size))
+    return metric_ops
+
+
+def _first_tensor(*structures: Any) -> tf.Tensor:
+    for structure in structures:
+        for tensor in tf.nest.flatten(structure):
+            if tf.is_tensor(tensor) and tensor.shape.rank != 0:
+                return tensor
+    raise ValueError("The validation input has no batched tensor to count examples from.")

@@ -1,0 +1,101 @@
+"""Fixtures shared by the whole suite: the analytic trial (tests/support/) and real interrupted runs."""
+
+import contextlib
+import importlib.util
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import psutil
+import pytest
+
+SUPPORT = Path(__file__).parent / "support"
+
+
+def _load(name: str):
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, SUPPORT / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    # Registered under its plain name, as worker processes import it (they put this
+    # directory on sys.path).
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def analytic():
+    """The analytic_trial module."""
+    return _load("analytic_trial")
+
+
+def start_run(
+    directory: Path, max_batches: int, slots: int, seconds_per_batch: float = 0.0, **hparams
+) -> subprocess.Popen:
+    """Starts run_analytic.py in a process group of its own."""
+    command = [sys.executable, str(SUPPORT / "run_analytic.py"), str(directory), str(max_batches), str(slots)]
+    return subprocess.Popen(
+        [*command, str(seconds_per_batch), json.dumps(hparams)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1"),
+        start_new_session=True,
+    )
+
+
+def wait_for_line(process: subprocess.Popen, needle: str, timeout: float = 120) -> str:
+    """Reads the run's output until a line contains ``needle``; returns the output so far."""
+    deadline = time.monotonic() + timeout
+    seen = []
+    for line in process.stdout:
+        seen.append(line)
+        if needle in line:
+            return "".join(seen)
+        if time.monotonic() > deadline:
+            break
+    os.killpg(process.pid, signal.SIGKILL)
+    pytest.fail(f"{needle!r} never appeared; output:\n{''.join(seen)[-5000:]}")
+
+
+def finish(process: subprocess.Popen, timeout: float = 180):
+    """Waits for the run; returns (exit status, output, the outcome it printed or None)."""
+    try:
+        output, _ = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        output, _ = process.communicate()
+        pytest.fail(f"the run did not finish within {timeout} s:\n{output[-5000:]}")
+    outcomes = [line for line in output.splitlines() if line.startswith("OUTCOME ")]
+    outcome = json.loads(outcomes[-1][len("OUTCOME ") :]) if outcomes else None
+    return process.returncode, output, outcome
+
+
+def kill_at_random_batch(process: subprocess.Popen, seed: int) -> None:
+    """SIGKILLs every process of the run at once, at a random moment after its first checkpoint.
+
+    Like a machine that loses power: the launcher, horovodrun and every worker die
+    together, wherever each of them is.
+    """
+    wait_for_line(process, "checkpoint")
+    time.sleep(random.Random(seed).uniform(0.0, 0.6))
+    launcher = psutil.Process(process.pid)
+    for member in [*launcher.children(recursive=True), launcher]:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            member.kill()
+    process.wait(timeout=30)
+
+
+@pytest.fixture
+def runs():
+    """Helpers that start the analytic trial as a separate process, and interrupt it."""
+    return SimpleNamespace(
+        start=start_run, wait_for_line=wait_for_line, finish=finish, kill_at_random_batch=kill_at_random_batch
+    )

@@ -1,0 +1,83 @@
+"""The trial controller on two real processes under horovodrun."""
+
+import json
+import time
+
+import pytest
+
+import det_estimator as det
+
+LEARNING_RATE, GLOBAL_BATCH = 0.01, 8
+
+
+def rank_events(tmp_path, rank):
+    path = tmp_path / "events" / f"rank{rank}.jsonl"
+    return [json.loads(line)["event"] for line in path.read_text().splitlines()]
+
+
+def final_weight(outcome):
+    return outcome.validations[-1]["metrics"]["weight"]
+
+
+def test_two_processes_follow_the_closed_form_across_a_resume(analytic, tmp_path):
+    first = det.run_trial(analytic.AnalyticTrial, analytic.make_config(tmp_path, 10), slots=2)
+    second = det.run_trial(analytic.AnalyticTrial, analytic.make_config(tmp_path, 20), slots=2)
+
+    assert first.batches_trained == 10 and second.batches_trained == 20
+    for validation in first.validations + second.validations:
+        expected = analytic.expected_weight(validation["batches"], LEARNING_RATE, GLOBAL_BATCH)
+        assert validation["metrics"]["weight"] == pytest.approx(expected, rel=1e-5)
+        assert validation["metrics"]["records"] == analytic.NUM_RECORDS  # both shards, reduced
+    # The chief alone writes checkpoints; every rank loads them and closes.
+    assert rank_events(tmp_path, 0) == ["on_checkpoint_end"] * 2 + ["on_trial_close"] + ["on_checkpoint_load"] + [
+        "on_checkpoint_end"
+    ] * 2 + ["on_trial_close"]
+    assert rank_events(tmp_path, 1) == ["on_trial_close", "on_checkpoint_load", "on_trial_close"]
+
+
+def test_a_job_killed_at_a_random_batch_resumes_to_the_uninterrupted_result(analytic, runs, tmp_path):
+    process = runs.start(tmp_path, 60, slots=2, seconds_per_batch=0.1)
+    runs.kill_at_random_batch(process, seed=5)
+    outcome = det.run_trial(analytic.AnalyticTrial, analytic.make_config(tmp_path, 60), slots=2)
+    resumed_after = outcome.batches_trained - len(outcome.validations) * 5
+    assert outcome.validations and resumed_after < 60, "the kill must interrupt training"
+    assert outcome.batches_trained == 60
+    assert final_weight(outcome) == pytest.approx(analytic.expected_weight(60, LEARNING_RATE, GLOBAL_BATCH), rel=1e-5)
+
+
+def test_sigterm_to_the_launcher_pauses_every_rank(analytic, runs, tmp_path):
+    process = runs.start(tmp_path, 400, slots=2, seconds_per_batch=0.05)
+    runs.wait_for_line(process, "checkpoint")
+    process.terminate()
+    status, output, outcome = runs.finish(process)
+    assert status == 0, output[-3000:]
+    assert outcome["state"] == "PAUSED" and outcome["checkpoints"][-1]["batches"] == outcome["batches_trained"]
+    assert all(events[-1] == "on_trial_close" for events in (rank_events(tmp_path, 0), rank_events(tmp_path, 1)))
+
+
+def test_one_failing_rank_ends_the_whole_job_quickly_with_its_traceback(runs, tmp_path):
+    started = time.monotonic()
+    status, output, outcome = runs.finish(runs.start(tmp_path, 40, slots=2, fail_on_rank=1), timeout=120)
+    assert status != 0 and outcome is None
+    assert "RuntimeError: rank 1 cannot build its input" in output
+    assert "The trial failed: a worker exited with status" in output
+    assert time.monotonic() - started < 90
+
+
+def test_a_trial_that_never_wraps_its_optimizer_is_told_so(runs, tmp_path):
+    status, output, _ = runs.finish(runs.start(tmp_path, 10, slots=2, wrap_optimizer=False), timeout=120)
+    assert status != 0
+    assert "The trial never called context.wrap_optimizer(optimizer). With 2 processes" in output
+
+
+def test_killing_the_launcher_leaves_no_worker_running(runs, tmp_path):
+    import psutil
+
+    process = runs.start(tmp_path, 100_000, slots=2, seconds_per_batch=0.05)  # hours, unless killed
+    runs.wait_for_line(process, "checkpoint")
+    job = psutil.Process(process.pid).children(recursive=True)
+    assert any("det_estimator.launcher.worker" in " ".join(p.cmdline()) for p in job)
+    process.kill()  # the launcher alone
+    process.wait(timeout=30)
+    gone, alive = psutil.wait_procs(job, timeout=30)
+    assert not alive, f"still running: {[p.cmdline() for p in alive]}"

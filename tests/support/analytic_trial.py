@@ -1,0 +1,125 @@
+"""A one-weight trial whose weight after every batch has a closed form.
+
+The model is ``prediction = w * x`` with a mean squared error loss and plain gradient
+descent, on 64 fixed records. With the records dealt round-robin to N processes, each
+batching ``global_batch_size // N``, the averaged gradient of a step equals the
+gradient of the one-process batch of ``global_batch_size`` records, so the trajectory
+is the same on any number of processes: :func:`expected_weight` computes it.
+"""
+
+import json
+import os
+import time
+
+import numpy as np
+import tensorflow as tf
+
+import det_estimator as det
+
+NUM_RECORDS = 64
+FEATURES = (1.0 + 0.1 * (np.arange(NUM_RECORDS) % 7)).astype(np.float32)
+TARGETS = (3.0 * FEATURES + 0.05 * (np.arange(NUM_RECORDS) % 3)).astype(np.float32)
+SERVING_INPUT = np.array([0.5, 2.0, 4.0], dtype=np.float32)
+
+
+def expected_weight(batches: int, learning_rate: float, global_batch_size: int) -> float:
+    """The weight after ``batches`` steps of gradient descent over the repeated records."""
+    weight = np.float64(0.0)
+    per_epoch = NUM_RECORDS // global_batch_size
+    for step in range(batches):
+        start = (step % per_epoch) * global_batch_size
+        x = FEATURES[start : start + global_batch_size].astype(np.float64)
+        y = TARGETS[start : start + global_batch_size].astype(np.float64)
+        weight -= learning_rate * np.mean(2.0 * (weight * x - y) * x)
+    return float(weight)
+
+
+def make_config(tmp_path, max_batches: int, **overrides) -> dict:
+    config = {
+        "entrypoint": "analytic_trial:AnalyticTrial",
+        "name": "analytic",
+        "hyperparameters": {"global_batch_size": 8, "learning_rate": 0.01, "events_dir": str(tmp_path / "events")},
+        "searcher": {"name": "single", "metric": "loss", "max_length": {"batches": max_batches}},
+        "scheduling_unit": 5,
+        "min_validation_period": {"batches": 5},
+        "checkpoint_storage": {"type": "shared_fs", "host_path": str(tmp_path / "checkpoints")},
+        "reproducibility": {"experiment_seed": 1},
+    }
+    config.update(overrides)
+    return config
+
+
+class RecordingHook(det.RunHook):
+    """Appends each RunHook call, with the rank, to a file per rank; writes a file into checkpoints."""
+
+    def __init__(self, events_dir: str, rank: int, seconds_per_batch: float):
+        os.makedirs(events_dir, exist_ok=True)
+        self._log = os.path.join(events_dir, f"rank{rank}.jsonl")
+        self._rank = rank
+        self._seconds_per_batch = seconds_per_batch
+
+    def _record(self, event: str, **details) -> None:
+        with open(self._log, "a") as log:
+            log.write(json.dumps({"event": event, "rank": self._rank, **details}) + "\n")
+
+    def after_run(self, run_context, run_values) -> None:
+        if self._seconds_per_batch:
+            time.sleep(self._seconds_per_batch)  # gives a test time to interrupt the run
+
+    def on_checkpoint_end(self, checkpoint_dir: str) -> None:
+        with open(os.path.join(checkpoint_dir, "hook_note.txt"), "w") as note:
+            note.write(f"written by rank {self._rank}")
+        self._record("on_checkpoint_end")
+
+    def on_checkpoint_load(self, checkpoint_dir: str) -> None:
+        with open(os.path.join(checkpoint_dir, "hook_note.txt")) as note:
+            self._record("on_checkpoint_load", note=note.read())
+
+    def on_trial_close(self) -> None:
+        self._record("on_trial_close")
+
+
+class AnalyticTrial(det.EstimatorTrial):
+    def build_estimator(self) -> tf.estimator.Estimator:
+        optimizer = tf.compat.v1.train.GradientDescentOptimizer(self.context.get_hparam("learning_rate"))
+        if self.context.get_hparams().get("wrap_optimizer", True):
+            optimizer = self.context.wrap_optimizer(optimizer)
+
+        def model_fn(features, labels, mode):
+            weight = tf.compat.v1.get_variable("w", shape=[], initializer=tf.compat.v1.zeros_initializer())
+            predictions = weight * features["x"]
+            if mode == tf.estimator.ModeKeys.PREDICT:
+                return tf.estimator.EstimatorSpec(mode, predictions={"y": predictions})
+            loss = tf.reduce_mean(tf.square(predictions - labels))
+            train_op = optimizer.minimize(loss, global_step=tf.compat.v1.train.get_global_step())
+            metrics = {
+                "weight": (tf.identity(weight), tf.no_op()),
+                "records": self.context.make_metric(features["x"], lambda b: sum(len(x) for x in b), np.int64),
+            }
+            return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op, eval_metric_ops=metrics)
+
+        return tf.estimator.Estimator(model_fn)
+
+    def _input_fn(self):
+        dataset = tf.data.Dataset.from_tensor_slices(({"x": FEATURES}, TARGETS))
+        return self.context.wrap_dataset(dataset).batch(self.context.get_per_slot_batch_size())
+
+    def build_train_spec(self) -> tf.estimator.TrainSpec:
+        if self.context.get_hparams().get("fail_on_rank") == self.context.distributed.rank:
+            raise RuntimeError(f"rank {self.context.distributed.rank} cannot build its input")
+        hook = RecordingHook(
+            self.context.get_hparam("events_dir"),
+            self.context.distributed.rank,
+            float(self.context.get_hparams().get("seconds_per_batch", 0.0)),
+        )
+        return tf.estimator.TrainSpec(self._input_fn, hooks=[hook])
+
+    def build_validation_spec(self) -> tf.estimator.EvalSpec:
+        return tf.estimator.EvalSpec(self._input_fn, steps=None)
+
+    def build_serving_input_receiver_fns(self):
+        def raw_features():
+            x = tf.compat.v1.placeholder(tf.float32, [None], name="x")
+            return tf.estimator.export.ServingInputReceiver({"x": x}, {"x": x})
+
+        return {"raw": raw_features}

@@ -1,0 +1,28 @@
+"""Runs the analytic trial from the command line, for tests that kill or pause a real run.
+
+Usage: run_analytic.py DIRECTORY MAX_BATCHES SLOTS [SECONDS_PER_BATCH [HPARAMS_JSON]]
+Prints ``OUTCOME <json>`` at the end.
+"""
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import analytic_trial  # noqa: E402
+
+import det_estimator as det  # noqa: E402
+
+
+def main() -> None:
+    directory, max_batches, slots = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+    config = analytic_trial.make_config(directory, max_batches)
+    config["hyperparameters"]["seconds_per_batch"] = float(sys.argv[4]) if len(sys.argv) > 4 else 0.0
+    config["hyperparameters"].update(json.loads(sys.argv[5]) if len(sys.argv) > 5 else {})
+    outcome = det.run_trial(analytic_trial.AnalyticTrial, config, slots=slots)
+    print("OUTCOME " + json.dumps(outcome.to_dict()), flush=True)
+
+
+if __name__ == "__main__":
+    main()
