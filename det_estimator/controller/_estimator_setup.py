@@ -20,10 +20,19 @@ EXAMPLES_KEY = "det_estimator/examples"
 
 
 class GraphRecorder:
-    """What the wrapped model_fn saw: the training loss, and which metrics are already global."""
+    """What the wrapped model_fn built: training-loss accumulators, and which metrics are global.
+
+    Attributes:
+        loss_sum: a local variable summing the training loss over the batches since the
+            controller last reset it (None until the training graph is built).
+        loss_batches: how many batches ``loss_sum`` holds.
+        global_metric_keys: eval_metric_ops keys made by make_metric, whose values are
+            already reduced over all ranks.
+    """
 
     def __init__(self) -> None:
-        self.train_loss: Optional[tf.Tensor] = None
+        self.loss_sum: Optional[tf.Variable] = None
+        self.loss_batches: Optional[tf.Variable] = None
         self.global_metric_keys: set[str] = set()
 
 
@@ -75,12 +84,32 @@ def _wrap_model_fn(model_fn: Callable[..., tf.estimator.EstimatorSpec], recorder
         candidates = {"labels": labels, "mode": mode, "params": params, "config": config}
         spec = model_fn(features, **{name: value for name, value in candidates.items() if name in accepted})
         if mode == tf.estimator.ModeKeys.TRAIN:
-            recorder.train_loss = spec.loss
+            spec = spec._replace(train_op=_accumulating_loss(spec, recorder))
         elif mode == tf.estimator.ModeKeys.EVAL:
             spec = spec._replace(eval_metric_ops=_eval_metric_ops(spec, features, labels, recorder))
         return spec
 
     return model_fn_with_bookkeeping
+
+
+def _accumulating_loss(spec: tf.estimator.EstimatorSpec, recorder: GraphRecorder) -> tf.Operation:
+    """The train op, also adding the batch's loss to in-graph sums.
+
+    Summing in the graph costs nothing measurable per step, where fetching the loss
+    into Python every step would; the controller reads the sums once per workload.
+    """
+    local = [tf.compat.v1.GraphKeys.LOCAL_VARIABLES]
+    recorder.loss_sum = tf.compat.v1.Variable(
+        0.0, dtype=tf.float64, trainable=False, collections=local, name="det_estimator_loss_sum"
+    )
+    recorder.loss_batches = tf.compat.v1.Variable(
+        0, dtype=tf.int64, trainable=False, collections=local, name="det_estimator_loss_batches"
+    )
+    return tf.group(
+        spec.train_op,
+        recorder.loss_sum.assign_add(tf.cast(spec.loss, tf.float64)),
+        recorder.loss_batches.assign_add(1),
+    )
 
 
 def _eval_metric_ops(spec: tf.estimator.EstimatorSpec, features: Any, labels: Any, recorder: GraphRecorder) -> dict:

@@ -35,6 +35,7 @@ class TrialOutcome:
 
     state: str
     batches_trained: int
+    training: list[dict[str, Any]] = field(default_factory=list)
     validations: list[dict[str, Any]] = field(default_factory=list)
     checkpoints: list[dict[str, Any]] = field(default_factory=list)
 
@@ -43,6 +44,7 @@ class TrialOutcome:
         return {
             "state": self.state,
             "batches_trained": self.batches_trained,
+            "training": self.training,
             "validations": self.validations,
             "checkpoints": self.checkpoints,
         }
@@ -161,10 +163,11 @@ class TrialController:
             max_batches=self._max_batches,
             scheduling_unit=1 if self._test else self._config.scheduling_unit,
             pause_requested=self._pause_requested,
-            loss_source=lambda: self._recorder.train_loss,
+            loss_accumulators=lambda: (self._recorder.loss_sum, self._recorder.loss_batches),
         )
         hooks.append(self._control)  # last, so that it sees any other hook's request_stop()
         self._workload_started = time.monotonic()
+        self._workload_first_batch = self._batches
         self._estimator.train(training_input_fn(train_spec.input_fn, self._batches), hooks=hooks)
 
     # The WorkloadListener interface, called by the control hook from inside the session.
@@ -180,7 +183,7 @@ class TrialController:
     ) -> bool:
         """Reports the workload, then validates and checkpoints as the config asks."""
         self._batches = batches
-        self._report_training(self._control.workload_losses)
+        self._report_training(self._control.workload_loss, batches - self._workload_first_batch)
         validate = stopping in ("end", "request_stop") or self._period_elapsed(
             self._config.min_validation_period, self._last_validation
         )
@@ -193,6 +196,7 @@ class TrialController:
             self._outcome.state = PAUSED
             self._report(f"paused after {batches} batches; run the trial again to resume")
         self._workload_started = time.monotonic()
+        self._workload_first_batch = batches
         return False
 
     def _check_wrappers(self) -> None:
@@ -312,12 +316,12 @@ class TrialController:
         )
         self._report(f"checkpoint {checkpoint.uuid} after {self._batches} batches ({len(deleted)} old ones removed)")
 
-    def _report_training(self, losses: list[float]) -> None:
-        mean_loss = float(np.mean(losses)) if losses else float("nan")
-        per_rank = self._distributed.allgather(mean_loss)
-        loss = float(np.mean(per_rank))
+    def _report_training(self, workload_loss: float, workload_batches: int) -> None:
+        """Prints progress with the workload's training loss averaged over all ranks."""
+        loss = float(np.mean(self._distributed.allgather(workload_loss)))
+        self._outcome.training.append({"batches": self._batches, "metrics": {"loss": loss}})
         elapsed = max(time.monotonic() - self._workload_started, 1e-9)
-        rate = len(losses) / elapsed
+        rate = workload_batches / elapsed
         left = (self._max_batches - self._batches) / rate if rate else float("nan")
         self._report(
             f"batches {self._batches}/{self._max_batches} ({self._batches / self._max_batches:.0%})  "

@@ -40,8 +40,9 @@ class WorkloadControlHook(tf.estimator.SessionRunHook):
         max_batches: batches after which training ends.
         scheduling_unit: batches per workload.
         pause_requested: called before every step; True once a pause was asked for.
-        loss_source: returns the training loss tensor once the model_fn has built it (or
-            None); the loss is fetched every step to report training metrics.
+        loss_accumulators: returns ``(loss_sum, loss_batches)``, the local variables in
+            which the training graph sums its loss, once the model_fn has built them;
+            they are read and reset at the end of every workload.
     """
 
     def __init__(
@@ -51,21 +52,23 @@ class WorkloadControlHook(tf.estimator.SessionRunHook):
         max_batches: int,
         scheduling_unit: int,
         pause_requested: Callable[[], bool],
-        loss_source: Callable[[], Optional[tf.Tensor]] = lambda: None,
+        loss_accumulators: Callable[[], tuple[Optional[tf.Variable], Optional[tf.Variable]]] = lambda: (None, None),
     ):
         self._listener = listener
         self.batches = batches_done
         self._max_batches = max_batches
         self._scheduling_unit = scheduling_unit
         self._pause_requested = pause_requested
-        self._loss_source = loss_source
-        self._loss: Optional[tf.Tensor] = None
-        self.workload_losses: list = []
+        self._loss_accumulators = loss_accumulators
+        self.workload_loss = float("nan")
 
     def begin(self) -> None:
         # The graph is finalized after begin(): anything the hook needs is built now.
         self._saver = tf.compat.v1.train.Saver(max_to_keep=None, save_relative_paths=True)
-        self._loss = self._loss_source()
+        self._loss_sum, self._loss_batches = self._loss_accumulators()
+        self._reset_loss = None
+        if self._loss_sum is not None:
+            self._reset_loss = tf.compat.v1.variables_initializer([self._loss_sum, self._loss_batches])
         self._pause_flag = None
         self._local_pause = False
         if _horovod.is_distributed():
@@ -75,21 +78,17 @@ class WorkloadControlHook(tf.estimator.SessionRunHook):
     def after_create_session(self, session: tf.compat.v1.Session, coord) -> None:
         self._listener.on_session_start(session, self._saver)
 
-    def before_run(self, run_context: tf.estimator.SessionRunContext) -> tf.estimator.SessionRunArgs:
-        fetches = {"loss": self._loss} if self._loss is not None else {}
+    def before_run(self, run_context: tf.estimator.SessionRunContext) -> Optional[tf.estimator.SessionRunArgs]:
         paused = bool(self._pause_requested())
         if self._pause_flag is None:
+            # One process: nothing to fetch, so the step costs what it would without this hook.
             self._local_pause = paused
-            return tf.estimator.SessionRunArgs(fetches)
-        fetches["any_pause"] = self._any_pause
-        return tf.estimator.SessionRunArgs(fetches, feed_dict={self._pause_flag: int(paused)})
+            return None
+        return tf.estimator.SessionRunArgs({"any_pause": self._any_pause}, feed_dict={self._pause_flag: int(paused)})
 
     def after_run(self, run_context: tf.estimator.SessionRunContext, run_values) -> None:
         self.batches += 1
-        results = run_values.results
-        if "loss" in results:
-            self.workload_losses.append(float(results["loss"]))
-        paused = results["any_pause"] > 0 if "any_pause" in results else self._local_pause
+        paused = self._local_pause if self._pause_flag is None else run_values.results["any_pause"] > 0
         stopping = ""
         if self.batches >= self._max_batches:
             stopping = "end"
@@ -98,7 +97,15 @@ class WorkloadControlHook(tf.estimator.SessionRunHook):
         elif run_context.stop_requested:
             stopping = "request_stop"
         if stopping or self.batches % self._scheduling_unit == 0:
+            self.workload_loss = self._take_workload_loss(run_context.session)
             must_stop = self._listener.on_workload_end(run_context.session, self._saver, self.batches, stopping)
-            self.workload_losses = []
             if stopping or must_stop:
                 run_context.request_stop()
+
+    def _take_workload_loss(self, session: tf.compat.v1.Session) -> float:
+        """The mean training loss of this workload on this rank; the sums start again from 0."""
+        if self._reset_loss is None:
+            return float("nan")
+        loss_sum, batches = session.run([self._loss_sum, self._loss_batches])
+        session.run(self._reset_loss)
+        return float(loss_sum / batches) if batches else float("nan")

@@ -30,6 +30,9 @@ def test_weights_metrics_and_checkpoints_follow_the_closed_form(analytic, tmp_pa
     outcome = det.run_trial(analytic.AnalyticTrial, analytic.make_config(tmp_path, 20))
 
     assert (outcome.state, outcome.batches_trained) == ("COMPLETED", 20)
+    assert [t["batches"] for t in outcome.training] == [5, 10, 15, 20]
+    expected_losses = analytic.expected_workload_losses(20, 5, LEARNING_RATE, GLOBAL_BATCH)
+    assert [t["metrics"]["loss"] for t in outcome.training] == pytest.approx(expected_losses, rel=1e-5)
     assert [v["batches"] for v in outcome.validations] == [5, 10, 15, 20]
     for validation in outcome.validations:
         expected = analytic.expected_weight(validation["batches"], LEARNING_RATE, GLOBAL_BATCH)
@@ -165,3 +168,26 @@ def test_a_builder_returning_the_wrong_thing_is_a_clear_error(analytic, tmp_path
     broken = type("Broken", (analytic.AnalyticTrial,), {method: returned})
     with pytest.raises((TypeError, ValueError), match=message.replace("(", r"\(").replace(")", r"\)")):
         det.run_trial(broken, analytic.make_config(tmp_path, 10))
+
+
+def test_the_same_seed_gives_the_same_metrics_step_for_step(analytic, tmp_path):
+    def run(directory, seed):
+        config = analytic.make_config(tmp_path / directory, 15, reproducibility={"experiment_seed": seed})
+        config["hyperparameters"]["random"] = True
+        return [v["metrics"] for v in det.run_trial(analytic.AnalyticTrial, config).validations]
+
+    first, again, other_seed = run("a", 7), run("b", 7), run("c", 8)
+    assert len(first) == 3 and first == again
+    assert [m["weight"] for m in first] != [m["weight"] for m in other_seed]
+
+
+def test_a_resumed_shuffled_run_sees_the_same_batches_as_an_uninterrupted_one(analytic, tmp_path):
+    def config(directory, batches):
+        raw = analytic.make_config(tmp_path / directory, batches, reproducibility={"experiment_seed": 3})
+        raw["hyperparameters"]["random"] = True
+        return raw
+
+    uninterrupted = det.run_trial(analytic.AnalyticTrial, config("straight", 20))
+    det.run_trial(analytic.AnalyticTrial, config("resumed", 7))
+    resumed = det.run_trial(analytic.AnalyticTrial, config("resumed", 20))
+    assert final_weight(resumed) == final_weight(uninterrupted)

@@ -24,6 +24,10 @@ def test_two_processes_follow_the_closed_form_across_a_resume(analytic, tmp_path
     second = det.run_trial(analytic.AnalyticTrial, analytic.make_config(tmp_path, 20), slots=2)
 
     assert first.batches_trained == 10 and second.batches_trained == 20
+    # Each rank's loss is over its half batch; their average is the global batch's loss.
+    expected_losses = analytic.expected_workload_losses(20, 5, LEARNING_RATE, GLOBAL_BATCH)
+    losses = [t["metrics"]["loss"] for t in first.training + second.training]
+    assert losses == pytest.approx(expected_losses, rel=1e-5)
     for validation in first.validations + second.validations:
         expected = analytic.expected_weight(validation["batches"], LEARNING_RATE, GLOBAL_BATCH)
         assert validation["metrics"]["weight"] == pytest.approx(expected, rel=1e-5)

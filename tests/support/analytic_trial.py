@@ -22,16 +22,29 @@ TARGETS = (3.0 * FEATURES + 0.05 * (np.arange(NUM_RECORDS) % 3)).astype(np.float
 SERVING_INPUT = np.array([0.5, 2.0, 4.0], dtype=np.float32)
 
 
-def expected_weight(batches: int, learning_rate: float, global_batch_size: int) -> float:
-    """The weight after ``batches`` steps of gradient descent over the repeated records."""
+def trajectory(batches: int, learning_rate: float, global_batch_size: int):
+    """The loss of every batch (before its update) and the weight after the last one."""
     weight = np.float64(0.0)
+    losses = []
     per_epoch = NUM_RECORDS // global_batch_size
     for step in range(batches):
         start = (step % per_epoch) * global_batch_size
         x = FEATURES[start : start + global_batch_size].astype(np.float64)
         y = TARGETS[start : start + global_batch_size].astype(np.float64)
+        losses.append(float(np.mean((weight * x - y) ** 2)))
         weight -= learning_rate * np.mean(2.0 * (weight * x - y) * x)
-    return float(weight)
+    return losses, float(weight)
+
+
+def expected_weight(batches: int, learning_rate: float, global_batch_size: int) -> float:
+    """The weight after ``batches`` steps of gradient descent over the repeated records."""
+    return trajectory(batches, learning_rate, global_batch_size)[1]
+
+
+def expected_workload_losses(batches: int, scheduling_unit: int, learning_rate: float, global_batch_size: int):
+    """The mean training loss of each workload of ``scheduling_unit`` batches."""
+    losses = trajectory(batches, learning_rate, global_batch_size)[0]
+    return [float(np.mean(losses[i : i + scheduling_unit])) for i in range(0, batches, scheduling_unit)]
 
 
 def make_config(tmp_path, max_batches: int, **overrides) -> dict:
@@ -86,7 +99,10 @@ class AnalyticTrial(det.EstimatorTrial):
             optimizer = self.context.wrap_optimizer(optimizer)
 
         def model_fn(features, labels, mode):
-            weight = tf.compat.v1.get_variable("w", shape=[], initializer=tf.compat.v1.zeros_initializer())
+            # With `random`, the weight starts from a seeded random value and the data is shuffled,
+            # so that runs are reproducible only if the harness seeds everything.
+            initializer = tf.compat.v1.random_normal_initializer() if self._random else tf.compat.v1.zeros_initializer()
+            weight = tf.compat.v1.get_variable("w", shape=[], initializer=initializer)
             predictions = weight * features["x"]
             if mode == tf.estimator.ModeKeys.PREDICT:
                 return tf.estimator.EstimatorSpec(mode, predictions={"y": predictions})
@@ -100,9 +116,15 @@ class AnalyticTrial(det.EstimatorTrial):
 
         return tf.estimator.Estimator(model_fn)
 
+    @property
+    def _random(self) -> bool:
+        return bool(self.context.get_hparams().get("random", False))
+
     def _input_fn(self):
-        dataset = tf.data.Dataset.from_tensor_slices(({"x": FEATURES}, TARGETS))
-        return self.context.wrap_dataset(dataset).batch(self.context.get_per_slot_batch_size())
+        dataset = self.context.wrap_dataset(tf.data.Dataset.from_tensor_slices(({"x": FEATURES}, TARGETS)))
+        if self._random:
+            dataset = dataset.shuffle(NUM_RECORDS)
+        return dataset.batch(self.context.get_per_slot_batch_size())
 
     def build_train_spec(self) -> tf.estimator.TrainSpec:
         if self.context.get_hparams().get("fail_on_rank") == self.context.distributed.rank:
