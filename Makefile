@@ -1,4 +1,6 @@
 # The two commands in the README are `make example` and `make test`; both set up first.
+SHELL := /bin/bash
+.SHELLFLAGS := -eo pipefail -c
 VENV ?= .venv
 PYTHON := $(VENV)/bin/python
 
@@ -19,4 +21,6 @@ test: lint
 	$(PYTHON) -m pytest
 
 example: setup
-	$(VENV)/bin/horovodrun -np 2 -H localhost:2 --gloo $(PYTHON) examples/ctr_binary/train.py
+	mkdir -p runs
+	$(PYTHON) examples/ctr_binary/train.py --config examples/ctr_binary/distributed.yaml | tee runs/example.log
+	$(PYTHON) examples/ctr_binary/score.py "$$(sed -n 's/^checkpoint after .*: //p' runs/example.log | tail -n 1)"
