@@ -12,6 +12,7 @@ from det_estimator.reducers import _validation as validation
 from det_estimator.reducers._base import MetricReducer
 
 _SCORE_KINDS = ("probabilities", "logits")
+_VALUES = ("auc", "error_bound")
 # Past ~36, 1 - sigmoid(x) is below float64 resolution and probability edges
 # would collapse onto 1.0.
 _MAX_LOGIT_RANGE = 30.0
@@ -76,6 +77,10 @@ class BinnedRocAuc(MetricReducer):
             check that probabilities lie in [0, 1].
         logit_range: Half-width of the logit interval covered by the uniform
             bins, in (0, 30]; ignored with explicit edges.
+        value: What ``cross_slot_reduce`` returns: "auc", or "error_bound" to
+            report the bound as a metric of its own through ``make_metric``
+            (which reduces a fresh copy of the reducer, so ``last_error_bound``
+            of the instance passed to it stays unset).
 
     Example:
         >>> reducer = BinnedRocAuc()
@@ -89,7 +94,10 @@ class BinnedRocAuc(MetricReducer):
         bins: Union[int, np.ndarray] = 4096,
         scores: str = "probabilities",
         logit_range: float = 16.0,
+        value: str = "auc",
     ) -> None:
+        if value not in _VALUES:
+            raise validation.invalid_argument("value", f"one of {list(_VALUES)}", value)
         if scores not in _SCORE_KINDS:
             raise validation.invalid_argument("scores", f"one of {list(_SCORE_KINDS)}", scores)
         if isinstance(logit_range, bool) or not isinstance(logit_range, numbers.Real):
@@ -103,6 +111,7 @@ class BinnedRocAuc(MetricReducer):
         else:
             self.edges = _validate_edges(bins)
         self.scores = scores
+        self.value = value
         self.logit_range = float(logit_range)
         self.last_error_bound: Optional[float] = None
         self.reset()
@@ -183,8 +192,9 @@ class BinnedRocAuc(MetricReducer):
             per_slot_metrics: The final states of all workers.
 
         Returns:
-            The approximate AUC as np.float64; NaN, with a RuntimeWarning, if
-            only one class occurs in the whole evaluation.
+            The approximate AUC as np.float64 (the error bound with
+            ``value="error_bound"``); NaN, with a RuntimeWarning, if only one
+            class occurs in the whole evaluation.
 
         Raises:
             ValueError: If there are no examples at all.
@@ -198,4 +208,4 @@ class BinnedRocAuc(MetricReducer):
                 RuntimeWarning,
                 stacklevel=2,
             )
-        return np.float64(auc)
+        return np.float64(bound if self.value == "error_bound" else auc)

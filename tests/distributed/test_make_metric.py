@@ -30,6 +30,10 @@ def expected_metrics(worker, num_records):
         expected["auc"] = roc_auc_score(labels, scores)
         expected["binned_auc"] = expected["auc"]  # scores 0.1 apart never share a bin
         expected["average_precision"] = average_precision_score(labels, scores)
+        # Each distinct score has a bin of its own: the bound is half the share of tied pairs.
+        values = np.unique(scores)
+        tied_pairs = sum(np.sum(scores[labels == 1] == v) * np.sum(scores[labels == 0] == v) for v in values)
+        expected["binned_auc_error_bound"] = 0.5 * tied_pairs / (np.sum(labels == 1) * np.sum(labels == 0))
     return expected
 
 

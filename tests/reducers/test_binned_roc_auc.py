@@ -106,3 +106,19 @@ def test_state_is_a_copy():
     first = reducer.accumulate({"labels": [0, 1], "predictions": [0.2, 0.9]})
     reducer.accumulate({"labels": [0, 1], "predictions": [0.2, 0.9]})
     assert first[0].sum() == 1
+
+
+def test_the_error_bound_can_be_the_reported_value():
+    rng = np.random.default_rng(4)
+    batch = {"labels": rng.integers(0, 2, 500), "predictions": np.round(rng.random(500), 2)}
+    auc_reducer, bound_reducer = BinnedRocAuc(bins=64), BinnedRocAuc(bins=64, value="error_bound")
+    state = auc_reducer.accumulate(batch)
+    assert bound_reducer.cross_slot_reduce([bound_reducer.accumulate(batch)]) == auc_reducer.error_bound([state])
+    assert auc_reducer.cross_slot_reduce([state]) != auc_reducer.error_bound([state])
+
+
+def test_an_unknown_value_is_rejected():
+    with pytest.raises(
+        ValueError, match=r"Argument `value` must be one of \['auc', 'error_bound'\]. Received: value='bound'"
+    ):
+        BinnedRocAuc(value="bound")

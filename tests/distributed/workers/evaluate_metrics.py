@@ -84,6 +84,7 @@ def eval_metrics(features, scenario: str):
         "ordered": make_metric(value, position_weighted_sum, np.float64),
         "auc": make_metric(scored, RocAuc(), np.float64),
         "binned_auc": make_metric(scored, BinnedRocAuc(), np.float64),
+        "binned_auc_error_bound": make_metric(scored, BinnedRocAuc(value="error_bound"), np.float64),
         "average_precision": make_metric(scored, AveragePrecision(), np.float64),
     }
 
