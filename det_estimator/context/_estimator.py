@@ -1,10 +1,12 @@
 """EstimatorContext and EstimatorExperimentalContext: what any tf.estimator workflow gets."""
 
+import functools
 from typing import Any, Callable, Optional, Union
 
 import tensorflow as tf
 
 from det_estimator import _horovod
+from det_estimator.context import _dataset_cache
 from det_estimator.context._distributed import DistributedContext
 from det_estimator.reducers import MetricReducer
 
@@ -23,6 +25,7 @@ class EstimatorContext:
         average_aggregated_gradients: average, rather than sum, the accumulated
             gradients (``optimizations.average_aggregated_gradients``).
         gradient_compression: send gradients as float16 (``optimizations.gradient_compression``).
+        seed: the seed cached datasets are shuffled with (the trial seed).
 
     Attributes:
         distributed: the :class:`DistributedContext` of this process.
@@ -35,8 +38,10 @@ class EstimatorContext:
         aggregation_frequency: int = 1,
         average_aggregated_gradients: bool = True,
         gradient_compression: bool = False,
+        seed: int = 0,
     ):
         self.distributed = distributed or DistributedContext()
+        self.seed = seed
         self.experimental = EstimatorExperimentalContext(self)
         self._aggregation_frequency = aggregation_frequency
         self._average_aggregated_gradients = average_aggregated_gradients
@@ -128,3 +133,85 @@ class EstimatorExperimentalContext:
         from det_estimator.reducers import make_metric
 
         return make_metric(metric, reducer, numpy_dtype)
+
+    def cache_train_dataset(
+        self, dataset_id: str, dataset_version: str, shuffle: bool = False, skip_shuffle_at_epoch_end: bool = False
+    ) -> Callable[[Callable[..., tf.data.Dataset]], Callable[..., tf.data.Dataset]]:
+        """Decorates a function that builds the training dataset, so that it is built once and cached.
+
+        The dataset the function returns is saved on this machine's local disk under
+        ``dataset_id`` and ``dataset_version`` (a new version builds it again) and read
+        back by every later call, trial and run. Each process reads its round-robin
+        shard (so do not call ``wrap_dataset`` on it), shuffled with the trial seed when
+        ``shuffle`` is set. Batch and augment after caching; the harness repeats the
+        dataset and resumes it at its position in the data.
+
+        Args:
+            dataset_id: names the dataset: letters, digits, ``_``, ``.`` and ``-``.
+            dataset_version: names this version of it, with the same characters.
+            shuffle: shuffle the records with the trial seed (buffer of up to
+                100,000 records).
+            skip_shuffle_at_epoch_end: keep the same shuffled order every epoch.
+
+        Returns:
+            The decorator.
+
+        Raises:
+            ValueError: an id or version that cannot name a directory.
+
+        Example:
+            ::
+
+                @self.context.experimental.cache_train_dataset("clicks", "v1", shuffle=True)
+                def make_dataset():
+                    return tf.data.Dataset.from_tensor_slices(load_clicks())
+
+                dataset = make_dataset().batch(self.context.get_per_slot_batch_size())
+        """
+        return self._cached(
+            dataset_id, dataset_version, shuffle, reshuffle_each_iteration=not skip_shuffle_at_epoch_end
+        )
+
+    def cache_validation_dataset(
+        self, dataset_id: str, dataset_version: str, shuffle: bool = False
+    ) -> Callable[[Callable[..., tf.data.Dataset]], Callable[..., tf.data.Dataset]]:
+        """Decorates a function that builds the validation dataset, like :meth:`cache_train_dataset`.
+
+        Args:
+            dataset_id: names the dataset.
+            dataset_version: names this version of it.
+            shuffle: shuffle the records with the trial seed (the same order at every
+                validation).
+
+        Returns:
+            The decorator.
+        """
+        return self._cached(dataset_id, dataset_version, shuffle, reshuffle_each_iteration=False)
+
+    def _cached(self, dataset_id: str, dataset_version: str, shuffle: bool, reshuffle_each_iteration: bool):
+        _dataset_cache.check_name("dataset_id", dataset_id)
+        _dataset_cache.check_name("dataset_version", dataset_version)
+        context = self._context
+
+        def decorator(make_dataset: Callable[..., tf.data.Dataset]) -> Callable[..., tf.data.Dataset]:
+            @functools.wraps(make_dataset)
+            def cached_dataset(*args: Any, **kwargs: Any) -> tf.data.Dataset:
+                path, records = _dataset_cache.get_or_build(
+                    _dataset_cache.default_cache_root(),
+                    dataset_id,
+                    dataset_version,
+                    lambda: make_dataset(*args, **kwargs),
+                )
+                context.wrapped_datasets += 1  # sharded like wrap_dataset does
+                return _dataset_cache.read(
+                    path,
+                    records,
+                    rank=context.distributed.rank,
+                    size=context.distributed.size,
+                    shuffle_seed=context.seed if shuffle else None,
+                    reshuffle_each_iteration=reshuffle_each_iteration,
+                )
+
+            return cached_dataset
+
+        return decorator

@@ -31,6 +31,7 @@ class EstimatorTrialContext(EstimatorContext):
             aggregation_frequency=optimizations.aggregation_frequency,
             average_aggregated_gradients=optimizations.average_aggregated_gradients,
             gradient_compression=optimizations.gradient_compression,
+            seed=trial_seed,
         )
         self._config = config
         self._hparams = copy.deepcopy(hparams)

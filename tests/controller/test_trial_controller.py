@@ -181,13 +181,20 @@ def test_the_same_seed_gives_the_same_metrics_step_for_step(analytic, tmp_path):
     assert [m["weight"] for m in first] != [m["weight"] for m in other_seed]
 
 
-def test_a_resumed_shuffled_run_sees_the_same_batches_as_an_uninterrupted_one(analytic, tmp_path):
+@pytest.mark.parametrize("cached", [False, True], ids=["shuffled-in-input_fn", "cache_train_dataset-shuffle"])
+def test_a_resumed_shuffled_run_sees_the_same_batches_as_an_uninterrupted_one(analytic, tmp_path, monkeypatch, cached):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
     def config(directory, batches):
         raw = analytic.make_config(tmp_path / directory, batches, reproducibility={"experiment_seed": 3})
-        raw["hyperparameters"]["random"] = True
+        # Cached: the weight starts at 0, so only the cache's shuffle can move it off the in-order path.
+        raw["hyperparameters"].update(random=not cached, cached=cached)
         return raw
 
     uninterrupted = det.run_trial(analytic.AnalyticTrial, config("straight", 20))
     det.run_trial(analytic.AnalyticTrial, config("resumed", 7))
     resumed = det.run_trial(analytic.AnalyticTrial, config("resumed", 20))
     assert final_weight(resumed) == final_weight(uninterrupted)
+    # Shuffled data trains differently from the data in order: the shuffle really happened.
+    in_order = analytic.expected_weight(20, LEARNING_RATE, GLOBAL_BATCH)
+    assert final_weight(uninterrupted) != pytest.approx(in_order, rel=1e-6)

@@ -22,3 +22,6 @@ def test_collectives_and_wrappers_on_two_ranks(horovod_job, tmp_path):
     assert reports[0]["gather_local"] == [0, 1] and reports[1]["gather_local"] is None
     # Round-robin shards: disjoint, and together the whole dataset.
     assert reports[0]["sharded"] == [0, 2, 4, 6] and reports[1]["sharded"] == [1, 3, 5]
+    # The cached dataset is built by one process of the machine and sharded the same way.
+    assert reports[0]["cached"] == [0, 2, 4, 6] and reports[1]["cached"] == [1, 3, 5]
+    assert len(reports[0]["cache_builds"] + reports[1]["cache_builds"]) == 1

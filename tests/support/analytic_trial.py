@@ -121,10 +121,20 @@ class AnalyticTrial(det.EstimatorTrial):
         return bool(self.context.get_hparams().get("random", False))
 
     def _input_fn(self):
+        if self.context.get_hparams().get("cached"):
+            # The cache shuffles with the trial seed and shards; nothing else to do.
+            return self._cached_records().batch(self.context.get_per_slot_batch_size())
         dataset = self.context.wrap_dataset(tf.data.Dataset.from_tensor_slices(({"x": FEATURES}, TARGETS)))
         if self._random:
             dataset = dataset.shuffle(NUM_RECORDS)
         return dataset.batch(self.context.get_per_slot_batch_size())
+
+    def _cached_records(self):
+        @self.context.experimental.cache_train_dataset("analytic", "v1", shuffle=True)
+        def records():
+            return tf.data.Dataset.from_tensor_slices(({"x": FEATURES}, TARGETS))
+
+        return records()
 
     def build_train_spec(self) -> tf.estimator.TrainSpec:
         if self.context.get_hparams().get("fail_on_rank") == self.context.distributed.rank:

@@ -18,6 +18,8 @@ def main() -> None:
     parser.add_argument("--output-dir", required=True)
     args = parser.parse_args()
 
+    # Both ranks share this machine's dataset cache, as processes of one job do.
+    os.environ["XDG_CACHE_HOME"] = os.path.join(args.output_dir, "cache")
     _horovod.init()
     distributed = det.DistributedContext.from_horovod()
     rank = distributed.rank
@@ -37,6 +39,18 @@ def main() -> None:
     report["unsharded"] = [
         int(x) for x in context.wrap_dataset(tf.data.Dataset.range(3), shard_dataset=False).as_numpy_iterator()
     ]
+    builds = []
+
+    @context.experimental.cache_train_dataset("numbers", "v1")
+    def make_numbers():
+        builds.append(rank)
+        return tf.data.Dataset.range(7)
+
+    with tf.Graph().as_default():  # as inside an input_fn
+        element = tf.compat.v1.data.make_one_shot_iterator(make_numbers()).get_next()
+        with tf.compat.v1.Session() as session:
+            report["cached"] = [int(session.run(element)) for _ in range(7 // 2 + (rank == 0))]
+    report["cache_builds"] = builds
     optimizer = context.wrap_optimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1))
     report["optimizer"] = type(optimizer).__name__
     # Horovod keeps a gradient aggregation helper only when backward_passes_per_step > 1.
