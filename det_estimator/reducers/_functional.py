@@ -73,12 +73,14 @@ class _SortedScores:
     def __init__(self, scores: np.ndarray, weights: Optional[np.ndarray]) -> None:
         keys = order_keys(scores)
         if weights is None:
-            keys.sort()
+            # Stable sort is timsort here, which merges the runs that accumulate() left
+            # sorted per batch instead of sorting from scratch.
+            keys.sort(kind="stable")
             self.weights = None
             self.cumulative = None
             self.total: float = len(keys)
         else:
-            order = np.argsort(keys)
+            order = np.argsort(keys, kind="stable")
             keys = keys[order]
             self.weights = weights[order]
             # cumulative[i] is the total weight of the i smallest scores.

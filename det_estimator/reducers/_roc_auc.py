@@ -22,6 +22,14 @@ def _score_dtype(predictions: np.ndarray) -> np.ndarray:
     return predictions.astype(np.float64)
 
 
+def _sorted_with_weights(scores: np.ndarray, weights: Optional[np.ndarray]) -> tuple[np.ndarray, Optional[np.ndarray]]:
+    """Scores in increasing order (NaN-free), with their weights in the same order."""
+    if weights is None:
+        return np.sort(scores), None
+    order = np.argsort(scores, kind="stable")
+    return scores[order], weights[order]
+
+
 def _concatenate(batches: list[_Batch]) -> _Batch:
     """Joins per-batch (positives, negatives, positive weights, negative weights)."""
     if len(batches) == 1:
@@ -165,7 +173,11 @@ class _ScoreRankingReducer(MetricReducer, abc.ABC):
         if scores.size:
             positive_weights = None if weights is None else weights[is_positive]
             negative_weights = None if weights is None else weights[~is_positive]
-            self._buffer.append((scores[is_positive], scores[~is_positive], positive_weights, negative_weights))
+            positives, positive_weights = _sorted_with_weights(scores[is_positive], positive_weights)
+            negatives, negative_weights = _sorted_with_weights(scores[~is_positive], negative_weights)
+            # Each batch is kept sorted: the final sort in cross_slot_reduce then only merges
+            # runs, and the cost of sorting is spread over the evaluation's batches.
+            self._buffer.append((positives, negatives, positive_weights, negative_weights))
         return ScoreSamples._view(self._buffer)
 
     def cross_slot_reduce(self, per_slot_metrics: list[ScoreSamples]) -> np.float64:
