@@ -317,15 +317,25 @@ class TrialController:
         self._report(f"checkpoint {checkpoint.uuid} after {self._batches} batches ({len(deleted)} old ones removed)")
 
     def _report_training(self, workload_loss: float, workload_batches: int) -> None:
-        """Prints progress with the workload's training loss averaged over all ranks."""
-        loss = float(np.mean(self._distributed.allgather(workload_loss)))
-        self._outcome.training.append({"batches": self._batches, "metrics": {"loss": loss}})
+        """Prints progress; records the workload's loss and scalar summaries averaged over all ranks.
+
+        The loss is the workload's mean; a scalar summary is its value at the workload's
+        last batch. Estimator's own "loss" summary (last batch only) is left out in favour
+        of the mean.
+        """
+        summaries = {tag: value for tag, value in self._control.workload_summaries.items() if tag != "loss"}
+        per_rank = self._distributed.allgather((workload_loss, summaries))
+        metrics = {"loss": float(np.mean([loss for loss, _ in per_rank]))}
+        for tag in sorted(summaries):
+            metrics[tag] = float(np.mean([rank_summaries[tag] for _, rank_summaries in per_rank]))
+        self._outcome.training.append({"batches": self._batches, "metrics": metrics})
         elapsed = max(time.monotonic() - self._workload_started, 1e-9)
         rate = workload_batches / elapsed
         left = (self._max_batches - self._batches) / rate if rate else float("nan")
+        shown = "  ".join(f"{tag} {value:.6g}" for tag, value in metrics.items())
         self._report(
             f"batches {self._batches}/{self._max_batches} ({self._batches / self._max_batches:.0%})  "
-            f"loss {loss:.6g}  {rate:.1f} batches/s  about {left:.0f} s left"
+            f"{shown}  {rate:.1f} batches/s  about {left:.0f} s left"
         )
 
     def _report(self, message: str) -> None:

@@ -61,6 +61,7 @@ class WorkloadControlHook(tf.estimator.SessionRunHook):
         self._pause_requested = pause_requested
         self._loss_accumulators = loss_accumulators
         self.workload_loss = float("nan")
+        self.workload_summaries: dict = {}
 
     def begin(self) -> None:
         # The graph is finalized after begin(): anything the hook needs is built now.
@@ -71,6 +72,14 @@ class WorkloadControlHook(tf.estimator.SessionRunHook):
             self._reset_loss = tf.compat.v1.variables_initializer([self._loss_sum, self._loss_batches])
         self._pause_flag = None
         self._local_pause = False
+        # Scalar summaries are fetched with the last step of each workload, in the same run,
+        # so reading them never consumes a batch of its own.
+        scalars = [
+            summary
+            for summary in tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.SUMMARIES)
+            if summary.op.type == "ScalarSummary"
+        ]
+        self._scalar_summaries = tf.compat.v1.summary.merge(scalars) if scalars else None
         if _horovod.is_distributed():
             self._pause_flag = tf.compat.v1.placeholder(tf.int32, shape=[], name="det_pause_flag")
             self._any_pause = _horovod.allreduce_sum(self._pause_flag, name="det_pause_requested")
@@ -79,16 +88,27 @@ class WorkloadControlHook(tf.estimator.SessionRunHook):
         self._listener.on_session_start(session, self._saver)
 
     def before_run(self, run_context: tf.estimator.SessionRunContext) -> Optional[tf.estimator.SessionRunArgs]:
+        fetches = {}
+        next_batch = self.batches + 1
+        if self._scalar_summaries is not None and (
+            next_batch % self._scheduling_unit == 0 or next_batch >= self._max_batches
+        ):
+            fetches["summaries"] = self._scalar_summaries
         paused = bool(self._pause_requested())
         if self._pause_flag is None:
-            # One process: nothing to fetch, so the step costs what it would without this hook.
+            # One process: usually nothing to fetch, so the step costs what it would without this hook.
             self._local_pause = paused
-            return None
-        return tf.estimator.SessionRunArgs({"any_pause": self._any_pause}, feed_dict={self._pause_flag: int(paused)})
+            return tf.estimator.SessionRunArgs(fetches) if fetches else None
+        fetches["any_pause"] = self._any_pause
+        return tf.estimator.SessionRunArgs(fetches, feed_dict={self._pause_flag: int(paused)})
 
     def after_run(self, run_context: tf.estimator.SessionRunContext, run_values) -> None:
         self.batches += 1
-        paused = self._local_pause if self._pause_flag is None else run_values.results["any_pause"] > 0
+        results = run_values.results or {}
+        if "summaries" in results:
+            parsed = tf.compat.v1.Summary.FromString(results["summaries"])
+            self.workload_summaries = {value.tag: float(value.simple_value) for value in parsed.value}
+        paused = self._local_pause if self._pause_flag is None else results["any_pause"] > 0
         stopping = ""
         if self.batches >= self._max_batches:
             stopping = "end"
@@ -99,6 +119,7 @@ class WorkloadControlHook(tf.estimator.SessionRunHook):
         if stopping or self.batches % self._scheduling_unit == 0:
             self.workload_loss = self._take_workload_loss(run_context.session)
             must_stop = self._listener.on_workload_end(run_context.session, self._saver, self.batches, stopping)
+            self.workload_summaries = {}
             if stopping or must_stop:
                 run_context.request_stop()
 

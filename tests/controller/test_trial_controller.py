@@ -33,6 +33,8 @@ def test_weights_metrics_and_checkpoints_follow_the_closed_form(analytic, tmp_pa
     assert [t["batches"] for t in outcome.training] == [5, 10, 15, 20]
     expected_losses = analytic.expected_workload_losses(20, 5, LEARNING_RATE, GLOBAL_BATCH)
     assert [t["metrics"]["loss"] for t in outcome.training] == pytest.approx(expected_losses, rel=1e-5)
+    expected_means = analytic.expected_last_batch_means(20, 5, GLOBAL_BATCH)
+    assert [t["metrics"]["mean_x"] for t in outcome.training] == pytest.approx(expected_means, rel=1e-6)
     assert [v["batches"] for v in outcome.validations] == [5, 10, 15, 20]
     for validation in outcome.validations:
         expected = analytic.expected_weight(validation["batches"], LEARNING_RATE, GLOBAL_BATCH)

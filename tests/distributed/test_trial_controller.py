@@ -28,6 +28,9 @@ def test_two_processes_follow_the_closed_form_across_a_resume(analytic, tmp_path
     expected_losses = analytic.expected_workload_losses(20, 5, LEARNING_RATE, GLOBAL_BATCH)
     losses = [t["metrics"]["loss"] for t in first.training + second.training]
     assert losses == pytest.approx(expected_losses, rel=1e-5)
+    # A scalar summary is averaged over the ranks' half batches: the global batch's value.
+    means = [t["metrics"]["mean_x"] for t in first.training + second.training]
+    assert means == pytest.approx(analytic.expected_last_batch_means(20, 5, GLOBAL_BATCH), rel=1e-6)
     for validation in first.validations + second.validations:
         expected = analytic.expected_weight(validation["batches"], LEARNING_RATE, GLOBAL_BATCH)
         assert validation["metrics"]["weight"] == pytest.approx(expected, rel=1e-5)

@@ -41,6 +41,16 @@ def expected_weight(batches: int, learning_rate: float, global_batch_size: int) 
     return trajectory(batches, learning_rate, global_batch_size)[1]
 
 
+def expected_last_batch_means(batches: int, scheduling_unit: int, global_batch_size: int):
+    """The mean feature of the last batch of each workload (the ``mean_x`` scalar summary)."""
+    per_epoch = NUM_RECORDS // global_batch_size
+    means = []
+    for last in range(scheduling_unit - 1, batches, scheduling_unit):
+        start = (last % per_epoch) * global_batch_size
+        means.append(float(np.mean(FEATURES[start : start + global_batch_size].astype(np.float64))))
+    return means
+
+
 def expected_workload_losses(batches: int, scheduling_unit: int, learning_rate: float, global_batch_size: int):
     """The mean training loss of each workload of ``scheduling_unit`` batches."""
     losses = trajectory(batches, learning_rate, global_batch_size)[0]
@@ -107,6 +117,7 @@ class AnalyticTrial(det.EstimatorTrial):
             if mode == tf.estimator.ModeKeys.PREDICT:
                 return tf.estimator.EstimatorSpec(mode, predictions={"y": predictions})
             loss = tf.reduce_mean(tf.square(predictions - labels))
+            tf.compat.v1.summary.scalar("mean_x", tf.reduce_mean(features["x"]))
             train_op = optimizer.minimize(loss, global_step=tf.compat.v1.train.get_global_step())
             metrics = {
                 "weight": (tf.identity(weight), tf.no_op()),
