@@ -71,10 +71,17 @@ def test_one_failing_rank_ends_the_whole_job_quickly_with_its_traceback(runs, tm
     assert time.monotonic() - started < 90
 
 
-def test_a_trial_that_never_wraps_its_optimizer_is_told_so(runs, tmp_path):
-    status, output, _ = runs.finish(runs.start(tmp_path, 10, slots=2, wrap_optimizer=False), timeout=120)
+@pytest.mark.parametrize(
+    ("hparams", "missing"),
+    [
+        ({"wrap_optimizer": False}, "context.wrap_optimizer(optimizer)"),
+        ({"wrap_dataset": False}, "context.wrap_dataset(dataset)"),
+    ],
+)
+def test_a_trial_that_never_calls_a_wrapper_is_told_which(runs, tmp_path, hparams, missing):
+    status, output, _ = runs.finish(runs.start(tmp_path, 10, slots=2, **hparams), timeout=120)
     assert status != 0
-    assert "The trial never called context.wrap_optimizer(optimizer). With 2 processes" in output
+    assert f"The trial never called {missing}. With 2 processes" in output
 
 
 def test_killing_the_launcher_leaves_no_worker_running(runs, tmp_path):
@@ -88,3 +95,15 @@ def test_killing_the_launcher_leaves_no_worker_running(runs, tmp_path):
     process.wait(timeout=30)
     gone, alive = psutil.wait_procs(job, timeout=30)
     assert not alive, f"still running: {[p.cmdline() for p in alive]}"
+
+
+def test_validation_metrics_are_weighted_by_the_examples_each_rank_evaluated(analytic, tmp_path):
+    config = analytic.make_config(tmp_path, 5)
+    config["hyperparameters"]["validation_records"] = 9  # rank 0 evaluates 5 records, rank 1 evaluates 4
+    outcome = det.run_trial(analytic.AnalyticTrial, config, slots=2)
+
+    targets = analytic.TARGETS[:9].astype(float)
+    reported = outcome.validations[-1]["metrics"]["mean_target"]
+    assert reported == pytest.approx(targets.mean(), rel=1e-6)
+    per_rank_average = (targets[0::2].mean() + targets[1::2].mean()) / 2
+    assert abs(per_rank_average - targets.mean()) > 1e-4, "the data must tell weighted from unweighted"

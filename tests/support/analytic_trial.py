@@ -121,6 +121,7 @@ class AnalyticTrial(det.EstimatorTrial):
             train_op = optimizer.minimize(loss, global_step=tf.compat.v1.train.get_global_step())
             metrics = {
                 "weight": (tf.identity(weight), tf.no_op()),
+                "mean_target": tf.compat.v1.metrics.mean(labels),
                 "records": self.context.make_metric(features["x"], lambda b: sum(len(x) for x in b), np.int64),
             }
             return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op, eval_metric_ops=metrics)
@@ -135,7 +136,9 @@ class AnalyticTrial(det.EstimatorTrial):
         if self.context.get_hparams().get("cached"):
             # The cache shuffles with the trial seed and shards; nothing else to do.
             return self._cached_records().batch(self.context.get_per_slot_batch_size())
-        dataset = self.context.wrap_dataset(tf.data.Dataset.from_tensor_slices(({"x": FEATURES}, TARGETS)))
+        dataset = tf.data.Dataset.from_tensor_slices(({"x": FEATURES}, TARGETS))
+        if self.context.get_hparams().get("wrap_dataset", True):
+            dataset = self.context.wrap_dataset(dataset)
         if self._random:
             dataset = dataset.shuffle(NUM_RECORDS)
         return dataset.batch(self.context.get_per_slot_batch_size())
@@ -158,7 +161,15 @@ class AnalyticTrial(det.EstimatorTrial):
         return tf.estimator.TrainSpec(self._input_fn, hooks=[hook])
 
     def build_validation_spec(self) -> tf.estimator.EvalSpec:
-        return tf.estimator.EvalSpec(self._input_fn, steps=None)
+        records = self.context.get_hparams().get("validation_records")
+        if records is None:
+            return tf.estimator.EvalSpec(self._input_fn, steps=None)
+
+        def first_records():
+            dataset = tf.data.Dataset.from_tensor_slices(({"x": FEATURES[:records]}, TARGETS[:records]))
+            return self.context.wrap_dataset(dataset).batch(self.context.get_per_slot_batch_size())
+
+        return tf.estimator.EvalSpec(first_records, steps=None)
 
     def build_serving_input_receiver_fns(self):
         def raw_features():
