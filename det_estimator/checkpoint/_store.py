@@ -31,6 +31,7 @@ logger = logging.getLogger(__name__)
 
 PARTIAL_PREFIX = ".partial-"
 DELETING_PREFIX = ".deleting-"
+CORRUPT_PREFIX = ".corrupt-"
 
 
 class PendingCheckpoint:
@@ -239,6 +240,30 @@ class TrialCheckpoints:
             return
         _fs.fsync_directory(self.directory)
         shutil.rmtree(hidden)
+
+    def quarantine(self, checkpoint: Checkpoint) -> Path:
+        """Hides a checkpoint that failed verification, keeping its files for inspection.
+
+        A quarantined checkpoint (``.corrupt-<uuid>``) is no longer listed, resumed from
+        or counted by :meth:`prune`; otherwise a corrupt checkpoint could outrank, and
+        get pruned in place of, the valid ones written after it.
+
+        Args:
+            checkpoint: A checkpoint in this trial's directory.
+
+        Returns:
+            Where its files now are.
+
+        Raises:
+            ValueError: If the checkpoint is not a sub-directory of this trial's directory.
+        """
+        path = Path(checkpoint.path)
+        if path.name.startswith(".") or path.parent.resolve() != self.directory.resolve():
+            raise ValueError(f"Checkpoint {path} is not a checkpoint of {self.directory}; refusing to move it.")
+        hidden = self.directory / f"{CORRUPT_PREFIX}{path.name}"
+        os.rename(path, hidden)
+        _fs.fsync_directory(self.directory)
+        return hidden
 
     def remove_partials(self) -> builtins.list[Path]:
         """Removes what interrupted writes, deletions and metadata updates left behind.

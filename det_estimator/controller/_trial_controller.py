@@ -137,6 +137,7 @@ class TrialController:
         if self._is_chief:
             self._store.remove_partials()
             latest = self._store.latest_valid()
+            self._quarantine_newer_than(latest)
             path = None if latest is None else str(latest.path)
         path = self._distributed.broadcast(path)
         if path is None:
@@ -150,6 +151,18 @@ class TrialController:
         for hook in self._run_hooks:
             hook.on_checkpoint_load(path)
         self._report(f"resumed from checkpoint {checkpoint.uuid} after {self._batches} batches")
+
+    def _quarantine_newer_than(self, latest) -> None:
+        """Hides the checkpoints newer than the one resumed from: latest_valid() skipped them as corrupt.
+
+        Left in place, a corrupt checkpoint with more batches would count as the latest
+        for retention, which could then delete the valid checkpoints this run writes.
+        """
+        checkpoints = self._store.list()
+        newer = checkpoints[checkpoints.index(latest) + 1 :] if latest is not None else checkpoints
+        for checkpoint in newer:
+            moved = self._store.quarantine(checkpoint)
+            self._report(f"checkpoint {checkpoint.uuid} failed verification; moved to {moved}")
 
     def _train(self, train_spec: tf.estimator.TrainSpec) -> None:
         hooks = list(train_spec.hooks)

@@ -119,3 +119,22 @@ def _sha(checkpoint, steps):
 
 def _now(path):
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_a_quarantined_checkpoint_is_kept_but_takes_part_in_nothing(store, tmp_path):
+    newest = latest(store)
+    moved = store.quarantine(newest)
+    assert moved == tmp_path / f".corrupt-{newest.uuid}" and (moved / "metadata.json").exists()
+    assert [c.steps_completed for c in store.list()] == [1, 2]
+    assert store.latest_valid().steps_completed == 2
+    store.prune(save_latest=1, save_best=0, metric=None)
+    store.remove_partials()
+    assert [c.steps_completed for c in store.list()] == [2] and moved.exists()
+
+
+def test_quarantine_refuses_a_directory_outside_the_trial(store, tmp_path):
+    outsider = TrialCheckpoints(tmp_path / "other")
+    with outsider.write({"steps_completed": 1}) as pending:
+        (pending.path / "file").write_text("x")
+    with pytest.raises(ValueError, match="is not a checkpoint of"):
+        store.quarantine(pending.checkpoint)

@@ -99,6 +99,23 @@ def test_a_corrupted_latest_checkpoint_is_skipped_for_the_previous_one(analytic,
     assert f"{latest.path}" in caplog.text and "sha256 mismatch" in caplog.text
     assert [v["batches"] for v in outcome.validations] == [10, 15, 20]  # resumed after 5 batches
     assert final_weight(outcome) == pytest.approx(analytic.expected_weight(20, LEARNING_RATE, GLOBAL_BATCH), rel=1e-5)
+    assert latest.uuid not in {c.uuid for c in checkpoints_of(tmp_path).list()}
+    assert (latest.path.parent / f".corrupt-{latest.uuid}" / "metadata.json").exists()  # kept for inspection
+
+
+def test_a_corrupt_checkpoint_never_outranks_the_valid_ones_written_after_it(analytic, tmp_path):
+    config = analytic.make_config(tmp_path, 10)
+    config["checkpoint_storage"].update(save_trial_latest=2, save_trial_best=0)
+    det.run_trial(analytic.AnalyticTrial, config)
+    _, at_10 = checkpoints_of(tmp_path).list()
+    (next((at_10.path / "model").glob("*.index"))).write_bytes(b"corrupt")
+
+    # Resumed from batch 5, this run ends at batch 8, below the corrupt checkpoint's 10.
+    config["searcher"]["max_length"] = {"batches": 8}
+    config["checkpoint_storage"].update(save_trial_latest=1)
+    outcome = det.run_trial(analytic.AnalyticTrial, config)
+    latest = checkpoints_of(tmp_path).latest_valid()
+    assert latest is not None and latest.steps_completed == 8 == outcome.batches_trained
 
 
 def test_a_run_killed_at_a_random_batch_resumes_to_the_uninterrupted_result(analytic, runs, tmp_path):
