@@ -193,7 +193,7 @@ class TrialController:
 
     def on_workload_end(
         self, session: tf.compat.v1.Session, saver: tf.compat.v1.train.Saver, batches: int, stopping: str
-    ) -> bool:
+    ) -> None:
         """Reports the workload, then validates and checkpoints as the config asks."""
         self._batches = batches
         self._report_training(self._control.workload_loss, batches - self._workload_first_batch)
@@ -210,7 +210,6 @@ class TrialController:
             self._report(f"paused after {batches} batches; run the trial again to resume")
         self._workload_started = time.monotonic()
         self._workload_first_batch = batches
-        return False
 
     def _check_wrappers(self) -> None:
         if self._distributed.size == 1:

@@ -15,11 +15,11 @@ class WorkloadListener(Protocol):
 
     def on_workload_end(
         self, session: tf.compat.v1.Session, saver: tf.compat.v1.train.Saver, batches: int, stopping: str
-    ) -> bool:
-        """A workload ended after ``batches`` batches; returns whether training must stop.
+    ) -> None:
+        """A workload ended after ``batches`` batches.
 
-        ``stopping`` is "" when training goes on, else why it stops: "end", "pause" or
-        "request_stop".
+        ``stopping`` is "" when training goes on, else why it stops after this batch:
+        "end", "pause" or "request_stop".
         """
 
 
@@ -118,9 +118,9 @@ class WorkloadControlHook(tf.estimator.SessionRunHook):
             stopping = "request_stop"
         if stopping or self.batches % self._scheduling_unit == 0:
             self.workload_loss = self._take_workload_loss(run_context.session)
-            must_stop = self._listener.on_workload_end(run_context.session, self._saver, self.batches, stopping)
+            self._listener.on_workload_end(run_context.session, self._saver, self.batches, stopping)
             self.workload_summaries = {}
-            if stopping or must_stop:
+            if stopping:
                 run_context.request_stop()
 
     def _take_workload_loss(self, session: tf.compat.v1.Session) -> float:
