@@ -230,15 +230,10 @@ class TrialCheckpoints:
         Raises:
             ValueError: If the checkpoint is not a sub-directory of this trial's directory.
         """
-        path = Path(checkpoint.path)
-        if path.name.startswith(".") or path.parent.resolve() != self.directory.resolve():
-            raise ValueError(f"Checkpoint {path} is not a checkpoint of {self.directory}; refusing to delete it.")
-        hidden = self.directory / f"{DELETING_PREFIX}{path.name}-{uuid.uuid4().hex}"
         try:
-            os.rename(path, hidden)
+            hidden = self._hide(checkpoint, DELETING_PREFIX, f"-{uuid.uuid4().hex}", "delete")
         except FileNotFoundError:
             return
-        _fs.fsync_directory(self.directory)
         shutil.rmtree(hidden)
 
     def quarantine(self, checkpoint: Checkpoint) -> Path:
@@ -257,10 +252,19 @@ class TrialCheckpoints:
         Raises:
             ValueError: If the checkpoint is not a sub-directory of this trial's directory.
         """
+        return self._hide(checkpoint, CORRUPT_PREFIX, "", "move")
+
+    def _hide(self, checkpoint: Checkpoint, prefix: str, suffix: str, action: str) -> Path:
+        """Renames one of this trial's checkpoints to a hidden name, durably; returns the new path.
+
+        Raises:
+            ValueError: If the checkpoint is not a sub-directory of this trial's directory.
+            FileNotFoundError: If it is already gone.
+        """
         path = Path(checkpoint.path)
         if path.name.startswith(".") or path.parent.resolve() != self.directory.resolve():
-            raise ValueError(f"Checkpoint {path} is not a checkpoint of {self.directory}; refusing to move it.")
-        hidden = self.directory / f"{CORRUPT_PREFIX}{path.name}"
+            raise ValueError(f"Checkpoint {path} is not a checkpoint of {self.directory}; refusing to {action} it.")
+        hidden = self.directory / f"{prefix}{path.name}{suffix}"
         os.rename(path, hidden)
         _fs.fsync_directory(self.directory)
         return hidden
