@@ -11,7 +11,6 @@ and every later trial and run with the same id and version reads it.
 import fcntl
 import json
 import os
-import re
 import shutil
 import uuid
 from collections.abc import Iterator
@@ -21,7 +20,8 @@ from typing import Callable
 
 import tensorflow as tf
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+from det_estimator._names import DIRECTORY_NAME_RULE, is_directory_name
+
 _COMPLETE = "complete.json"
 _DATA = "data"
 # Shuffling keeps this many records in memory at most.
@@ -40,11 +40,8 @@ def check_name(argument: str, value: str) -> None:
     Raises:
         ValueError: ``value`` is not letters, digits, ``_``, ``.`` and ``-``.
     """
-    if not isinstance(value, str) or not _NAME.match(value):
-        raise ValueError(
-            f"Argument `{argument}` must start with a letter or digit and contain only letters, digits, "
-            f"'_', '.' and '-'. Received: {argument}={value!r}"
-        )
+    if not is_directory_name(value):
+        raise ValueError(f"Argument `{argument}` must {DIRECTORY_NAME_RULE}. Received: {argument}={value!r}")
 
 
 def get_or_build(

@@ -1,7 +1,6 @@
 """Writes a trial checkpoint (model files, SavedModels, RunHook files) and restores one."""
 
 import glob
-import re
 import shutil
 import tempfile
 from collections.abc import Mapping
@@ -10,12 +9,12 @@ from typing import Any, Callable
 
 import tensorflow as tf
 
+from det_estimator._names import DIRECTORY_NAME_RULE, is_directory_name
 from det_estimator._serving import SAVED_MODELS_DIR
 from det_estimator.checkpoint import Checkpoint, TrialCheckpoints
 from det_estimator.hooks import RunHook
 
 MODEL_DIR = "model"
-_SERVING_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
 def check_serving_names(serving_fns: Mapping[str, Any]) -> None:
@@ -31,10 +30,10 @@ def check_serving_names(serving_fns: Mapping[str, Any]) -> None:
             f"Received: {type(serving_fns).__name__}"
         )
     for name, fn in serving_fns.items():
-        if not isinstance(name, str) or not _SERVING_NAME.match(name):
+        if not is_directory_name(name):
             raise ValueError(
-                "Each name returned by build_serving_input_receiver_fns() must start with a letter or digit and "
-                f"contain only letters, digits, '_', '.' and '-'. Received: {name!r}"
+                f"Each name returned by build_serving_input_receiver_fns() must {DIRECTORY_NAME_RULE}. "
+                f"Received: {name!r}"
             )
         if not callable(fn):
             raise TypeError(f"The serving_input_receiver_fn of {name!r} must be callable. Received: {fn!r}")
