@@ -6,12 +6,12 @@ trial seed, no automatic checkpoints since the controller takes them, one device
 process) and wraps the model_fn to learn what it needs from each graph.
 """
 
-import inspect
 from typing import Any, Callable, Optional
 
 import tensorflow as tf
 
 from det_estimator.context import DistributedContext
+from det_estimator.controller._user_calls import call_with_accepted_arguments
 from det_estimator.reducers._make_metric import accumulator_of
 
 # eval_metric_ops key under which each rank counts the examples it evaluated; the
@@ -78,11 +78,8 @@ def _session_config(user_config: Optional[tf.compat.v1.ConfigProto], distributed
 
 
 def _wrap_model_fn(model_fn: Callable[..., tf.estimator.EstimatorSpec], recorder: GraphRecorder):
-    accepted = set(inspect.signature(model_fn).parameters)
-
     def model_fn_with_bookkeeping(features, labels, mode, params, config):
-        candidates = {"labels": labels, "mode": mode, "params": params, "config": config}
-        spec = model_fn(features, **{name: value for name, value in candidates.items() if name in accepted})
+        spec = call_with_accepted_arguments(model_fn, features, labels=labels, mode=mode, params=params, config=config)
         if mode == tf.estimator.ModeKeys.TRAIN:
             spec = spec._replace(train_op=_accumulating_loss(spec, recorder))
         elif mode == tf.estimator.ModeKeys.EVAL:

@@ -1,16 +1,16 @@
 """The controller's view of the trial's input functions."""
 
-import inspect
 from typing import Any, Callable
 
 import tensorflow as tf
+
+from det_estimator.controller._user_calls import call_with_accepted_arguments
 
 InputFn = Callable[..., tf.data.Dataset]
 
 
 def _call_user_input_fn(input_fn: InputFn, which: str, passed: dict) -> tf.data.Dataset:
-    accepted = set(inspect.signature(input_fn).parameters)
-    dataset = input_fn(**{name: value for name, value in passed.items() if name in accepted})
+    dataset = call_with_accepted_arguments(input_fn, **passed)
     if not isinstance(dataset, tf.data.Dataset):
         raise TypeError(
             f"The input_fn of {which} must return a tf.data.Dataset (of (features, labels) or features). "
