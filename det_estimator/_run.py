@@ -1,10 +1,10 @@
 """run_trial: the Python entry point that runs a trial on one or several processes."""
 
+import contextlib
 import importlib
 import importlib.util
 import json
 import os
-import signal
 import sys
 import tempfile
 import threading
@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 from det_estimator.config import ExperimentConfig, load_experiment_config
+from det_estimator.launcher import pause_on_signals
 
 ConfigSource = Union[ExperimentConfig, Mapping[str, Any], str, os.PathLike]
 
@@ -103,14 +104,9 @@ def run_in_this_process(
     controller = TrialController(
         trial_class, config, checkpoint_dir, distributed, test=test, pause_requested=pause_requested
     )
-    previous = {}
-    if threading.current_thread() is threading.main_thread():
-        previous = {sig: signal.signal(sig, lambda *_: signalled.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    with pause_on_signals(signalled.set) if in_main_thread else contextlib.nullcontext():
         return controller.run()
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 def describe_trial_class(trial_class: type) -> dict[str, Optional[str]]:

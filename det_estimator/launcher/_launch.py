@@ -11,8 +11,10 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 SPEC_VARIABLE = "DET_TRIAL_SPEC"
 
@@ -47,6 +49,21 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
 
 
+@contextmanager
+def pause_on_signals(request_pause: Callable[[], Any]) -> Iterator[None]:
+    """While inside, SIGTERM and SIGINT call ``request_pause`` instead of ending the process.
+
+    The previous handlers come back on leaving. Must be entered in the main thread, the
+    only one Python lets install signal handlers.
+    """
+    previous = {sig: signal.signal(sig, lambda *_: request_pause()) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def launch_workers(spec: dict[str, Any], spec_path: Path, num_processes: int) -> int:
     """Runs the trial described by ``spec`` on ``num_processes`` workers; returns the exit status.
 
@@ -64,14 +81,9 @@ def launch_workers(spec: dict[str, Any], spec_path: Path, num_processes: int) ->
         horovodrun_command(num_processes), env=env, start_new_session=True, preexec_fn=_die_with_parent
     )
 
-    def request_pause(signum, frame) -> None:
-        pause_file.touch()
-
-    previous = {sig: signal.signal(sig, request_pause) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        return process.wait()
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        if process.poll() is None:
-            process.kill()
+    with pause_on_signals(pause_file.touch):
+        try:
+            return process.wait()
+        finally:
+            if process.poll() is None:
+                process.kill()
