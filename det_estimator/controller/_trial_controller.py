@@ -92,7 +92,7 @@ class TrialController:
         self._last_validation = -1
         self._last_checkpoint = -1
         self._improved = False
-        self._workload_started = time.monotonic()
+        self._start_workload(0)
 
     @property
     def _is_chief(self) -> bool:
@@ -179,8 +179,7 @@ class TrialController:
             loss_accumulators=lambda: (self._recorder.loss_sum, self._recorder.loss_batches),
         )
         hooks.append(self._control)  # last, so that it sees any other hook's request_stop()
-        self._workload_started = time.monotonic()
-        self._workload_first_batch = self._batches
+        self._start_workload(self._batches)
         self._estimator.train(training_input_fn(train_spec.input_fn, self._batches), hooks=hooks)
 
     # The WorkloadListener interface, called by the control hook from inside the session.
@@ -208,8 +207,7 @@ class TrialController:
         if stopping == "pause":
             self._outcome.state = PAUSED
             self._report(f"paused after {batches} batches; run the trial again to resume")
-        self._workload_started = time.monotonic()
-        self._workload_first_batch = batches
+        self._start_workload(batches)
 
     def _check_wrappers(self) -> None:
         if self._distributed.size == 1:
@@ -321,12 +319,17 @@ class TrialController:
             metric=self._config.searcher.metric,
             smaller_is_better=self._config.searcher.smaller_is_better,
         )
-        kept = {str(c.path) for c in self._store.list()}
-        self._outcome.checkpoints = [c for c in self._outcome.checkpoints if c["path"] in kept]
+        removed = {str(c.path) for c in deleted}
+        self._outcome.checkpoints = [c for c in self._outcome.checkpoints if c["path"] not in removed]
         self._outcome.checkpoints.append(
             {"uuid": checkpoint.uuid, "path": str(checkpoint.path), "batches": self._batches}
         )
         self._report(f"checkpoint {checkpoint.uuid} after {self._batches} batches ({len(deleted)} old ones removed)")
+
+    def _start_workload(self, first_batch: int) -> None:
+        """Starts timing a workload that begins after ``first_batch`` batches, for the throughput report."""
+        self._workload_started = time.monotonic()
+        self._workload_first_batch = first_batch
 
     def _report_training(self, workload_loss: float, workload_batches: int) -> None:
         """Prints progress; records the workload's loss and scalar summaries averaged over all ranks.
