@@ -18,22 +18,29 @@ import pytest
 SUPPORT = Path(__file__).parent / "support"
 
 
-def _load(name: str):
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, SUPPORT / f"{name}.py")
+def load_module(path: Path):
+    """Imports a file as a module named after it, registered so that later imports find it."""
+    if path.stem in sys.modules:
+        return sys.modules[path.stem]
+    spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
-    # Registered under its plain name, as worker processes import it (they put this
+    # Registered under its plain name, as worker processes import it (they put its
     # directory on sys.path).
-    sys.modules[name] = module
+    sys.modules[path.stem] = module
     spec.loader.exec_module(module)
     return module
 
 
 @pytest.fixture(scope="session")
+def module_loader():
+    """:func:`load_module`, for conftests below this one."""
+    return load_module
+
+
+@pytest.fixture(scope="session")
 def analytic():
     """The analytic_trial module."""
-    return _load("analytic_trial")
+    return load_module(SUPPORT / "analytic_trial.py")
 
 
 def start_run(
@@ -65,14 +72,20 @@ def wait_for_line(process: subprocess.Popen, needle: str, timeout: float = 120) 
     pytest.fail(f"{needle!r} never appeared; output:\n{''.join(seen)[-5000:]}")
 
 
-def finish(process: subprocess.Popen, timeout: float = 180):
-    """Waits for the run; returns (exit status, output, the outcome it printed or None)."""
+def communicate_or_kill(process: subprocess.Popen, timeout: float, what: str) -> str:
+    """The process's output once it exits; past ``timeout`` its process group is killed and the test fails."""
     try:
         output, _ = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
         output, _ = process.communicate()
-        pytest.fail(f"the run did not finish within {timeout} s:\n{output[-5000:]}")
+        pytest.fail(f"{what} did not finish within {timeout} s; output:\n{output[-5000:]}")
+    return output
+
+
+def finish(process: subprocess.Popen, timeout: float = 180):
+    """Waits for the run; returns (exit status, output, the outcome it printed or None)."""
+    output = communicate_or_kill(process, timeout, "the run")
     outcomes = [line for line in output.splitlines() if line.startswith("OUTCOME ")]
     outcome = json.loads(outcomes[-1][len("OUTCOME ") :]) if outcomes else None
     return process.returncode, output, outcome
@@ -97,5 +110,9 @@ def kill_at_random_batch(process: subprocess.Popen, seed: int) -> None:
 def runs():
     """Helpers that start the analytic trial as a separate process, and interrupt it."""
     return SimpleNamespace(
-        start=start_run, wait_for_line=wait_for_line, finish=finish, kill_at_random_batch=kill_at_random_batch
+        start=start_run,
+        wait_for_line=wait_for_line,
+        finish=finish,
+        kill_at_random_batch=kill_at_random_batch,
+        communicate_or_kill=communicate_or_kill,
     )

@@ -4,9 +4,8 @@ Every launch has a timeout and kills the whole process group when it expires, so
 in a collective fails the test in minutes instead of stalling the suite.
 """
 
-import importlib.util
+import functools
 import os
-import signal
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -27,6 +26,7 @@ def _horovodrun() -> str:
 
 
 def run_under_horovod(
+    communicate_or_kill: Callable[[subprocess.Popen, float, str], str],
     worker: str,
     args: Sequence[str] = (),
     num_processes: int = 2,
@@ -47,29 +47,17 @@ def run_under_horovod(
     process = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True
     )
-    try:
-        output, _ = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        output, _ = process.communicate()
-        pytest.fail(f"{worker} did not finish within {timeout} s; output:\n{output[-5000:]}")
+    output = communicate_or_kill(process, timeout, worker)
     return subprocess.CompletedProcess(command, process.returncode, output, None)
 
 
 @pytest.fixture
-def horovod_job() -> Callable[..., subprocess.CompletedProcess]:
+def horovod_job(runs) -> Callable[..., subprocess.CompletedProcess]:
     """The :func:`run_under_horovod` launcher, as a fixture."""
-    return run_under_horovod
-
-
-def _load_worker(worker: str):
-    spec = importlib.util.spec_from_file_location(Path(worker).stem, WORKERS_DIR / worker)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return functools.partial(run_under_horovod, runs.communicate_or_kill)
 
 
 @pytest.fixture(scope="session")
-def load_worker() -> Callable[[str], object]:
+def load_worker(module_loader) -> Callable[[str], object]:
     """Imports a worker script as a module, so a test shares its data generators."""
-    return _load_worker
+    return lambda worker: module_loader(WORKERS_DIR / worker)
