@@ -6,11 +6,13 @@ trial seed, no automatic checkpoints since the controller takes them, one device
 process) and wraps the model_fn to learn what it needs from each graph.
 """
 
+import warnings
 from typing import Any, Callable, Optional
 
 import tensorflow as tf
 
 from det_estimator.context import DistributedContext
+from det_estimator.controller._random_streams import restorable_random_ops, unrestorable_random_ops
 from det_estimator.controller._user_calls import call_with_accepted_arguments
 from det_estimator.reducers._make_metric import accumulator_of
 
@@ -59,7 +61,7 @@ def rebuild_estimator(
     )
     params = dict(estimator.params) if estimator.params else None
     return tf.estimator.Estimator(
-        model_fn=_wrap_model_fn(estimator.model_fn, recorder),
+        model_fn=_wrap_model_fn(estimator.model_fn, recorder, warn=distributed.rank == 0),
         config=config,
         params=params,
         warm_start_from=getattr(estimator, "_warm_start_settings", None),
@@ -77,16 +79,42 @@ def _session_config(user_config: Optional[tf.compat.v1.ConfigProto], distributed
     return config
 
 
-def _wrap_model_fn(model_fn: Callable[..., tf.estimator.EstimatorSpec], recorder: GraphRecorder):
+def _wrap_model_fn(model_fn: Callable[..., tf.estimator.EstimatorSpec], recorder: GraphRecorder, warn: bool):
     def model_fn_with_bookkeeping(features, labels, mode, params, config):
-        spec = call_with_accepted_arguments(model_fn, features, labels=labels, mode=mode, params=params, config=config)
+        def call_user_model_fn():
+            return call_with_accepted_arguments(
+                model_fn, features, labels=labels, mode=mode, params=params, config=config
+            )
+
         if mode == tf.estimator.ModeKeys.TRAIN:
+            # Only the training graph: its random state is what a resume must restore. The
+            # evaluation and export graphs must not gain variables the checkpoint lacks.
+            with restorable_random_ops():
+                spec = call_user_model_fn()
+            if warn:
+                _warn_of_unrestorable_random_ops(tf.compat.v1.get_default_graph())
             spec = spec._replace(train_op=_accumulating_loss(spec, recorder))
-        elif mode == tf.estimator.ModeKeys.EVAL:
+            return spec
+        spec = call_user_model_fn()
+        if mode == tf.estimator.ModeKeys.EVAL:
             spec = spec._replace(eval_metric_ops=_eval_metric_ops(spec, features, labels, recorder))
         return spec
 
     return model_fn_with_bookkeeping
+
+
+def _warn_of_unrestorable_random_ops(graph: tf.Graph) -> None:
+    names = unrestorable_random_ops(graph)
+    if names:
+        shown = ", ".join(repr(name) for name in names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        warnings.warn(
+            f"The training graph has {len(names)} random op(s) whose state no checkpoint can hold ({shown}): "
+            "after a resume they draw from their seed again, so a resumed trial trains differently from an "
+            "uninterrupted one. Uniform, normal and truncated normal draws (tf.random.*, dropout) are restored; "
+            "draw from a tf.random.Generator instead of tf.random.shuffle, tf.random.categorical and the like.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
 
 
 def _accumulating_loss(spec: tf.estimator.EstimatorSpec, recorder: GraphRecorder) -> tf.Operation:

@@ -58,13 +58,27 @@ def _resolve_threads(num_threads: Optional[int], size: int) -> int:
     return max(1, min(cpus, _MAX_THREADS))
 
 
-def _parallel_map(fn: Callable[[Any], Any], items: Sequence[Any], threads: int) -> list[Any]:
+def _parallel_map(
+    fn: Callable[[Any], Any], items: Sequence[Any], threads: int, cost: Optional[Callable[[Any], int]] = None
+) -> list[Any]:
+    """``[fn(item) for item in items]``, on ``threads`` threads, costliest items first.
+
+    Starting the costliest items first keeps a short item from delaying the
+    start of a long one until the other threads are idle (with 2 threads, the
+    pieces 250k, 250k, 500k would otherwise take 1.5 times as long).
+    """
     # NumPy releases the GIL while sorting and searching, so threads give real
     # parallelism here.
     if threads <= 1 or len(items) <= 1:
         return [fn(item) for item in items]
+    order = list(range(len(items)))
+    if cost is not None:
+        order.sort(key=lambda index: cost(items[index]), reverse=True)
+    results: list[Any] = [None] * len(items)
     with ThreadPoolExecutor(max_workers=min(threads, len(items))) as pool:
-        return list(pool.map(fn, items))
+        for index, result in zip(order, pool.map(lambda index: fn(items[index]), order)):
+            results[index] = result
+    return results
 
 
 class _SortedScores:
@@ -184,7 +198,9 @@ def binary_roc_auc(
     chunk = -(-size // threads)
     pos_pieces = _split(positives, positive_weights, chunk)
     pieces = pos_pieces + _split(negatives, negative_weights, chunk)
-    sorted_pieces = _parallel_map(lambda piece: _SortedScores(*piece), pieces, threads)
+    sorted_pieces = _parallel_map(
+        lambda piece: _SortedScores(*piece), pieces, threads, cost=lambda piece: len(piece[0])
+    )
     sorted_pos, sorted_neg = sorted_pieces[: len(pos_pieces)], sorted_pieces[len(pos_pieces) :]
     pairs = [(neg, pos) for neg in sorted_neg for pos in sorted_pos]
     searches, counts = [], []

@@ -217,3 +217,33 @@ def test_a_resumed_shuffled_run_sees_the_same_batches_as_an_uninterrupted_one(an
     # Shuffled data trains differently from the data in order: the shuffle really happened.
     in_order = analytic.expected_weight(20, LEARNING_RATE, GLOBAL_BATCH)
     assert final_weight(uninterrupted) != pytest.approx(in_order, rel=1e-6)
+
+
+def test_a_resumed_run_draws_the_random_numbers_an_uninterrupted_one_would(analytic, tmp_path, recwarn):
+    def config(directory, batches):
+        raw = analytic.make_config(tmp_path / directory, batches, reproducibility={"experiment_seed": 5})
+        raw["hyperparameters"]["noise"] = True  # dropout, normal, truncated normal and integer draws
+        return raw
+
+    uninterrupted = det.run_trial(analytic.AnalyticTrial, config("straight", 20))
+    det.run_trial(analytic.AnalyticTrial, config("resumed", 7))
+    resumed = det.run_trial(analytic.AnalyticTrial, config("resumed", 20))
+    assert [v["metrics"]["weight"] for v in resumed.validations[-2:]] == [
+        v["metrics"]["weight"] for v in uninterrupted.validations[-2:]
+    ]
+    # The noise really changed training, so equal weights mean equal draws.
+    in_order = analytic.expected_weight(20, LEARNING_RATE, GLOBAL_BATCH)
+    assert final_weight(uninterrupted) != pytest.approx(in_order, rel=1e-3)
+    assert not [w for w in recwarn if "random op" in str(w.message)], "every draw here is restorable"
+
+
+def test_a_random_op_no_checkpoint_can_restore_is_named_in_a_warning(analytic, tmp_path):
+    class Shuffling(analytic.AnalyticTrial):
+        @staticmethod
+        def _noisy(x):
+            return tf.random.shuffle(x)
+
+    config = analytic.make_config(tmp_path, 2)
+    config["hyperparameters"]["noise"] = True
+    with pytest.warns(RuntimeWarning, match=r"1 random op\(s\) whose state no checkpoint can hold \('RandomShuffle'\)"):
+        det.run_trial(Shuffling, config)

@@ -107,3 +107,18 @@ def test_validation_metrics_are_weighted_by_the_examples_each_rank_evaluated(ana
     assert reported == pytest.approx(targets.mean(), rel=1e-6)
     per_rank_average = (targets[0::2].mean() + targets[1::2].mean()) / 2
     assert abs(per_rank_average - targets.mean()) > 1e-4, "the data must tell weighted from unweighted"
+
+
+def test_two_processes_resume_with_the_random_draws_of_an_uninterrupted_run(analytic, tmp_path):
+    def config(directory, batches):
+        raw = analytic.make_config(tmp_path / directory, batches, reproducibility={"experiment_seed": 5})
+        raw["hyperparameters"]["noise"] = True  # dropout and other random draws in the training graph
+        return raw
+
+    uninterrupted = det.run_trial(analytic.AnalyticTrial, config("straight", 15), slots=2)
+    det.run_trial(analytic.AnalyticTrial, config("resumed", 5), slots=2)
+    resumed = det.run_trial(analytic.AnalyticTrial, config("resumed", 15), slots=2)
+    assert [v["metrics"] for v in resumed.validations[-2:]] == [v["metrics"] for v in uninterrupted.validations[-2:]]
+    losses = [t["metrics"]["loss"] for t in uninterrupted.training]
+    assert [t["metrics"]["loss"] for t in resumed.training] == losses[1:]
+    assert final_weight(uninterrupted) != pytest.approx(analytic.expected_weight(15, LEARNING_RATE, GLOBAL_BATCH))

@@ -48,6 +48,20 @@ def test_threaded_auc_equals_single_threaded(weighted, positive_fraction):
         assert functional.binary_roc_auc(*args, num_threads=threads) == pytest.approx(single, rel=1e-13)
 
 
+def test_parallel_map_starts_the_costliest_items_first_and_keeps_input_order():
+    started = []
+
+    def square(item):
+        started.append(item)
+        return item * item
+
+    items = [1, 9, 2, 7, 3]
+    assert functional._parallel_map(square, items, threads=2, cost=lambda item: item) == [1, 81, 4, 49, 9]
+    # Two threads take the two costliest items before any other.
+    assert set(started[:2]) == {9, 7}
+    assert sorted(started) == sorted(items)
+
+
 def test_state_keeps_float32_scores_and_no_labels():
     reducer = RocAuc()
     rng = np.random.default_rng(2)

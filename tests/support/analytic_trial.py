@@ -113,7 +113,10 @@ class AnalyticTrial(det.EstimatorTrial):
             # so that runs are reproducible only if the harness seeds everything.
             initializer = tf.compat.v1.random_normal_initializer() if self._random else tf.compat.v1.zeros_initializer()
             weight = tf.compat.v1.get_variable("w", shape=[], initializer=initializer)
-            predictions = weight * features["x"]
+            x = features["x"]
+            if mode == tf.estimator.ModeKeys.TRAIN and self.context.get_hparams().get("noise"):
+                x = self._noisy(x)
+            predictions = weight * x
             if mode == tf.estimator.ModeKeys.PREDICT:
                 return tf.estimator.EstimatorSpec(mode, predictions={"y": predictions})
             loss = tf.reduce_mean(tf.square(predictions - labels))
@@ -127,6 +130,14 @@ class AnalyticTrial(det.EstimatorTrial):
             return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op, eval_metric_ops=metrics)
 
         return tf.estimator.Estimator(model_fn)
+
+    @staticmethod
+    def _noisy(x: tf.Tensor) -> tf.Tensor:
+        """x through dropout and every kind of random draw a resume must restore."""
+        x = tf.compat.v1.layers.dropout(x, rate=0.25, training=True)  # Keras' dropout
+        x = tf.nn.dropout(x, rate=0.25)
+        x = x + 0.01 * tf.random.normal(tf.shape(x)) + 0.01 * tf.random.truncated_normal(tf.shape(x))
+        return x + 0.01 * tf.cast(tf.random.uniform(tf.shape(x), 0, 3, dtype=tf.int32), tf.float32)
 
     @property
     def _random(self) -> bool:
