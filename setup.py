@@ -27,6 +27,8 @@ setup(
         "numpy<2",
         "scikit-learn",
         "pyyaml",
+        # `det-estimator experiment plot` draws learning curves to PNG files.
+        "matplotlib>=3.5",
     ],
     extras_require={
         "cpu": [f"tensorflow-cpu{TENSORFLOW_RANGE}"],

@@ -10,7 +10,7 @@ import tempfile
 import threading
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Callable, Optional, Union
 
 from det_estimator.config import ExperimentConfig, load_experiment_config
 from det_estimator.launcher import pause_on_signals
@@ -50,11 +50,31 @@ def run_trial(
         RuntimeError: a worker process failed (its traceback was printed).
     """
     config = _with_slots(config if isinstance(config, ExperimentConfig) else load_experiment_config(config), slots)
-    slots = config.resources.slots_per_trial
     trial_id = trial_id or config.name or trial_class.__name__
     checkpoint_dir = str(Path(config.checkpoint_storage.checkpoint_directory) / trial_id)
+    return run_trial_in(trial_class, config, checkpoint_dir, test=test)
+
+
+def run_trial_in(
+    trial_class: type,
+    config: ExperimentConfig,
+    checkpoint_dir: str,
+    test: bool = False,
+    record: Optional[dict[str, Any]] = None,
+    on_launch: Optional[Callable[[int], None]] = None,
+):
+    """Runs the trial with its checkpoints in ``checkpoint_dir``, on the config's slots.
+
+    ``record`` (``{"store": path, "trial_id": id}``) has the chief record progress in
+    an experiment store; ``on_launch`` is given the pid that a pause signals.
+    """
+    slots = config.resources.slots_per_trial
+    if on_launch:
+        # This process takes a pause signal in either case: it runs the trial, or launches
+        # the workers and forwards the pause to them.
+        on_launch(os.getpid())
     if slots == 1:
-        return run_in_this_process(trial_class, config, checkpoint_dir, test=test)
+        return run_in_this_process(trial_class, config, checkpoint_dir, test=test, record=record)
 
     from det_estimator.controller import TrialOutcome
     from det_estimator.launcher import launch_workers
@@ -67,6 +87,7 @@ def run_trial(
             "test": test,
             "pause_file": str(Path(scratch) / "pause"),
             "outcome_file": str(Path(scratch) / "outcome.json"),
+            "record": record,
         }
         status = launch_workers(spec, Path(scratch) / "spec.json", slots)
         if status != 0:
@@ -92,9 +113,16 @@ def run_in_this_process(
     distributed=None,
     test: bool = False,
     pause_file: Optional[str] = None,
+    record: Optional[dict[str, Any]] = None,
 ):
     """Runs the controller here, pausing on SIGTERM, SIGINT or the creation of ``pause_file``."""
     from det_estimator.controller import TrialController
+
+    observer = None
+    if record is not None and (distributed is None or distributed.rank == 0):
+        from det_estimator.store import StoreRecorder
+
+        observer = StoreRecorder(record["store"], record["trial_id"])
 
     signalled = threading.Event()
 
@@ -102,7 +130,7 @@ def run_in_this_process(
         return signalled.is_set() or (pause_file is not None and os.path.exists(pause_file))
 
     controller = TrialController(
-        trial_class, config, checkpoint_dir, distributed, test=test, pause_requested=pause_requested
+        trial_class, config, checkpoint_dir, distributed, test=test, pause_requested=pause_requested, observer=observer
     )
     in_main_thread = threading.current_thread() is threading.main_thread()
     with pause_on_signals(signalled.set) if in_main_thread else contextlib.nullcontext():

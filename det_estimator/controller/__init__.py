@@ -5,7 +5,8 @@ from det_estimator.controller._trial_controller import (
     PAUSED,
     TrialController,
     TrialLifecycleError,
+    TrialObserver,
     TrialOutcome,
 )
 
-__all__ = ["COMPLETED", "PAUSED", "TrialController", "TrialLifecycleError", "TrialOutcome"]
+__all__ = ["COMPLETED", "PAUSED", "TrialController", "TrialLifecycleError", "TrialObserver", "TrialOutcome"]

@@ -5,7 +5,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Protocol
 
 import numpy as np
 import tensorflow as tf
@@ -27,6 +27,25 @@ PAUSED = "PAUSED"
 
 class TrialLifecycleError(RuntimeError):
     """The trial was built or used in a way the harness cannot run."""
+
+
+class TrialObserver(Protocol):
+    """Told of a trial's progress by the chief (rank 0), as it happens; the store is one."""
+
+    def on_start(self, batches_done: int, max_batches: int) -> None:
+        """Training starts (or resumes) with ``batches_done`` of ``max_batches`` behind it."""
+
+    def on_training(self, batches: int, metrics: dict[str, float]) -> None:
+        """A workload ended after ``batches`` batches; ``metrics`` are averaged over ranks."""
+
+    def on_validation(self, batches: int, metrics: dict[str, Any]) -> None:
+        """A validation after ``batches`` batches gave ``metrics``."""
+
+    def on_checkpoint(self, uuid: str, batches: int, path: str, metadata: dict[str, Any]) -> None:
+        """A checkpoint was sealed at ``path``."""
+
+    def on_checkpoints_deleted(self, uuids: list[str]) -> None:
+        """Retention deleted these checkpoints."""
 
 
 @dataclass
@@ -64,6 +83,7 @@ class TrialController:
         distributed: this process's place in the job.
         test: one training batch, one validation step and one checkpoint.
         pause_requested: returns True once the trial should checkpoint and stop.
+        observer: told of progress, validations and checkpoints (on rank 0 only).
     """
 
     def __init__(
@@ -74,6 +94,7 @@ class TrialController:
         distributed: Optional[DistributedContext] = None,
         test: bool = False,
         pause_requested: Callable[[], bool] = lambda: False,
+        observer: Optional[TrialObserver] = None,
     ):
         if not (isinstance(trial_class, type) and issubclass(trial_class, EstimatorTrial)):
             raise TypeError(f"Argument `trial_class` must be a subclass of EstimatorTrial. Received: {trial_class!r}")
@@ -83,6 +104,7 @@ class TrialController:
         self._distributed = distributed or DistributedContext()
         self._test = test
         self._pause_requested = pause_requested
+        self._observer = observer if self._distributed.rank == 0 else None
         self._seed = config.reproducibility.experiment_seed
         self._hparams = config.sample_hyperparameters(self._seed)
         self._recorder = GraphRecorder()
@@ -117,6 +139,8 @@ class TrialController:
                 )
                 self._resume()
                 self._max_batches = self._length_in_batches()
+                if self._observer:
+                    self._observer.on_start(self._batches, self._max_batches)
                 if self._batches < self._max_batches:
                     self._train(train_spec)
         finally:
@@ -257,6 +281,8 @@ class TrialController:
         self._last_validation = self._batches
         self._improved = self._is_improvement(metrics)
         self._outcome.validations.append({"batches": self._batches, "metrics": metrics})
+        if self._observer:
+            self._observer.on_validation(self._batches, metrics)
         shown = "  ".join(f"{key} {_format(value)}" for key, value in sorted(metrics.items()))
         self._report(f"validation after {self._batches} batches: {shown}")
         return metrics
@@ -319,6 +345,10 @@ class TrialController:
             metric=self._config.searcher.metric,
             smaller_is_better=self._config.searcher.smaller_is_better,
         )
+        if self._observer:
+            self._observer.on_checkpoint(checkpoint.uuid, self._batches, str(checkpoint.path), metadata)
+            if deleted:
+                self._observer.on_checkpoints_deleted([c.uuid for c in deleted])
         removed = {str(c.path) for c in deleted}
         self._outcome.checkpoints = [c for c in self._outcome.checkpoints if c["path"] not in removed]
         self._outcome.checkpoints.append(
@@ -344,12 +374,16 @@ class TrialController:
         for tag in sorted(summaries):
             metrics[tag] = float(np.mean([rank_summaries[tag] for _, rank_summaries in per_rank]))
         self._outcome.training.append({"batches": self._batches, "metrics": metrics})
+        if self._observer:
+            self._observer.on_training(self._batches, metrics)
         elapsed = max(time.monotonic() - self._workload_started, 1e-9)
         rate = workload_batches / elapsed
         left = (self._max_batches - self._batches) / rate if rate else float("nan")
         shown = "  ".join(f"{tag} {value:.6g}" for tag, value in metrics.items())
+        done = self._batches / self._max_batches
+        bar = "#" * round(20 * done) + "." * (20 - round(20 * done))
         self._report(
-            f"batches {self._batches}/{self._max_batches} ({self._batches / self._max_batches:.0%})  "
+            f"[{bar}] batches {self._batches}/{self._max_batches} ({done:.0%})  "
             f"{shown}  {rate:.1f} batches/s  about {left:.0f} s left"
         )
 

@@ -34,6 +34,7 @@ def main() -> int:
         DistributedContext.from_horovod(),
         test=spec["test"],
         pause_file=spec["pause_file"],
+        record=spec.get("record"),
     )
     if _horovod.rank() == 0:
         with open(spec["outcome_file"], "w", encoding="utf-8") as outcome_file:

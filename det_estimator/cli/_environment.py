@@ -1,12 +1,10 @@
-"""The ``det-estimator`` command."""
+"""``det-estimator env``: the installed stack, for bug reports."""
 
-import argparse
 import importlib.metadata
 import platform
 import subprocess
 import sys
 from pathlib import Path
-from typing import Optional
 
 from det_estimator import __version__
 
@@ -51,29 +49,3 @@ def show_environment() -> int:
     for name, value in rows.items():
         print(f"{name:<{width}}  {value}")
     return 0
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The command line's grammar."""
-    parser = argparse.ArgumentParser(
-        prog="det-estimator",
-        description="Train, evaluate and serve tf.estimator models on one to many Horovod workers.",
-    )
-    parser.add_argument("--version", action="version", version=f"det-estimator {__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    commands.add_parser("env", help="show the installed stack and what Horovod was built with")
-    return parser
-
-
-def main(argv: Optional[list[str]] = None) -> int:
-    """Runs the command line; returns the exit status (2 for a bad command line)."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.command == "env":
-        return show_environment()
-    parser.print_help()
-    return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,130 @@
+"""The ``det-estimator`` command: run and track experiments on one or many processes."""
+
+import argparse
+import os
+import sys
+from typing import Callable, Optional
+
+from det_estimator import __version__
+from det_estimator.cli import _experiments as experiments
+from det_estimator.cli._environment import show_environment
+from det_estimator.cli._experiments import UsageError
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, not {text!r}")
+    return value
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value < 2**31:
+        raise argparse.ArgumentTypeError(f"must be an integer from 0 to 2**31 - 1, not {text!r}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line's grammar."""
+    parser = argparse.ArgumentParser(
+        prog="det-estimator",
+        description="Train, evaluate and serve tf.estimator models on one to many Horovod workers.",
+    )
+    parser.add_argument("--version", action="version", version=f"det-estimator {__version__}")
+    parser.add_argument(
+        "--store",
+        metavar="PATH",
+        help="the experiment store's database file (default: $DET_ESTIMATOR_STORE, else "
+        "$XDG_DATA_HOME/det-estimator/store.sqlite)",
+    )
+    json_option = argparse.ArgumentParser(add_help=False)
+    json_option.add_argument("--json", action="store_true", help="print JSON for scripts")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands.add_parser("env", help="show the installed stack and what Horovod was built with")
+
+    experiment = commands.add_parser("experiment", aliases=["e"], help="create, watch, pause and resume experiments")
+    actions = experiment.add_subparsers(dest="action", metavar="ACTION", required=True)
+    create = actions.add_parser("create", parents=[json_option], help="run an experiment from a config")
+    create.add_argument("config", metavar="CONFIG", help="the experiment config (YAML)")
+    create.add_argument("context_dir", metavar="CONTEXT_DIR", help="the directory holding the entrypoint's code")
+    create.add_argument(
+        "--slots", type=_positive_int, help="processes to train on (default: resources.slots_per_trial)"
+    )
+    create.add_argument("--test", action="store_true", help="one batch, one validation step and one checkpoint")
+    create.add_argument("--seed", type=_seed, help="the experiment seed (default: reproducibility.experiment_seed)")
+    create.add_argument(
+        "--verbose", "-v", action="store_true", help="show all of the trial's output, not just progress"
+    )
+    create.set_defaults(run=experiments.create)
+    for name, run, help_text in (
+        ("describe", experiments.describe, "config, hyperparameters, state and every validation"),
+        ("pause", experiments.pause, "checkpoint and stop a running experiment"),
+        ("resume", experiments.resume, "continue a paused experiment from its latest checkpoint"),
+    ):
+        action = actions.add_parser(name, parents=[json_option], help=help_text)
+        action.add_argument("experiment_id", metavar="ID", type=int)
+        action.set_defaults(run=run)
+        if name == "pause":
+            action.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the checkpoint")
+        if name == "resume":
+            action.add_argument("--verbose", "-v", action="store_true", help="show all of the trial's output")
+    plot = actions.add_parser("plot", parents=[json_option], help="draw learning curves to an image file")
+    plot.add_argument("experiment_id", metavar="ID", type=int)
+    plot.add_argument("-o", "--output", metavar="FILE", required=True, help="a .png, .svg or .pdf file")
+    plot.set_defaults(run=experiments.plot)
+    actions.add_parser("list", parents=[json_option], help="every experiment").set_defaults(
+        run=experiments.list_experiments
+    )
+
+    checkpoint = commands.add_parser("checkpoint", aliases=["c"], help="an experiment's checkpoints")
+    checkpoint_actions = checkpoint.add_subparsers(dest="action", metavar="ACTION", required=True)
+    listing = checkpoint_actions.add_parser("list", parents=[json_option], help="uuid, step, metrics, size, path")
+    listing.add_argument("experiment_id", metavar="ID", type=int)
+    listing.add_argument("--all", action="store_true", help="also those retention deleted")
+    listing.set_defaults(run=experiments.list_checkpoints)
+
+    trial = commands.add_parser("trial", aliases=["t"], help="a trial's output")
+    trial_actions = trial.add_subparsers(dest="action", metavar="ACTION", required=True)
+    logs = trial_actions.add_parser("logs", help="everything the trial printed")
+    logs.add_argument("trial_id", metavar="ID", type=int)
+    logs.set_defaults(run=experiments.trial_logs, json=False)
+    return parser
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    """Runs the command line; returns the exit status (2 for a bad command line or config)."""
+    from det_estimator.store import ExperimentStore, StoreError, UnknownIdError
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "env":
+        return show_environment()
+    run: Optional[Callable[..., int]] = getattr(args, "run", None)
+    if run is None:
+        parser.print_help()
+        return 2
+    try:
+        with ExperimentStore(args.store) as store:
+            return run(store, args)
+    except (UsageError, UnknownIdError) as error:
+        print(f"det-estimator: error: {error}", file=sys.stderr)
+        return 2
+    except StoreError as error:
+        print(f"det-estimator: error: {error}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        # The reader went away (`... | head`): not an error of ours. Point stdout at
+        # devnull so that Python's exit-time flush does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,53 @@
+"""How the command prints: aligned tables for people, JSON for scripts."""
+
+import json
+import sys
+import time
+from typing import Any, Optional, TextIO
+
+
+def print_json(value: Any, stream: TextIO = sys.stdout) -> None:
+    json.dump(value, stream, indent=2, sort_keys=True, default=str)
+    stream.write("\n")
+
+
+def print_table(header: list[str], rows: list[list[Any]], stream: TextIO = sys.stdout) -> None:
+    """Columns padded to their widest cell; numbers aligned right."""
+    cells = [[_cell(value) for value in row] for row in rows]
+    widths = [max(len(str(text)) for text in column) for column in zip(header, *cells)]
+    numeric = [
+        all(isinstance(row[i], (int, float)) and not isinstance(row[i], bool) for row in rows)
+        for i in range(len(header))
+    ]
+    for row in [header, *cells]:
+        line = "  ".join(
+            text.rjust(width) if right else text.ljust(width) for text, width, right in zip(row, widths, numeric)
+        )
+        stream.write(line.rstrip() + "\n")
+
+
+def format_metrics(metrics: Optional[dict[str, Any]]) -> str:
+    if not metrics:
+        return "-"
+    return "  ".join(f"{key} {_cell(value)}" for key, value in sorted(metrics.items()))
+
+
+def format_time(timestamp: Optional[float]) -> str:
+    return "-" if timestamp is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(timestamp))
+
+
+def format_size(size_bytes: int) -> str:
+    size = float(size_bytes)
+    for unit in ("B", "kB", "MB", "GB"):
+        if size < 1000 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1000
+    return f"{size:.1f} GB"
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if value is None:
+        return "-"
+    return str(value)

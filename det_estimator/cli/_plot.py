@@ -1,0 +1,62 @@
+"""``experiment plot``: learning curves of an experiment, drawn to an image file."""
+
+import math
+import numbers
+from pathlib import Path
+from typing import Any
+
+from det_estimator.store import ExperimentStore
+
+# Reported with every validation but not a learning curve.
+_NOT_CURVES = {"global_step"}
+
+
+def plot_learning_curves(store: ExperimentStore, experiment_id: int, output: Path) -> list[str]:
+    """Draws training loss and each validation metric against batches; returns the panels' titles.
+
+    The training loss panel also shows the validation loss when there is one. The
+    image format follows the file's suffix (``.png``, ``.svg``, ``.pdf``).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display needed
+    from matplotlib import pyplot
+
+    experiment = store.experiment(experiment_id)
+    panels: dict[str, list[tuple[str, list[int], list[float]]]] = {}
+    for trial in experiment["trials"]:
+        label = f"trial {trial['id']}"
+        training = store.metrics(trial["id"], "training")
+        validations = store.metrics(trial["id"], "validation")
+        panels.setdefault("loss", []).append((f"{label} training", *_series(training, "loss")))
+        for name in sorted({name for v in validations for name in v["metrics"]} - _NOT_CURVES):
+            batches, values = _series(validations, name)
+            if values:
+                panels.setdefault(name, []).append((f"{label} validation", batches, values))
+    columns = min(3, len(panels))
+    rows = math.ceil(len(panels) / columns)
+    figure, axes = pyplot.subplots(rows, columns, figsize=(5 * columns, 3.6 * rows), squeeze=False)
+    for axis, (title, curves) in zip(axes.flat, panels.items()):
+        for label, batches, values in curves:
+            axis.plot(batches, values, marker="o" if "validation" in label else None, markersize=3, label=label)
+        axis.set_title(title)
+        axis.set_xlabel("batches")
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize="small")
+    for axis in list(axes.flat)[len(panels) :]:
+        axis.set_visible(False)
+    figure.suptitle(f"Experiment {experiment_id}: {experiment['name']} ({experiment['state']})")
+    figure.tight_layout()
+    output.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(output, dpi=100)
+    pyplot.close(figure)
+    return list(panels)
+
+
+def _series(records: list[dict[str, Any]], name: str) -> tuple[list[int], list[float]]:
+    points = [
+        (record["batches"], float(record["metrics"][name]))
+        for record in records
+        if isinstance(record["metrics"].get(name), numbers.Real) and not isinstance(record["metrics"][name], bool)
+    ]
+    return [batches for batches, _ in points], [value for _, value in points]

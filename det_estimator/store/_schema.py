@@ -1,0 +1,111 @@
+"""The store's tables, and the steps that bring an older store up to date.
+
+The schema version lives in SQLite's ``user_version``. Migration ``i`` (0-based)
+takes a store from version ``i`` to ``i + 1``; a store newer than
+:data:`SCHEMA_VERSION` was made by a newer det-estimator and is refused.
+"""
+
+import sqlite3
+from typing import Optional
+
+# Each step is plain statements separated by semicolons (no triggers).
+MIGRATIONS: list[str] = [
+    # 0 -> 1: the first schema.
+    """
+    CREATE TABLE experiments (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        name TEXT NOT NULL,
+        state TEXT NOT NULL,
+        config TEXT NOT NULL,
+        context_dir TEXT NOT NULL,
+        entrypoint TEXT NOT NULL,
+        slots INTEGER NOT NULL,
+        test_mode INTEGER NOT NULL,
+        created_at REAL NOT NULL,
+        ended_at REAL,
+        launcher_pid INTEGER,
+        launcher_host TEXT
+    );
+    CREATE TABLE trials (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        experiment_id INTEGER NOT NULL REFERENCES experiments(id),
+        state TEXT NOT NULL,
+        hparams TEXT NOT NULL,
+        seed INTEGER NOT NULL,
+        checkpoint_dir TEXT NOT NULL,
+        log_path TEXT NOT NULL,
+        batches_trained INTEGER NOT NULL DEFAULT 0,
+        max_batches INTEGER,
+        created_at REAL NOT NULL,
+        ended_at REAL
+    );
+    CREATE TABLE metrics (
+        trial_id INTEGER NOT NULL REFERENCES trials(id),
+        kind TEXT NOT NULL CHECK (kind IN ('training', 'validation')),
+        batches INTEGER NOT NULL,
+        metrics TEXT NOT NULL,
+        recorded_at REAL NOT NULL
+    );
+    CREATE INDEX metrics_by_trial ON metrics (trial_id, kind, batches);
+    CREATE TABLE checkpoints (
+        uuid TEXT PRIMARY KEY,
+        trial_id INTEGER NOT NULL REFERENCES trials(id),
+        batches INTEGER NOT NULL,
+        path TEXT NOT NULL,
+        size_bytes INTEGER NOT NULL,
+        metadata TEXT NOT NULL,
+        state TEXT NOT NULL CHECK (state IN ('COMPLETED', 'DELETED')),
+        created_at REAL NOT NULL
+    );
+    CREATE INDEX checkpoints_by_trial ON checkpoints (trial_id, batches);
+    """,
+]
+
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+class StoreError(RuntimeError):
+    """The store cannot be used: unreadable, or of a schema this version does not know."""
+
+
+def migrate(connection: sqlite3.Connection, path: str, migrations: Optional[list[str]] = None) -> None:
+    """Brings the store at ``path`` to the newest schema, one transaction per step.
+
+    Safe when several processes open a new or old store at once: each step re-reads
+    the version inside its write transaction, so it runs exactly once.
+
+    Args:
+        connection: a connection in autocommit mode (``isolation_level=None``).
+        path: the store's file, for messages.
+        migrations: the steps (default :data:`MIGRATIONS`).
+
+    Raises:
+        StoreError: the store was made by a newer det-estimator.
+    """
+    migrations = MIGRATIONS if migrations is None else migrations
+    while True:
+        version = _user_version(connection)
+        if version > len(migrations):
+            raise StoreError(
+                f"The store {path} has schema version {version}, made by a newer det-estimator; this "
+                f"version reads schema versions up to {len(migrations)}. Upgrade det-estimator, or point "
+                "--store (or DET_ESTIMATOR_STORE) at another file."
+            )
+        if version == len(migrations):
+            return
+        connection.execute("BEGIN IMMEDIATE")
+        try:
+            version = _user_version(connection)
+            if version < len(migrations):
+                for statement in migrations[version].split(";"):
+                    if statement.strip():
+                        connection.execute(statement)
+                connection.execute(f"PRAGMA user_version = {version + 1}")
+            connection.execute("COMMIT")
+        except BaseException:
+            connection.execute("ROLLBACK")
+            raise
+
+
+def _user_version(connection: sqlite3.Connection) -> int:
+    return int(connection.execute("PRAGMA user_version").fetchone()[0])
