@@ -21,6 +21,5 @@ test: lint
 	$(PYTHON) -m pytest
 
 example: setup
-	mkdir -p runs
-	$(PYTHON) examples/ctr_binary/train.py --config examples/ctr_binary/distributed.yaml | tee runs/example.log
-	$(PYTHON) examples/ctr_binary/score.py "$$(sed -n 's/^checkpoint after .*: //p' runs/example.log | tail -n 1)"
+	$(VENV)/bin/det-estimator --store runs/store.sqlite experiment create examples/ctr_binary/distributed.yaml examples/ctr_binary
+	$(PYTHON) examples/ctr_binary/score.py --store runs/store.sqlite --experiment latest

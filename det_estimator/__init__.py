@@ -23,6 +23,8 @@ _EXPORTS = {
     "EstimatorExperimentalContext": "det_estimator.context",
     "EstimatorTrialContext": "det_estimator.context",
     "EstimatorTrial": "det_estimator.trial",
+    "EstimatorNativeContext": "det_estimator.native",
+    "init": "det_estimator.native",
     "MetricReducer": "det_estimator.reducers",
     "RunHook": "det_estimator.hooks",
     "run_trial": "det_estimator._run",
@@ -33,11 +35,13 @@ __all__ = [
     "DistributedContext",
     "EstimatorContext",
     "EstimatorExperimentalContext",
+    "EstimatorNativeContext",
     "EstimatorTrial",
     "EstimatorTrialContext",
     "MetricReducer",
     "RunHook",
     "__version__",
+    "init",
     "load_estimator_from_checkpoint_path",
     "run_trial",
 ]
@@ -52,6 +56,7 @@ if TYPE_CHECKING:
         EstimatorTrialContext,
     )
     from det_estimator.hooks import RunHook
+    from det_estimator.native import EstimatorNativeContext, init
     from det_estimator.reducers import MetricReducer
     from det_estimator.trial import EstimatorTrial
 

@@ -6,11 +6,10 @@ import importlib.util
 import json
 import os
 import sys
-import tempfile
 import threading
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Callable, Optional, Union
+from typing import Any, Optional, Union
 
 from det_estimator.config import ExperimentConfig, load_experiment_config
 from det_estimator.launcher import pause_on_signals
@@ -61,35 +60,35 @@ def run_trial_in(
     checkpoint_dir: str,
     test: bool = False,
     record: Optional[dict[str, Any]] = None,
-    on_launch: Optional[Callable[[int], None]] = None,
+    hosts: Optional[str] = None,
 ):
     """Runs the trial with its checkpoints in ``checkpoint_dir``, on the config's slots.
 
     ``record`` (``{"store": path, "trial_id": id}``) has the chief record progress in
-    an experiment store; ``on_launch`` is given the pid that a pause signals.
+    an experiment store. ``hosts`` (``"host1:2,host2:2"``) runs the workers on those
+    machines, which must see the code, ``checkpoint_dir`` and the store at the same
+    paths. SIGTERM or SIGINT to this process pauses the trial, whether it runs here or
+    in workers launched from here.
     """
     slots = config.resources.slots_per_trial
-    if on_launch:
-        # This process takes a pause signal in either case: it runs the trial, or launches
-        # the workers and forwards the pause to them.
-        on_launch(os.getpid())
-    if slots == 1:
+    if slots == 1 and hosts is None:
         return run_in_this_process(trial_class, config, checkpoint_dir, test=test, record=record)
 
     from det_estimator.controller import TrialOutcome
-    from det_estimator.launcher import launch_workers
+    from det_estimator.launcher import launch_directory, launch_workers
 
-    with tempfile.TemporaryDirectory(prefix="det-estimator-launch-") as scratch:
+    # With other hosts, the launch files go beside the checkpoints, on the shared file system.
+    with launch_directory(str(Path(checkpoint_dir).parent) if hosts else None) as scratch:
         spec = {
             "trial_class": describe_trial_class(trial_class),
             "config": config.to_dict(),
             "checkpoint_dir": checkpoint_dir,
             "test": test,
-            "pause_file": str(Path(scratch) / "pause"),
-            "outcome_file": str(Path(scratch) / "outcome.json"),
+            "pause_file": str(scratch / "pause"),
+            "outcome_file": str(scratch / "outcome.json"),
             "record": record,
         }
-        status = launch_workers(spec, Path(scratch) / "spec.json", slots)
+        status = launch_workers(spec, scratch / "spec.json", slots, hosts=hosts)
         if status != 0:
             raise RuntimeError(f"The trial failed: a worker exited with status {status} (its traceback is above).")
         outcome = json.loads(Path(spec["outcome_file"]).read_text(encoding="utf-8"))
@@ -114,6 +113,7 @@ def run_in_this_process(
     test: bool = False,
     pause_file: Optional[str] = None,
     record: Optional[dict[str, Any]] = None,
+    context=None,
 ):
     """Runs the controller here, pausing on SIGTERM, SIGINT or the creation of ``pause_file``."""
     from det_estimator.controller import TrialController
@@ -130,7 +130,14 @@ def run_in_this_process(
         return signalled.is_set() or (pause_file is not None and os.path.exists(pause_file))
 
     controller = TrialController(
-        trial_class, config, checkpoint_dir, distributed, test=test, pause_requested=pause_requested, observer=observer
+        trial_class,
+        config,
+        checkpoint_dir,
+        distributed,
+        test=test,
+        pause_requested=pause_requested,
+        observer=observer,
+        context=context,
     )
     in_main_thread = threading.current_thread() is threading.main_thread()
     with pause_on_signals(signalled.set) if in_main_thread else contextlib.nullcontext():

@@ -31,6 +31,15 @@ def _seed(text: str) -> int:
     return value
 
 
+def _hosts(text: str) -> str:
+    """Horovod's host list: ``host:slots`` entries separated by commas."""
+    for entry in text.split(","):
+        host, _, slots = entry.partition(":")
+        if not host or not slots.isdigit() or int(slots) < 1:
+            raise argparse.ArgumentTypeError(f"must be host:slots entries separated by commas, not {text!r}")
+    return text
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command line's grammar."""
     parser = argparse.ArgumentParser(
@@ -56,6 +65,13 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("context_dir", metavar="CONTEXT_DIR", help="the directory holding the entrypoint's code")
     create.add_argument(
         "--slots", type=_positive_int, help="processes to train on (default: resources.slots_per_trial)"
+    )
+    create.add_argument(
+        "--hosts",
+        metavar="HOST:SLOTS,...",
+        type=_hosts,
+        help="run the processes on these machines, e.g. host1:2,host2:2 (default: this one); "
+        "the code, the store and checkpoint_storage must be on a file system they share",
     )
     create.add_argument("--test", action="store_true", help="one batch, one validation step and one checkpoint")
     create.add_argument("--seed", type=_seed, help="the experiment seed (default: reproducibility.experiment_seed)")

@@ -6,11 +6,15 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from det_estimator.cli._output import format_metrics, format_size, format_time, print_json, print_table
 from det_estimator.store import ACTIVE, COMPLETED, ERROR, INTERRUPTED, PAUSED, ExperimentStore
+
+if TYPE_CHECKING:
+    from det_estimator.config import ExperimentConfig
 
 # Lines of the trial's output shown in the terminal; the log keeps everything.
 PROGRESS_PREFIX = "[det-estimator]"
@@ -32,8 +36,14 @@ def create(store: ExperimentStore, args: argparse.Namespace) -> int:
         raise UsageError(f"CONFIG {args.config} is not a file.")
     try:
         raw = dict(read_source(args.config))
-        if args.slots is not None:
-            raw["resources"] = {**(raw.get("resources") or {}), "slots_per_trial": args.slots}
+        slots = args.slots
+        if args.hosts is not None:
+            on_hosts = sum(int(entry.partition(":")[2]) for entry in args.hosts.split(","))
+            if slots is not None and slots != on_hosts:
+                raise UsageError(f"--slots {slots} differs from the {on_hosts} slots of --hosts {args.hosts}.")
+            slots = on_hosts
+        if slots is not None:
+            raw["resources"] = {**(raw.get("resources") or {}), "slots_per_trial": slots}
         if args.seed is not None:
             raw["reproducibility"] = {**(raw.get("reproducibility") or {}), "experiment_seed": args.seed}
         config = load_experiment_config(raw)
@@ -41,25 +51,56 @@ def create(store: ExperimentStore, args: argparse.Namespace) -> int:
         raise UsageError(f"{args.config}: {error}") from error
     _check_entrypoint_module(context_dir, config.entrypoint_module)
 
-    seed = config.reproducibility.experiment_seed
+    experiment_id, trial_id = record_new_experiment(
+        store,
+        config,
+        context_dir,
+        name=config.name or Path(args.config).stem,
+        entrypoint=config.entrypoint,
+        test=args.test,
+        hosts=args.hosts,
+    )
+    _tell(args.json, f"Created experiment {experiment_id} (trial {trial_id}) in {store.path}")
+    return run_and_follow(store, experiment_id, json_output=args.json, verbose=args.verbose)
+
+
+def record_new_experiment(
+    store: ExperimentStore,
+    config: "ExperimentConfig",
+    context_dir: Path,
+    name: str,
+    entrypoint: str,
+    test: bool,
+    command: Optional[list[str]] = None,
+    hosts: Optional[str] = None,
+) -> tuple[int, int]:
+    """Records an experiment and its trial in the store; returns their ids.
+
+    The trial's checkpoints go to ``<checkpoint storage>/experiment-<id>-<random>/trial-<n>``:
+    the random part keeps two stores (or a store made anew) that share a checkpoint
+    storage from ever resuming each other's checkpoints. A relative storage path is
+    relative to ``context_dir``, where the trial runs.
+    """
     storage = Path(config.checkpoint_storage.checkpoint_directory)
     storage = storage if storage.is_absolute() else context_dir / storage
     experiment_id = store.create_experiment(
-        name=config.name or Path(args.config).stem,
+        name=name,
         config=config.to_dict(),
         context_dir=str(context_dir),
-        entrypoint=config.entrypoint,
+        entrypoint=entrypoint,
         slots=config.resources.slots_per_trial,
-        test=args.test,
+        test=test,
+        command=command,
+        hosts=hosts,
     )
+    seed = config.reproducibility.experiment_seed
     trial_id = store.create_trial(
         experiment_id,
         hparams=config.sample_hyperparameters(seed),
         seed=seed,
-        checkpoint_dir=str(storage / f"experiment-{experiment_id}" / "trial-1"),
+        checkpoint_dir=str(storage / f"experiment-{experiment_id}-{uuid.uuid4().hex[:8]}" / "trial-1"),
     )
-    _tell(args, f"Created experiment {experiment_id} (trial {trial_id}) in {store.path}")
-    return _run_and_follow(store, experiment_id, args)
+    return experiment_id, trial_id
 
 
 def resume(store: ExperimentStore, args: argparse.Namespace) -> int:
@@ -69,8 +110,8 @@ def resume(store: ExperimentStore, args: argparse.Namespace) -> int:
         hint = "it is running" if experiment["state"] == ACTIVE else "it has completed"
         raise UsageError(f"Experiment {args.experiment_id} is {experiment['state']}: {hint}; nothing to resume.")
     store.set_state(args.experiment_id, ACTIVE)
-    _tell(args, f"Resuming experiment {args.experiment_id} from its latest checkpoint")
-    return _run_and_follow(store, args.experiment_id, args)
+    _tell(args.json, f"Resuming experiment {args.experiment_id} from its latest checkpoint")
+    return run_and_follow(store, args.experiment_id, json_output=args.json, verbose=args.verbose)
 
 
 def pause(store: ExperimentStore, args: argparse.Namespace) -> int:
@@ -82,7 +123,7 @@ def pause(store: ExperimentStore, args: argparse.Namespace) -> int:
     if pid is None:
         raise UsageError(f"Experiment {args.experiment_id} is starting; try again in a few seconds.")
     os.kill(pid, signal.SIGTERM)
-    _tell(args, f"Pausing experiment {args.experiment_id}: it finishes its batch and writes a checkpoint")
+    _tell(args.json, f"Pausing experiment {args.experiment_id}: it finishes its batch and writes a checkpoint")
     deadline = time.monotonic() + args.timeout
     while time.monotonic() < deadline:
         experiment = store.experiment(args.experiment_id)
@@ -243,13 +284,17 @@ def _best_validation(store: ExperimentStore, experiment_id: int) -> Optional[dic
     return best
 
 
-def _tell(args: argparse.Namespace, message: str) -> None:
+def _tell(json_output: bool, message: str) -> None:
     """Progress for people: on stderr when stdout carries JSON."""
-    print(message, file=sys.stderr if args.json else sys.stdout, flush=True)
+    print(message, file=sys.stderr if json_output else sys.stdout, flush=True)
 
 
-def _run_and_follow(store: ExperimentStore, experiment_id: int, args: argparse.Namespace) -> int:
-    """Runs the experiment in a child process, logging all its output and showing its progress."""
+def run_and_follow(store: ExperimentStore, experiment_id: int, json_output: bool = False, verbose: bool = False) -> int:
+    """Runs the experiment in a child process, logging all its output and showing its progress.
+
+    Returns the exit status for the command: 0 when the experiment completed or paused
+    (a summary is printed), 1 when it failed (the end of its output is printed).
+    """
     trial = store.experiment(experiment_id)["trials"][0]
     log_path = Path(trial["log_path"])
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -269,16 +314,16 @@ def _run_and_follow(store: ExperimentStore, experiment_id: int, args: argparse.N
         # is passed on. Either way the child checkpoints and stops, and we keep following.
         if child.poll() is None:
             child.send_signal(signal.SIGTERM)
-        _tell(args, "Pausing: the trial finishes its batch and writes a checkpoint...")
+        _tell(json_output, "Pausing: the trial finishes its batch and writes a checkpoint...")
 
     previous = {sig: signal.signal(sig, forward_pause) for sig in (signal.SIGINT, signal.SIGTERM)}
-    shown = sys.stderr if args.json else sys.stdout
+    shown = sys.stderr if json_output else sys.stdout
     try:
         with log_path.open("a", encoding="utf-8") as log:
             for line in child.stdout:
                 log.write(line)
                 log.flush()
-                if args.verbose or line.startswith(PROGRESS_PREFIX):
+                if verbose or line.startswith(PROGRESS_PREFIX):
                     shown.write(line)
                     shown.flush()
         status = child.wait()
@@ -287,7 +332,7 @@ def _run_and_follow(store: ExperimentStore, experiment_id: int, args: argparse.N
             signal.signal(sig, handler)
     experiment = store.experiment(experiment_id)
     if status != 0:
-        if not args.verbose:
+        if not verbose:
             tail = log_path.read_text(encoding="utf-8", errors="replace").splitlines()[-40:]
             print("\n".join(tail), file=sys.stderr)
         print(
@@ -296,11 +341,11 @@ def _run_and_follow(store: ExperimentStore, experiment_id: int, args: argparse.N
             file=sys.stderr,
         )
         return 1
-    _summarize(store, experiment_id, args)
+    _summarize(store, experiment_id, json_output)
     return 0
 
 
-def _summarize(store: ExperimentStore, experiment_id: int, args: argparse.Namespace) -> None:
+def _summarize(store: ExperimentStore, experiment_id: int, json_output: bool) -> None:
     experiment = store.experiment(experiment_id)
     trial = experiment["trials"][0]
     best = _best_validation(store, experiment_id)
@@ -318,7 +363,7 @@ def _summarize(store: ExperimentStore, experiment_id: int, args: argparse.Namesp
         "best_validation": best,
         "checkpoints": checkpoints,
     }
-    if args.json:
+    if json_output:
         print_json(summary)
         return
     print(f"\nExperiment {experiment_id} {experiment['state']} after {trial['batches_trained']} batches.")

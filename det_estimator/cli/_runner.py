@@ -7,17 +7,24 @@ The experiment's state in the store always ends COMPLETED, PAUSED or ERROR.
 """
 
 import importlib
+import json
 import os
 import sys
 import traceback
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from det_estimator import store as experiment_store
+
+if TYPE_CHECKING:
+    from det_estimator.config import ExperimentConfig
 
 
 def main(argv: list[str]) -> int:
     """Runs the experiment; returns 0 when it completed or paused, 1 when it failed."""
     store_path, experiment_id = argv[0], int(argv[1])
     store = experiment_store.ExperimentStore(store_path)
+    store_path = str(store.path)  # absolute: the workers run in the context directory
     experiment = store.experiment(experiment_id)
     trial = experiment["trials"][0]
     try:
@@ -27,21 +34,60 @@ def main(argv: list[str]) -> int:
         os.chdir(experiment["context_dir"])
         sys.path.insert(0, experiment["context_dir"])
         config = load_experiment_config(experiment["config"])
-        trial_class = _import_entrypoint(config.entrypoint_module, config.entrypoint_class)
-        outcome = run_trial_in(
-            trial_class,
-            config,
-            trial["checkpoint_dir"],
-            test=experiment["test"],
-            record={"store": store_path, "trial_id": trial["id"]},
-            on_launch=lambda pid: store.set_launcher(experiment_id, pid),
-        )
+        record = {"store": store_path, "trial_id": trial["id"]}
+        store.set_launcher(experiment_id, os.getpid())
+        if experiment["command"] is not None:
+            state = _run_native_script(experiment, config, trial["checkpoint_dir"], record)
+        else:
+            trial_class = _import_entrypoint(config.entrypoint_module, config.entrypoint_class)
+            outcome = run_trial_in(
+                trial_class,
+                config,
+                trial["checkpoint_dir"],
+                test=experiment["test"],
+                record=record,
+                hosts=experiment["hosts"],
+            )
+            state = outcome.state
     except BaseException:
         traceback.print_exc()
         store.set_state(experiment_id, experiment_store.ERROR)
         return 1
-    store.set_state(experiment_id, outcome.state)
+    store.set_state(experiment_id, state)
     return 0
+
+
+def _run_native_script(
+    experiment: dict[str, Any], config: "ExperimentConfig", checkpoint_dir: str, record: dict[str, Any]
+) -> str:
+    """Runs a native-API script on the config's slots; returns the state it ended in.
+
+    Each process runs the experiment's command with Python; ``det.init()`` finds the
+    run's spec in its environment and trains as one rank instead of creating another
+    experiment.
+    """
+    from det_estimator.launcher import launch_directory, launch_workers
+
+    command, hosts = experiment["command"], experiment["hosts"]
+    with launch_directory(str(Path(checkpoint_dir).parent) if hosts else None) as scratch:
+        spec = {
+            "native": True,
+            "config": config.to_dict(),
+            "checkpoint_dir": checkpoint_dir,
+            "test": experiment["test"],
+            "pause_file": str(scratch / "pause"),
+            "outcome_file": str(scratch / "outcome.json"),
+            "record": record,
+        }
+        slots = config.resources.slots_per_trial
+        status = launch_workers(spec, scratch / "spec.json", slots, [sys.executable, *command], hosts)
+        outcome_file = Path(spec["outcome_file"])
+        if status != 0 or not outcome_file.exists():
+            raise RuntimeError(
+                f"The script {' '.join(command)} failed (exit status {status}) or never called "
+                "context.train_and_evaluate(); its output is above."
+            )
+        return json.loads(outcome_file.read_text(encoding="utf-8"))["state"]
 
 
 def _import_entrypoint(module_name: str, class_name: str) -> type:

@@ -50,8 +50,14 @@ def rebuild_estimator(
     Raises:
         TypeError: ``estimator`` is not a ``tf.estimator.Estimator``.
     """
-    if not isinstance(estimator, tf.estimator.Estimator):
-        raise TypeError(f"build_estimator() must return a tf.estimator.Estimator. Received: {type(estimator).__name__}")
+    # tf.compat.v1.estimator.Estimator is the base class of tf.estimator.Estimator: the
+    # TF1 premade estimators (tf.compat.v1.estimator.DNNClassifier, ...) are only that.
+    if not isinstance(estimator, tf.compat.v1.estimator.Estimator):
+        kind = type(estimator)
+        raise TypeError(
+            "build_estimator() must return a tf.estimator.Estimator (or tf.compat.v1.estimator.Estimator). "
+            f"Received: {kind.__module__}.{kind.__qualname__}"
+        )
     config = estimator.config.replace(
         model_dir=model_dir,
         tf_random_seed=seed,

@@ -84,6 +84,8 @@ class TrialController:
         test: one training batch, one validation step and one checkpoint.
         pause_requested: returns True once the trial should checkpoint and stop.
         observer: told of progress, validations and checkpoints (on rank 0 only).
+        context: the trial's context, when it exists before the trial (the native API
+            builds the model with it first); by default a new one.
     """
 
     def __init__(
@@ -95,6 +97,7 @@ class TrialController:
         test: bool = False,
         pause_requested: Callable[[], bool] = lambda: False,
         observer: Optional[TrialObserver] = None,
+        context: Optional[EstimatorTrialContext] = None,
     ):
         if not (isinstance(trial_class, type) and issubclass(trial_class, EstimatorTrial)):
             raise TypeError(f"Argument `trial_class` must be a subclass of EstimatorTrial. Received: {trial_class!r}")
@@ -105,6 +108,7 @@ class TrialController:
         self._test = test
         self._pause_requested = pause_requested
         self._observer = observer if self._distributed.rank == 0 else None
+        self._given_context = context
         self._seed = config.reproducibility.experiment_seed
         self._hparams = config.sample_hyperparameters(self._seed)
         self._recorder = GraphRecorder()
@@ -122,8 +126,10 @@ class TrialController:
 
     def run(self) -> TrialOutcome:
         """Runs the trial to its end (or to a pause) and returns how it ended."""
-        _seed_everything(self._seed)
-        self.context = EstimatorTrialContext(self._config, self._hparams, self._seed, self._distributed)
+        seed_everything(self._seed)
+        self.context = self._given_context or EstimatorTrialContext(
+            self._config, self._hparams, self._seed, self._distributed
+        )
         trial = self._trial_class(self.context)
         try:
             user_estimator = trial.build_estimator()
@@ -402,7 +408,8 @@ def _checked_specs(trial: EstimatorTrial):
     return train_spec, eval_spec
 
 
-def _seed_everything(seed: int) -> None:
+def seed_everything(seed: int) -> None:
+    """Seeds Python's, NumPy's and TensorFlow's global random generators."""
     random.seed(seed)
     np.random.seed(seed % 2**32)
     tf.random.set_seed(seed)

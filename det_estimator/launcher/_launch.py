@@ -11,16 +11,23 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 SPEC_VARIABLE = "DET_TRIAL_SPEC"
 
 
-def horovodrun_command(num_processes: int) -> list:
-    """The command line that starts ``num_processes`` workers on this machine."""
+def horovodrun_command(
+    num_processes: int, worker_command: Optional[list[str]] = None, hosts: Optional[str] = None
+) -> list:
+    """The command line that starts ``num_processes`` workers.
+
+    The workers run ``worker_command``, by default det-estimator's trial worker, on this
+    machine, or on ``hosts`` (Horovod's ``-H host1:2,host2:2``).
+    """
     horovodrun = Path(sys.executable).with_name("horovodrun")
     if not horovodrun.exists():
         raise FileNotFoundError(
@@ -32,11 +39,9 @@ def horovodrun_command(num_processes: int) -> list:
         "-np",
         str(num_processes),
         "-H",
-        f"localhost:{num_processes}",
+        hosts or f"localhost:{num_processes}",
         "--gloo",
-        sys.executable,
-        "-m",
-        "det_estimator.launcher.worker",
+        *(worker_command or [sys.executable, "-m", "det_estimator.launcher.worker"]),
     ]
 
 
@@ -64,8 +69,30 @@ def pause_on_signals(request_pause: Callable[[], Any]) -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def launch_workers(spec: dict[str, Any], spec_path: Path, num_processes: int) -> int:
+@contextmanager
+def launch_directory(shared_parent: Optional[str] = None) -> Iterator[Path]:
+    """A scratch directory for a launch's spec, pause and outcome files, removed afterwards.
+
+    Workers on other machines read these files too: give ``shared_parent``, a directory
+    on the shared file system, and the scratch directory is made there.
+    """
+    if shared_parent is not None:
+        os.makedirs(shared_parent, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".det-estimator-launch-", dir=shared_parent) as scratch:
+        yield Path(scratch)
+
+
+def launch_workers(
+    spec: dict[str, Any],
+    spec_path: Path,
+    num_processes: int,
+    worker_command: Optional[list[str]] = None,
+    hosts: Optional[str] = None,
+) -> int:
     """Runs the trial described by ``spec`` on ``num_processes`` workers; returns the exit status.
+
+    With ``hosts``, ``spec_path`` and the spec's files must be on a file system every
+    host sees at the same path (see :func:`launch_directory`).
 
     When one worker fails, horovodrun ends the others and exits non-zero; its output
     carries the failing worker's traceback.
@@ -78,7 +105,10 @@ def launch_workers(spec: dict[str, Any], spec_path: Path, num_processes: int) ->
     # out of the launcher's process group, horovodrun is told to die with the launcher,
     # so that killing the launcher never leaves workers running on their own.
     process = subprocess.Popen(
-        horovodrun_command(num_processes), env=env, start_new_session=True, preexec_fn=_die_with_parent
+        horovodrun_command(num_processes, worker_command, hosts),
+        env=env,
+        start_new_session=True,
+        preexec_fn=_die_with_parent,
     )
 
     with pause_on_signals(pause_file.touch):

@@ -53,12 +53,13 @@ class ExperimentStore:
     """
 
     def __init__(self, path: Union[str, os.PathLike, None] = None) -> None:
-        self.path = Path(path).expanduser() if path is not None else default_store_path()
+        # Absolute: the experiment's processes run in its context directory, not here.
+        self.path = (Path(path).expanduser() if path is not None else default_store_path()).resolve()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
             self._connection = sqlite3.connect(str(self.path), timeout=60.0, isolation_level=None)
             self._connection.row_factory = sqlite3.Row
-            self._connection.execute("PRAGMA journal_mode = WAL")
+            _enable_wal(self._connection, deadline=time.monotonic() + 60.0)
             self._connection.execute("PRAGMA foreign_keys = ON")
             migrate(self._connection, str(self.path))
         except sqlite3.DatabaseError as error:
@@ -90,14 +91,39 @@ class ExperimentStore:
     # Writing.
 
     def create_experiment(
-        self, name: str, config: dict[str, Any], context_dir: str, entrypoint: str, slots: int, test: bool
+        self,
+        name: str,
+        config: dict[str, Any],
+        context_dir: str,
+        entrypoint: str,
+        slots: int,
+        test: bool,
+        command: Optional[list[str]] = None,
+        hosts: Optional[str] = None,
     ) -> int:
-        """Records a new ACTIVE experiment; returns its id."""
+        """Records a new ACTIVE experiment; returns its id.
+
+        ``command`` is the script a native-API experiment runs on each process; None
+        for an ``EstimatorTrial`` experiment, whose ``entrypoint`` names the class.
+        ``hosts`` (``"host1:2,host2:2"``) are the machines its processes run on; None for
+        this one.
+        """
         with self._write() as db:
             cursor = db.execute(
-                "INSERT INTO experiments (name, state, config, context_dir, entrypoint, slots, test_mode, created_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (name, ACTIVE, json.dumps(config), context_dir, entrypoint, slots, int(test), time.time()),
+                "INSERT INTO experiments (name, state, config, context_dir, entrypoint, command, slots, hosts,"
+                " test_mode, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    name,
+                    ACTIVE,
+                    json.dumps(config),
+                    context_dir,
+                    entrypoint,
+                    None if command is None else json.dumps(command),
+                    slots,
+                    hosts,
+                    int(test),
+                    time.time(),
+                ),
             )
             return int(cursor.lastrowid)
 
@@ -246,10 +272,11 @@ class ExperimentStore:
     def _experiment_view(self, row: sqlite3.Row) -> dict[str, Any]:
         view = {
             key: row[key]
-            for key in ("id", "name", "state", "context_dir", "entrypoint", "slots", "created_at", "ended_at")
+            for key in ("id", "name", "state", "context_dir", "entrypoint", "slots", "hosts", "created_at", "ended_at")
             + ("launcher_pid", "launcher_host")
         }
         view["test"] = bool(row["test_mode"])
+        view["command"] = None if row["command"] is None else json.loads(row["command"])
         if view["state"] == ACTIVE and not _launcher_alive(row["launcher_pid"], row["launcher_host"]):
             view["state"] = INTERRUPTED
         record = dict(row)
@@ -264,6 +291,23 @@ class ExperimentStore:
         view["hparams"] = json.loads(view["hparams"])
         view["tensorboard_dir"] = str(Path(view["log_path"]).parent / "tensorboard")
         return view
+
+
+def _enable_wal(connection: sqlite3.Connection, deadline: float) -> None:
+    """Puts the database in WAL mode, waiting for other writers as long as ``deadline`` allows.
+
+    Switching a new file to WAL needs its write lock, and SQLite reports "database is
+    locked" at once, without the busy timeout, when another process holds it (one that
+    is creating the same new store, say).
+    """
+    while True:
+        try:
+            connection.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 def _launcher_alive(pid: Optional[int], host: Optional[str]) -> bool:

@@ -1,6 +1,12 @@
 """Batch inference: scores new rows with the SavedModel of a checkpoint.
 
-Usage: ``.venv/bin/python examples/ctr_binary/score.py CHECKPOINT_DIR [--rows N]``
+Usage::
+
+    .venv/bin/python examples/ctr_binary/score.py CHECKPOINT_DIR [--rows N]
+    .venv/bin/python examples/ctr_binary/score.py --experiment ID [--store PATH] [--rows N]
+
+With ``--experiment`` (an id, or ``latest``) the checkpoint is the experiment's best by
+its searcher metric, looked up in the experiment store.
 """
 
 import argparse
@@ -19,11 +25,16 @@ import det_estimator as det  # noqa: E402
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("checkpoint", help="a checkpoint directory printed by train.py")
+    parser.add_argument("checkpoint", nargs="?", help="a checkpoint directory, as train.py prints")
+    parser.add_argument("--experiment", help="score with this experiment's best checkpoint: an id, or latest")
+    parser.add_argument("--store", help="the experiment store (default: as the det-estimator command)")
     parser.add_argument("--rows", type=int, default=10_000)
     args = parser.parse_args()
+    if (args.checkpoint is None) == (args.experiment is None):
+        parser.error("give a CHECKPOINT directory or --experiment, not both")
+    checkpoint = args.checkpoint or best_checkpoint(args.store, args.experiment)
 
-    model = det.load_estimator_from_checkpoint_path(args.checkpoint, serving_name="raw")
+    model = det.load_estimator_from_checkpoint_path(checkpoint, serving_name="raw")
     score = model.signatures["serving_default"]
     features, labels = synthetic_clicks(args.rows, seed=3)  # rows the model never saw
     probabilities = np.concatenate(
@@ -32,6 +43,20 @@ def main() -> None:
     top = np.argsort(-probabilities)[: len(probabilities) // 100]
     print(f"scored {len(probabilities)} rows; mean predicted click rate {probabilities.mean():.4f}")
     print(f"click rate among the top 1% by score: {labels[top].mean():.4f} (overall {labels.mean():.4f})")
+
+
+def best_checkpoint(store_path, experiment: str) -> str:
+    """The kept checkpoint of the experiment with the best value of its searcher metric."""
+    from det_estimator.store import ExperimentStore
+
+    with ExperimentStore(store_path) as store:
+        experiment_id = store.experiments()[-1]["id"] if experiment == "latest" else int(experiment)
+        searcher = store.experiment(experiment_id)["config"]["searcher"]
+        validated = [c for c in store.checkpoints(experiment_id) if c["validation_metrics"]]
+        sign = 1 if searcher["smaller_is_better"] else -1
+        best = min(validated, key=lambda c: sign * c["validation_metrics"][searcher["metric"]])
+    print(f"experiment {experiment_id}: best checkpoint {best['uuid']} (after {best['batches']} batches)")
+    return best["path"]
 
 
 if __name__ == "__main__":

@@ -1,0 +1,54 @@
+"""The native-API click-through-rate script, in local test mode and as a tracked experiment."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "ctr_native" / "train.py"
+COMMAND = str(Path(sys.executable).with_name("det-estimator"))
+
+
+def config_in(tmp_path, name="const.yaml"):
+    """The example's config with its checkpoints under tmp_path."""
+    text = (SCRIPT.parent / name).read_text().replace("host_path: runs/checkpoints", f"host_path: {tmp_path}")
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def run_script(tmp_path, *args):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", DET_ESTIMATOR_STORE=str(tmp_path / "store.sqlite"))
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path
+    )
+
+
+def test_local_test_mode_trains_one_batch_in_the_scripts_process(tmp_path):
+    result = run_script(tmp_path, "--local", "--test", "--config", str(config_in(tmp_path)))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "COMPLETED after 1 batches" in result.stdout
+    checkpoint = Path(re.search(r"checkpoint after 1 batches: (.+)", result.stdout).group(1))
+    assert checkpoint.parent == tmp_path / "ctr-native"  # local runs are named after the config
+    assert (checkpoint / "saved_models" / "raw" / "saved_model.pb").exists()
+    assert not (tmp_path / "store.sqlite").exists(), "a local run is not tracked"
+
+
+def test_without_local_the_script_becomes_a_tracked_experiment(tmp_path):
+    result = run_script(tmp_path, "--test", "--config", str(config_in(tmp_path)))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "Created experiment 1" in result.stdout and "Experiment 1 COMPLETED after 1 batches." in result.stdout
+    listed = subprocess.run(
+        [COMMAND, "--store", str(tmp_path / "store.sqlite"), "experiment", "describe", "1", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    experiment = json.loads(listed.stdout)
+    assert experiment["command"][0] == str(SCRIPT) and experiment["slots"] == 1
+    (trial,) = experiment["trials"]
+    assert [v["batches"] for v in trial["validations"]] == [1]
+    assert "auc" in trial["validations"][0]["metrics"]
+    assert experiment["checkpoints"][0]["path"].startswith(str(tmp_path / "experiment-1"))

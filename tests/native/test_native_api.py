@@ -1,0 +1,99 @@
+"""det.init(): the native API's modes and its errors."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import det_estimator as det
+
+
+def config(tmp_path, batches=3):
+    return {
+        "name": "native-linear",
+        "hyperparameters": {"global_batch_size": 4, "learning_rate": 0.1},
+        "searcher": {"name": "single", "metric": "loss", "max_length": {"batches": batches}},
+        "scheduling_unit": 1,
+        "min_validation_period": {"batches": 1},
+        "checkpoint_storage": {"type": "shared_fs", "host_path": str(tmp_path / "checkpoints")},
+        "reproducibility": {"experiment_seed": 3},
+    }
+
+
+def linear_run(context):
+    """A one-weight linear model built with the context's wrappers, as a script would."""
+    optimizer = context.wrap_optimizer(tf.compat.v1.train.GradientDescentOptimizer(context.get_hparam("learning_rate")))
+    x = np.arange(16, dtype=np.float32)
+
+    def model_fn(features, labels, mode):
+        weight = tf.compat.v1.get_variable("w", [], initializer=tf.compat.v1.zeros_initializer())
+        loss = tf.reduce_mean(tf.square(weight * features - labels))
+        train_op = optimizer.minimize(loss, global_step=tf.compat.v1.train.get_global_step())
+        return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
+
+    def input_fn():
+        dataset = context.wrap_dataset(tf.data.Dataset.from_tensor_slices((x / 16, 2 * x / 16)))
+        return dataset.repeat().batch(context.get_per_slot_batch_size())
+
+    return tf.estimator.Estimator(model_fn), tf.estimator.TrainSpec(input_fn), tf.estimator.EvalSpec(input_fn, steps=2)
+
+
+def test_local_mode_trains_in_this_process_with_the_configs_hyperparameters(tmp_path):
+    context = det.init(config(tmp_path), local=True)
+    assert isinstance(context, det.EstimatorNativeContext)
+    assert context.get_hparam("learning_rate") == 0.1 and context.get_per_slot_batch_size() == 4
+    outcome = context.train_and_evaluate(*linear_run(context))
+    assert (outcome.state, outcome.batches_trained) == ("COMPLETED", 3)
+    assert [v["batches"] for v in outcome.validations] == [1, 2, 3]
+    assert outcome.checkpoints[-1]["path"].startswith(str(tmp_path / "checkpoints" / "native-linear"))
+    with pytest.raises(RuntimeError, match=r"train_and_evaluate\(\) runs once per det.init\(\)"):
+        context.train_and_evaluate(*linear_run(context))
+    # Run again, a local run resumes from its latest checkpoint and trains on to the new length.
+    again = det.init(config(tmp_path, batches=5), local=True)
+    resumed = again.train_and_evaluate(*linear_run(again))
+    assert resumed.batches_trained == 5 and [v["batches"] for v in resumed.validations] == [4, 5]
+
+
+def test_test_mode_runs_one_batch_one_validation_step_and_one_checkpoint(tmp_path):
+    context = det.init(config(tmp_path, batches=100), local=True, test=True)
+    outcome = context.train_and_evaluate(*linear_run(context))
+    assert outcome.batches_trained == 1 and len(outcome.validations) == 1 and len(outcome.checkpoints) == 1
+
+
+def test_context_dir_becomes_the_working_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "code").mkdir()
+    det.init(config(tmp_path), local=True, context_dir=str(tmp_path / "code"))
+    assert os.getcwd() == str(tmp_path / "code")
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error", "message"),
+    [
+        ({"master_url": "http://master:8080"}, ValueError, "det-estimator has no remote master"),
+        ({"local": True, "context_dir": "/no/such/dir"}, ValueError, "not a directory"),
+        ({"local": True, "config": "const.yaml"}, TypeError, r"takes a dict. Received: str"),
+        ({"local": False, "command": []}, ValueError, "non-empty list of strings"),
+    ],
+)
+def test_bad_arguments_are_clear_errors(tmp_path, arguments, error, message):
+    arguments.setdefault("config", config(tmp_path))
+    with pytest.raises(error, match=message):
+        det.init(**arguments)
+
+
+def test_launching_from_a_notebook_or_python_c_needs_a_command(tmp_path):
+    code = f"import det_estimator as det\ndet.init({config(tmp_path)!r}, local=False)\n"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1
+    assert "from a notebook or `python -c` needs `command`" in result.stderr
+
+
+def test_a_bad_config_is_rejected_before_anything_runs(tmp_path):
+    broken = config(tmp_path)
+    broken["searcher"]["max_length"] = {"minutes": 3}
+    with pytest.raises(ValueError, match="searcher.max_length"):
+        det.init(broken, local=True)

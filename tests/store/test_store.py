@@ -1,0 +1,670 @@
+"""The experiment store: what it records and shows, its schema migrations, concurrent processes, the recorder."""
+
+import contextlib
+import fcntl
+import json
+import os
+import random
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from det_estimator.store import (
+    ACTIVE,
+    COMPLETED,
+    ERROR,
+    INTERRUPTED,
+    PAUSED,
+    SCHEMA_VERSION,
+    STORE_VARIABLE,
+    ExperimentStore,
+    StoreError,
+    StoreRecorder,
+    UnknownIdError,
+    default_store_path,
+)
+from det_estimator.store._schema import migrate
+
+CONFIG = {"hyperparameters": {"lr": 0.1}, "searcher": {"max_length": {"batches": 100}}}
+TABLES = ["checkpoints", "experiments", "metrics", "sqlite_sequence", "trials"]
+
+
+@pytest.fixture
+def store(tmp_path):
+    with ExperimentStore(tmp_path / "store.sqlite") as store:
+        yield store
+
+
+def new_experiment(store, name="mnist", test=False):
+    return store.create_experiment(name, CONFIG, "/context", "model_def:Trial", 2, test)
+
+
+def raw(path):
+    """A plain connection to the store's file, beside the store's own; closed at the end of a ``with``."""
+    return contextlib.closing(sqlite3.connect(str(path), isolation_level=None))
+
+
+def dead_pid():
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait(timeout=60)
+    return process.pid
+
+
+# Recording and reading back.
+
+
+def test_round_trip_of_an_experiment_its_trials_metrics_and_checkpoints(tmp_path, store):
+    experiment_id = new_experiment(store, test=True)
+    trial_id = store.create_trial(experiment_id, {"lr": 0.1, "layers": [3, 4]}, 7, "/checkpoints/first")
+    other_trial_id = store.create_trial(experiment_id, {"lr": 0.2, "layers": [5]}, 8, "/checkpoints/second", 80)
+    store.set_progress(trial_id, 0, 100)
+    store.set_progress(other_trial_id, 5, 80)
+    for batches, loss in [(20, 0.5), (10, 0.9), (30, 0.25)]:
+        store.record_metrics(trial_id, "training", batches, {"loss": loss})
+    store.record_metrics(trial_id, "validation", 20, {"accuracy": 0.75, "names": ["a", "b"]})
+    store.record_metrics(trial_id, "validation", 10, {"accuracy": 0.5, "names": []})
+    for uuid, batches in [("uuid-10", 10), ("uuid-20", 20), ("uuid-30", 30)]:
+        store.record_checkpoint(
+            trial_id, uuid, batches, f"/checkpoints/first/{uuid}", batches * 100, {"validation_metrics": {"b": batches}}
+        )
+    store.mark_checkpoints_deleted(["uuid-10", "uuid-20"])
+
+    assert store.metrics(trial_id, "training") == [
+        {"batches": 10, "metrics": {"loss": 0.9}},
+        {"batches": 20, "metrics": {"loss": 0.5}},
+        {"batches": 30, "metrics": {"loss": 0.25}},
+    ]
+    assert store.metrics(trial_id, "validation") == [
+        {"batches": 10, "metrics": {"accuracy": 0.5, "names": []}},
+        {"batches": 20, "metrics": {"accuracy": 0.75, "names": ["a", "b"]}},
+    ]
+    assert store.metrics(other_trial_id, "training") == []
+
+    [listed] = store.experiments()
+    assert listed["id"] == experiment_id and listed["name"] == "mnist" and listed["state"] == ACTIVE
+    assert listed["test"] is True and listed["slots"] == 2
+    # The trials' batches add up (30 recorded + 5 of progress); max_batches is the largest.
+    assert (listed["batches_trained"], listed["max_batches"], listed["num_trials"]) == (35, 100, 2)
+    assert "config" not in listed and "trials" not in listed
+
+    shown = store.experiment(experiment_id)
+    assert shown["config"] == CONFIG
+    assert shown["context_dir"] == "/context" and shown["entrypoint"] == "model_def:Trial"
+    assert [trial["id"] for trial in shown["trials"]] == [trial_id, other_trial_id]
+
+    assert [c["uuid"] for c in store.checkpoints(experiment_id)] == ["uuid-30"]
+    assert store.checkpoints(experiment_id, include_deleted=True) == [
+        {
+            "uuid": uuid,
+            "trial_id": trial_id,
+            "batches": batches,
+            "state": state,
+            "validation_metrics": {"b": batches},
+            "size_bytes": batches * 100,
+            "path": f"/checkpoints/first/{uuid}",
+        }
+        for uuid, batches, state in [
+            ("uuid-10", 10, "DELETED"),
+            ("uuid-20", 20, "DELETED"),
+            ("uuid-30", 30, "COMPLETED"),
+        ]
+    ]
+
+    trial = store.trial(trial_id)
+    assert trial == shown["trials"][0]
+    assert trial["hparams"] == {"lr": 0.1, "layers": [3, 4]}
+    assert (trial["seed"], trial["checkpoint_dir"], trial["state"]) == (7, "/checkpoints/first", ACTIVE)
+    assert (trial["batches_trained"], trial["max_batches"]) == (30, 100)
+    trial_dir = tmp_path / "experiments" / str(experiment_id) / f"trial-{trial_id}"
+    assert trial["log_path"] == str(trial_dir / "output.log")
+    assert trial["tensorboard_dir"] == str(trial_dir / "tensorboard")
+    assert store.trial_dir(experiment_id, trial_id) == trial_dir
+
+
+def test_reopened_store_shows_what_was_recorded(tmp_path):
+    with ExperimentStore(tmp_path / "store.sqlite") as store:
+        experiment_id = new_experiment(store)
+        trial_id = store.create_trial(experiment_id, {"lr": 0.1}, 1, "/checkpoints")
+        store.record_metrics(trial_id, "training", 4, {"loss": 1.5})
+        store.record_checkpoint(trial_id, "uuid", 4, "/checkpoints/uuid", 10, {})
+
+    with ExperimentStore(tmp_path / "store.sqlite") as store:
+        assert store.experiment(experiment_id)["trials"][0]["hparams"] == {"lr": 0.1}
+        assert store.metrics(trial_id, "training") == [{"batches": 4, "metrics": {"loss": 1.5}}]
+        assert [c["uuid"] for c in store.checkpoints(experiment_id)] == ["uuid"]
+
+
+def test_metrics_at_the_same_batches_keep_the_order_they_were_recorded_in(store):
+    trial_id = store.create_trial(new_experiment(store), {}, 0, "/checkpoints")
+    store.record_metrics(trial_id, "validation", 10, {"run": "second workload"})
+    store.record_metrics(trial_id, "validation", 5, {"run": "first workload"})
+    store.record_metrics(trial_id, "validation", 10, {"run": "after a resume"})
+
+    assert [row["metrics"]["run"] for row in store.metrics(trial_id, "validation")] == [
+        "first workload",
+        "second workload",
+        "after a resume",
+    ]
+
+
+def test_batches_trained_only_grows_with_metrics_but_set_progress_sets_it(store):
+    trial_id = store.create_trial(new_experiment(store), {}, 0, "/checkpoints")
+    store.record_metrics(trial_id, "training", 50, {"loss": 1.0})
+    store.record_metrics(trial_id, "validation", 40, {"loss": 1.0})
+    assert store.trial(trial_id)["batches_trained"] == 50
+
+    store.set_progress(trial_id, 30, 60)  # a resume from the checkpoint at 30 batches
+    assert (store.trial(trial_id)["batches_trained"], store.trial(trial_id)["max_batches"]) == (30, 60)
+
+
+def test_experiment_without_trials_is_listed_with_no_progress(store):
+    experiment_id = new_experiment(store)
+
+    [listed] = store.experiments()
+    assert listed["id"] == experiment_id
+    assert (listed["batches_trained"], listed["max_batches"], listed["num_trials"]) == (0, None, 0)
+    assert store.experiment(experiment_id)["trials"] == []
+    assert store.checkpoints(experiment_id) == []
+
+
+def test_checkpoints_are_per_experiment(store):
+    first, second = new_experiment(store, "first"), new_experiment(store, "second")
+    first_trial = store.create_trial(first, {}, 0, "/first")
+    second_trial = store.create_trial(second, {}, 0, "/second")
+    store.record_checkpoint(first_trial, "first-uuid", 10, "/first/uuid", 1, {})
+    store.record_checkpoint(second_trial, "second-uuid", 5, "/second/uuid", 1, {})
+
+    assert [c["uuid"] for c in store.checkpoints(first)] == ["first-uuid"]
+    assert [c["uuid"] for c in store.checkpoints(second)] == ["second-uuid"]
+
+
+def test_recording_a_checkpoint_again_replaces_it(store):
+    experiment_id = new_experiment(store)
+    trial_id = store.create_trial(experiment_id, {}, 0, "/checkpoints")
+    store.record_checkpoint(trial_id, "uuid", 10, "/checkpoints/uuid", 100, {})
+    store.mark_checkpoints_deleted(["uuid"])
+    store.record_checkpoint(trial_id, "uuid", 10, "/checkpoints/uuid", 120, {"validation_metrics": {"loss": 0.5}})
+
+    [checkpoint] = store.checkpoints(experiment_id, include_deleted=True)
+    assert checkpoint["state"] == "COMPLETED"
+    assert checkpoint["size_bytes"] == 120 and checkpoint["validation_metrics"] == {"loss": 0.5}
+
+
+def test_unknown_ids_raise_unknown_id_error_naming_the_store(store):
+    with pytest.raises(UnknownIdError, match="There is no experiment 42 in the store .*store.sqlite") as raised:
+        store.experiment(42)
+    assert isinstance(raised.value, LookupError) and isinstance(raised.value, StoreError)
+    with pytest.raises(UnknownIdError, match="There is no trial 7 in the store"):
+        store.trial(7)
+
+
+# States.
+
+
+@pytest.mark.parametrize("final_state", [PAUSED, COMPLETED, ERROR])
+def test_final_state_sets_ended_at_and_active_clears_it(store, final_state):
+    experiment_id = new_experiment(store)
+    trial_ids = [store.create_trial(experiment_id, {}, seed, "/checkpoints") for seed in range(2)]
+    bystander = new_experiment(store, "bystander")
+    bystander_trial = store.create_trial(bystander, {}, 0, "/checkpoints")
+    shown = store.experiment(experiment_id)
+    assert shown["state"] == ACTIVE and shown["ended_at"] is None
+
+    store.set_state(experiment_id, final_state)
+    shown = store.experiment(experiment_id)
+    assert shown["state"] == final_state and shown["ended_at"] is not None
+    assert [(t["id"], t["state"]) for t in shown["trials"]] == [(trial_id, final_state) for trial_id in trial_ids]
+    assert all(t["ended_at"] is not None for t in shown["trials"])
+    assert [e["state"] for e in store.experiments()] == [final_state, ACTIVE]
+    assert store.trial(bystander_trial)["state"] == ACTIVE and store.trial(bystander_trial)["ended_at"] is None
+
+    store.set_state(experiment_id, ACTIVE)
+    shown = store.experiment(experiment_id)
+    assert shown["state"] == ACTIVE and shown["ended_at"] is None
+    assert [(t["state"], t["ended_at"]) for t in shown["trials"]] == [(ACTIVE, None), (ACTIVE, None)]
+
+
+def test_active_experiment_whose_launcher_died_reads_as_interrupted(store):
+    experiment_id = new_experiment(store)
+    store.set_launcher(experiment_id, dead_pid())
+
+    assert store.experiment(experiment_id)["state"] == INTERRUPTED
+    assert [e["state"] for e in store.experiments()] == [INTERRUPTED]
+    # Only the view changes: the record stays ACTIVE, so a resume can take it over.
+    with raw(store.path) as connection:
+        assert connection.execute("SELECT state FROM experiments").fetchone() == (ACTIVE,)
+
+
+def test_active_experiment_with_a_live_launcher_reads_as_active(store):
+    experiment_id = new_experiment(store)
+    store.set_launcher(experiment_id, os.getpid())
+
+    shown = store.experiment(experiment_id)
+    assert shown["state"] == ACTIVE
+    assert shown["launcher_pid"] == os.getpid()
+    assert [e["state"] for e in store.experiments()] == [ACTIVE]
+
+
+def test_launcher_on_another_host_is_assumed_alive(store):
+    experiment_id = new_experiment(store)
+    store.set_launcher(experiment_id, dead_pid())
+    with raw(store.path) as connection:
+        connection.execute("UPDATE experiments SET launcher_host = 'another-machine'")
+
+    assert store.experiment(experiment_id)["state"] == ACTIVE
+
+
+def test_finished_experiment_with_a_dead_launcher_keeps_its_state(store):
+    experiment_id = new_experiment(store)
+    store.set_launcher(experiment_id, dead_pid())
+    store.set_state(experiment_id, PAUSED)
+
+    assert store.experiment(experiment_id)["state"] == PAUSED
+
+
+# The file.
+
+
+def test_store_is_in_wal_mode(store):
+    with raw(store.path) as connection:
+        assert connection.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+        assert connection.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
+
+
+def test_default_store_path_honours_the_variable_then_xdg_data_home_then_home(monkeypatch, tmp_path):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    monkeypatch.setenv(STORE_VARIABLE, str(tmp_path / "explicit.sqlite"))
+    assert default_store_path() == tmp_path / "explicit.sqlite"
+
+    monkeypatch.setenv(STORE_VARIABLE, "~/stores/mine.sqlite")
+    assert default_store_path() == tmp_path / "home" / "stores" / "mine.sqlite"
+
+    monkeypatch.setenv(STORE_VARIABLE, "")
+    assert default_store_path() == tmp_path / "data" / "det-estimator" / "store.sqlite"
+    monkeypatch.delenv(STORE_VARIABLE)
+    assert default_store_path() == tmp_path / "data" / "det-estimator" / "store.sqlite"
+
+    monkeypatch.setenv("XDG_DATA_HOME", "")
+    assert default_store_path() == tmp_path / "home" / ".local" / "share" / "det-estimator" / "store.sqlite"
+    monkeypatch.delenv("XDG_DATA_HOME")
+    assert default_store_path() == tmp_path / "home" / ".local" / "share" / "det-estimator" / "store.sqlite"
+
+
+def test_store_without_a_path_is_created_at_the_default_with_its_directories(monkeypatch, tmp_path):
+    monkeypatch.delenv(STORE_VARIABLE, raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "not" / "yet"))
+
+    with ExperimentStore() as store:
+        new_experiment(store)
+    expected = tmp_path / "not" / "yet" / "det-estimator" / "store.sqlite"
+    assert store.path == expected and expected.is_file()
+    with ExperimentStore(expected) as reopened:
+        assert len(reopened.experiments()) == 1
+
+
+def test_file_that_is_not_sqlite_is_refused(tmp_path):
+    path = tmp_path / "notes.sqlite"
+    path.write_bytes(random.Random(0).randbytes(8192))
+
+    with pytest.raises(StoreError, match=f"Cannot use {path} as a det-estimator store"):
+        ExperimentStore(path)
+
+
+# Migrations.
+
+FIRST_STEP = "CREATE TABLE things (id INTEGER PRIMARY KEY, name TEXT NOT NULL)"
+SECOND_STEP = """
+    ALTER TABLE things ADD COLUMN colour TEXT NOT NULL DEFAULT 'grey';
+    CREATE INDEX things_by_colour ON things (colour);
+"""
+
+
+def user_version(connection):
+    return connection.execute("PRAGMA user_version").fetchone()[0]
+
+
+@pytest.fixture
+def connection(tmp_path):
+    with raw(tmp_path / "migrated.sqlite") as connection:
+        yield connection
+
+
+def test_migration_brings_an_old_store_up_to_date_keeping_its_rows(tmp_path, connection):
+    path = str(tmp_path / "migrated.sqlite")
+    migrate(connection, path, [FIRST_STEP])
+    assert user_version(connection) == 1
+    connection.executemany("INSERT INTO things (name) VALUES (?)", [("kettle",), ("lamp",)])
+
+    migrate(connection, path, [FIRST_STEP, SECOND_STEP])
+    assert user_version(connection) == 2
+    assert connection.execute("SELECT name, colour FROM things ORDER BY id").fetchall() == [
+        ("kettle", "grey"),
+        ("lamp", "grey"),
+    ]
+    assert connection.execute("SELECT name FROM sqlite_master WHERE type = 'index'").fetchall() == [
+        ("things_by_colour",)
+    ]
+
+    migrate(connection, path, [FIRST_STEP, SECOND_STEP])  # up to date: nothing runs twice
+    assert user_version(connection) == 2
+
+
+def test_failing_migration_step_leaves_the_store_at_the_previous_version(tmp_path, connection):
+    path = str(tmp_path / "migrated.sqlite")
+    migrate(connection, path, [FIRST_STEP])
+    connection.execute("INSERT INTO things (name) VALUES ('kettle')")
+
+    broken = "ALTER TABLE things ADD COLUMN colour TEXT; INSERT INTO no_such_table VALUES (1)"
+    with pytest.raises(sqlite3.OperationalError, match="no_such_table"):
+        migrate(connection, path, [FIRST_STEP, broken])
+    assert user_version(connection) == 1
+    assert [row[1] for row in connection.execute("PRAGMA table_info(things)")] == ["id", "name"]
+    assert not connection.in_transaction
+
+    migrate(connection, path, [FIRST_STEP, SECOND_STEP])
+    assert connection.execute("SELECT name, colour FROM things").fetchall() == [("kettle", "grey")]
+
+
+def test_migration_refuses_a_store_of_a_newer_schema(tmp_path, connection):
+    path = str(tmp_path / "migrated.sqlite")
+    connection.execute("PRAGMA user_version = 3")
+
+    with pytest.raises(StoreError) as raised:
+        migrate(connection, path, [FIRST_STEP, SECOND_STEP])
+    message = str(raised.value)
+    assert f"The store {path} has schema version 3" in message
+    assert "reads schema versions up to 2" in message
+    assert user_version(connection) == 3
+    assert connection.execute("SELECT name FROM sqlite_master").fetchall() == []
+
+
+def test_experiment_store_refuses_a_store_of_a_newer_schema(tmp_path):
+    path = tmp_path / "future.sqlite"
+    with raw(path) as connection:
+        connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+
+    with pytest.raises(StoreError) as raised:
+        ExperimentStore(path)
+    message = str(raised.value)
+    assert f"The store {path} has schema version {SCHEMA_VERSION + 1}" in message
+    assert f"up to {SCHEMA_VERSION}" in message
+
+
+# Several processes at once.
+
+# Touches argv[1], then waits for the lock on argv[2] that the test holds: the processes of a group
+# are blocked in the same call until it lets go, so they all start at once. Each then waits a random
+# fraction of a millisecond or two, so that some arrive while another is in the middle of its first step.
+BARRIER = textwrap.dedent(
+    """
+    import fcntl, json, random, sys, time
+    from pathlib import Path
+    from det_estimator.store import ExperimentStore
+
+    def barrier():
+        Path(sys.argv[1]).touch()
+        with open(sys.argv[2]) as gate:
+            fcntl.flock(gate, fcntl.LOCK_SH)
+        time.sleep(random.uniform(0, 0.002))
+    """
+)
+
+OPEN_SCRIPT = BARRIER + textwrap.dedent(
+    """
+    barrier()
+    with ExperimentStore(sys.argv[3]) as store:
+        print(store.create_experiment(sys.argv[4], {}, "/context", "model_def:Trial", 1, False))
+    """
+)
+
+WRITE_SCRIPT = BARRIER + textwrap.dedent(
+    """
+    name = sys.argv[4]
+    with ExperimentStore(sys.argv[3]) as store:
+        experiment_id = store.create_experiment(name, {"owner": name}, "/context", "model_def:Trial", 1, False)
+        trial_id = store.create_trial(experiment_id, {"owner": name}, 0, "/checkpoints/" + name, 300)
+        barrier()
+        for batches in range(1, 301):
+            store.record_metrics(trial_id, "training", batches, {"owner": name, "loss": 1.0 / batches})
+            if batches % 15 == 0:
+                store.record_checkpoint(
+                    trial_id, f"{name}-{batches}", batches, f"/checkpoints/{name}/{batches}", batches, {"owner": name}
+                )
+    print(json.dumps({"experiment": experiment_id, "trial": trial_id}))
+    """
+)
+
+
+def run_together(tmp_path, script, groups, timeout=60):
+    """Runs the script once per (store path, name) of each group, the processes of a group released together.
+
+    Every process is started first, and blocks at the barrier; then the groups are released one
+    after the other, each once the previous one has finished. Returns the outputs, in order.
+    """
+    gates, processes = [], []
+    try:
+        for group_index, group in enumerate(groups):
+            gate = open(tmp_path / f"gate-{group_index}", "w")  # noqa: SIM115 -- held across the whole run
+            gates.append(gate)
+            fcntl.flock(gate, fcntl.LOCK_EX)
+            for store_path, name in group:
+                ready = tmp_path / f"ready-{len(processes)}"
+                command = [sys.executable, "-c", script, str(ready), gate.name, str(store_path), name]
+                process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                processes.append((ready, process))
+        deadline = time.monotonic() + timeout
+        while not all(ready.exists() for ready, _ in processes):
+            exited = [process for _, process in processes if process.poll() is not None]
+            if exited or time.monotonic() > deadline:
+                pytest.fail(f"a process did not reach the barrier: {[p.communicate()[1] for p in exited]}")
+            time.sleep(0.01)
+        results, started = [], 0
+        for gate, group in zip(gates, groups):
+            fcntl.flock(gate, fcntl.LOCK_UN)
+            for _, process in processes[started : started + len(group)]:
+                stdout, stderr = process.communicate(timeout=timeout)
+                results.append((process.returncode, stdout, stderr))
+            started += len(group)
+    finally:
+        for gate in gates:
+            gate.close()
+        for _, process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    failures = [stderr for returncode, _, stderr in results if returncode != 0]
+    assert not failures, f"{len(failures)} of {len(results)} processes failed; the first:\n{failures[0]}"
+    return [stdout for _, stdout, _ in results]
+
+
+def test_processes_opening_a_new_store_at_once_all_succeed(tmp_path):
+    # Several new stores, each opened by three processes at the same moment, for more chances of a race.
+    paths = [tmp_path / f"store-{index}" / "store.sqlite" for index in range(6)]
+    names = [f"process-{index}" for index in range(3)]
+
+    run_together(tmp_path, OPEN_SCRIPT, [[(path, name) for name in names] for path in paths])
+
+    for path in paths:
+        with raw(path) as connection:
+            assert user_version(connection) == SCHEMA_VERSION
+            assert connection.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+            tables = connection.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+            assert [name for (name,) in tables] == TABLES
+        with ExperimentStore(path) as store:
+            assert sorted(e["name"] for e in store.experiments()) == names
+
+
+def test_opening_a_new_store_waits_for_a_process_that_holds_its_write_lock(tmp_path):
+    # What a process that turns a brand-new file into a WAL store holds for a moment, as a second
+    # process opens the same store: a write lock on a file still in rollback-journal mode. The
+    # second must wait its turn (as every write waits for the others), not fail.
+    path = tmp_path / "store.sqlite"
+    holder = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN IMMEDIATE")
+    holder.execute("CREATE TABLE placeholder (x)")
+    release = threading.Timer(0.5, holder.execute, ["ROLLBACK"])
+    release.start()
+    try:
+        with ExperimentStore(path) as store:
+            assert store.experiments() == []
+    finally:
+        release.join()
+        holder.close()
+    with raw(path) as connection:
+        assert connection.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+        assert user_version(connection) == SCHEMA_VERSION
+
+
+def test_processes_writing_at_once_lose_nothing(tmp_path):
+    path = tmp_path / "store.sqlite"
+    ExperimentStore(path).close()
+
+    outputs = run_together(tmp_path, WRITE_SCRIPT, [[(path, "left"), (path, "right")]])
+
+    ids = dict(zip(["left", "right"], (json.loads(output) for output in outputs)))
+    with raw(path) as connection:
+        assert connection.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        assert connection.execute("SELECT COUNT(*) FROM metrics").fetchone() == (600,)
+        assert connection.execute("SELECT COUNT(*) FROM checkpoints").fetchone() == (40,)
+    with ExperimentStore(path) as store:
+        assert sorted(e["name"] for e in store.experiments()) == ["left", "right"]
+        for name, recorded in ids.items():
+            assert store.metrics(recorded["trial"], "training") == [
+                {"batches": batches, "metrics": {"owner": name, "loss": 1.0 / batches}} for batches in range(1, 301)
+            ]
+            checkpoints = store.checkpoints(recorded["experiment"])
+            assert [c["uuid"] for c in checkpoints] == [f"{name}-{batches}" for batches in range(15, 301, 15)]
+            assert {c["trial_id"] for c in checkpoints} == {recorded["trial"]}
+            assert store.experiment(recorded["experiment"])["config"] == {"owner": name}
+            assert store.trial(recorded["trial"])["batches_trained"] == 300
+
+
+# The recorder.
+
+
+@pytest.fixture
+def recorded_trial(store):
+    experiment_id = new_experiment(store)
+    trial_id = store.create_trial(experiment_id, {"lr": 0.1}, 0, "/checkpoints")
+    return experiment_id, trial_id
+
+
+def scalars(directory, tag):
+    accumulator = EventAccumulator(str(directory))
+    accumulator.Reload()
+    return [(event.step, event.value) for event in accumulator.Scalars(tag)]
+
+
+def scalar_tags(directory):
+    accumulator = EventAccumulator(str(directory))
+    accumulator.Reload()
+    return sorted(accumulator.Tags()["scalars"])
+
+
+def test_recorder_records_progress_and_metrics_in_the_store(store, recorded_trial):
+    _, trial_id = recorded_trial
+    recorder = StoreRecorder(str(store.path), trial_id)
+
+    recorder.on_start(20, 200)
+    assert (store.trial(trial_id)["batches_trained"], store.trial(trial_id)["max_batches"]) == (20, 200)
+
+    recorder.on_training(30, {"loss": 0.5, "note": "warm", "flag": True})
+    recorder.on_training(40, {"loss": 0.25})
+    recorder.on_validation(40, {"accuracy": 0.75, "per_class": [0.5, 1.0]})
+
+    assert store.metrics(trial_id, "training") == [
+        {"batches": 30, "metrics": {"loss": 0.5, "note": "warm", "flag": True}},
+        {"batches": 40, "metrics": {"loss": 0.25}},
+    ]
+    assert store.metrics(trial_id, "validation") == [
+        {"batches": 40, "metrics": {"accuracy": 0.75, "per_class": [0.5, 1.0]}}
+    ]
+    assert store.trial(trial_id)["batches_trained"] == 40
+
+
+def test_recorder_writes_numeric_metrics_to_tensorboard_event_files(store, recorded_trial):
+    _, trial_id = recorded_trial
+    recorder = StoreRecorder(str(store.path), trial_id)
+
+    recorder.on_training(10, {"loss": 0.5, "learning_rate": 2, "note": "x", "flag": True, "sizes": [1, 2]})
+    recorder.on_training(20, {"loss": 0.25, "learning_rate": 1})
+    recorder.on_validation(20, {"accuracy": 0.75, "per_class": [0.5, 1.0], "best": False})
+    recorder.on_validation(30, {"comment": "nothing numeric"})
+    recorder.on_validation(40, {"accuracy": 0.875})
+
+    tensorboard_dir = Path(store.trial(trial_id)["tensorboard_dir"])
+    assert sorted(path.name for path in tensorboard_dir.iterdir()) == ["training", "validation"]
+    assert scalar_tags(tensorboard_dir / "training") == ["learning_rate", "loss"]
+    assert scalars(tensorboard_dir / "training", "loss") == [(10, 0.5), (20, 0.25)]
+    assert scalars(tensorboard_dir / "training", "learning_rate") == [(10, 2.0), (20, 1.0)]
+    assert scalar_tags(tensorboard_dir / "validation") == ["accuracy"]
+    assert scalars(tensorboard_dir / "validation", "accuracy") == [(20, 0.75), (40, 0.875)]
+
+
+def test_recorder_creates_no_event_file_for_metrics_with_nothing_numeric(store, recorded_trial):
+    _, trial_id = recorded_trial
+    recorder = StoreRecorder(str(store.path), trial_id)
+
+    recorder.on_validation(10, {"comment": "text", "done": True})
+
+    assert store.metrics(trial_id, "validation") == [{"batches": 10, "metrics": {"comment": "text", "done": True}}]
+    assert not Path(store.trial(trial_id)["tensorboard_dir"]).exists()
+
+
+def test_recorder_records_checkpoints_with_their_size_and_lean_metadata(tmp_path, store, recorded_trial):
+    experiment_id, trial_id = recorded_trial
+    checkpoint = tmp_path / "checkpoints" / "uuid-1"
+    (checkpoint / "model").mkdir(parents=True)
+    (checkpoint / "model" / "model.ckpt-10.index").write_bytes(b"i" * 1000)
+    (checkpoint / "metadata.json").write_bytes(b"m" * 234)
+    outside = tmp_path / "outside.bin"
+    outside.write_bytes(b"o" * 5000)
+    (checkpoint / "link.bin").symlink_to(outside)  # a link's target is not part of the checkpoint
+    metadata = {
+        "steps_completed": 10,
+        "validation_metrics": {"loss": 0.5},
+        "hparams": {"lr": 0.1},
+        "rng_states": {"python": [1, 2, 3]},
+        "config": {"searcher": {}},
+        "files": {"model/model.ckpt-10.index": {"size": 1000}},
+    }
+    recorder = StoreRecorder(str(store.path), trial_id)
+
+    recorder.on_checkpoint("uuid-1", 10, str(checkpoint), metadata)
+    recorder.on_checkpoint("uuid-2", 20, str(checkpoint), {"steps_completed": 20})
+
+    [first, second] = store.checkpoints(experiment_id)
+    assert first == {
+        "uuid": "uuid-1",
+        "trial_id": trial_id,
+        "batches": 10,
+        "state": "COMPLETED",
+        "validation_metrics": {"loss": 0.5},
+        "size_bytes": 1234,
+        "path": str(checkpoint),
+    }
+    assert second["uuid"] == "uuid-2" and second["validation_metrics"] is None
+    with raw(store.path) as connection:
+        [(stored,)] = connection.execute("SELECT metadata FROM checkpoints WHERE uuid = 'uuid-1'").fetchall()
+    assert json.loads(stored) == {"steps_completed": 10, "validation_metrics": {"loss": 0.5}, "hparams": {"lr": 0.1}}
+    assert "rng_states" in metadata  # the caller's dictionary is left alone
+
+    recorder.on_checkpoints_deleted(["uuid-1"])
+    assert [c["uuid"] for c in store.checkpoints(experiment_id)] == ["uuid-2"]
+    assert [(c["uuid"], c["state"]) for c in store.checkpoints(experiment_id, include_deleted=True)] == [
+        ("uuid-1", "DELETED"),
+        ("uuid-2", "COMPLETED"),
+    ]
+
+
+def test_recorder_for_an_unknown_trial_raises_unknown_id_error(store):
+    with pytest.raises(UnknownIdError):
+        StoreRecorder(str(store.path), 99)
