@@ -225,6 +225,7 @@ def plot(store: ExperimentStore, args: argparse.Namespace) -> int:
 
 
 def list_checkpoints(store: ExperimentStore, args: argparse.Namespace) -> int:
+    store.experiment(args.experiment_id)  # an unknown id is a usage error, not an empty list
     checkpoints = store.checkpoints(args.experiment_id, include_deleted=args.all)
     if args.json:
         print_json(checkpoints)
@@ -333,8 +334,12 @@ def run_and_follow(store: ExperimentStore, experiment_id: int, json_output: bool
     experiment = store.experiment(experiment_id)
     if status != 0:
         if not verbose:
-            tail = log_path.read_text(encoding="utf-8", errors="replace").splitlines()[-40:]
-            print("\n".join(tail), file=sys.stderr)
+            lines = log_path.read_text(encoding="utf-8", errors="replace").splitlines()
+            first = first_traceback(lines)
+            if first:
+                # Usually the cause; later tracebacks are the other ranks being shut down.
+                print("The first error:\n" + "\n".join(first) + "\n\nThe end of the output:", file=sys.stderr)
+            print("\n".join(lines[-15:]), file=sys.stderr)
         print(
             f"\nExperiment {experiment_id} failed ({experiment['state']}). Its whole output: "
             f"det-estimator trial logs {trial['id']}  ({log_path})",
@@ -343,6 +348,28 @@ def run_and_follow(store: ExperimentStore, experiment_id: int, json_output: bool
         return 1
     _summarize(store, experiment_id, json_output)
     return 0
+
+
+def first_traceback(lines: list[str]) -> list[str]:
+    """The first Python traceback in a job's output, down to its exception line.
+
+    horovodrun prefixes each worker's lines with ``[rank]<stderr>:``; lines of other
+    ranks interleaved with the traceback are skipped.
+    """
+    for index, line in enumerate(lines):
+        if "Traceback (most recent call last)" not in line:
+            continue
+        prefix = line[: line.index("Traceback")]
+        block = [line]
+        for following in lines[index + 1 :]:
+            if not following.startswith(prefix):
+                continue
+            block.append(following)
+            body = following[len(prefix) :]
+            if body and not body[0].isspace():  # "SomeError: message" ends a traceback
+                break
+        return block
+    return []
 
 
 def _summarize(store: ExperimentStore, experiment_id: int, json_output: bool) -> None:

@@ -75,11 +75,13 @@ def make_config(tmp_path, max_batches: int, **overrides) -> dict:
 class RecordingHook(det.RunHook):
     """Appends each RunHook call, with the rank, to a file per rank; writes a file into checkpoints."""
 
-    def __init__(self, events_dir: str, rank: int, seconds_per_batch: float):
+    def __init__(self, events_dir: str, rank: int, seconds_per_batch: float, crash_at_batch: int = 0):
         os.makedirs(events_dir, exist_ok=True)
         self._log = os.path.join(events_dir, f"rank{rank}.jsonl")
         self._rank = rank
         self._seconds_per_batch = seconds_per_batch
+        self._crash_at_batch = crash_at_batch
+        self._batches = 0
 
     def _record(self, event: str, **details) -> None:
         with open(self._log, "a") as log:
@@ -88,6 +90,9 @@ class RecordingHook(det.RunHook):
     def after_run(self, run_context, run_values) -> None:
         if self._seconds_per_batch:
             time.sleep(self._seconds_per_batch)  # gives a test time to interrupt the run
+        self._batches += 1
+        if self._batches == self._crash_at_batch:
+            raise RuntimeError(f"rank {self._rank} crashed at its batch {self._batches} of this run")
 
     def on_checkpoint_end(self, checkpoint_dir: str) -> None:
         with open(os.path.join(checkpoint_dir, "hook_note.txt"), "w") as note:
@@ -164,10 +169,13 @@ class AnalyticTrial(det.EstimatorTrial):
     def build_train_spec(self) -> tf.estimator.TrainSpec:
         if self.context.get_hparams().get("fail_on_rank") == self.context.distributed.rank:
             raise RuntimeError(f"rank {self.context.distributed.rank} cannot build its input")
+        hparams = self.context.get_hparams()
+        crash = hparams.get("crash", {})  # {"rank": r, "batch": n}: that rank raises at its n-th batch of a run
         hook = RecordingHook(
             self.context.get_hparam("events_dir"),
             self.context.distributed.rank,
-            float(self.context.get_hparams().get("seconds_per_batch", 0.0)),
+            float(hparams.get("seconds_per_batch", 0.0)),
+            crash_at_batch=crash.get("batch", 0) if crash.get("rank") == self.context.distributed.rank else 0,
         )
         return tf.estimator.TrainSpec(self._input_fn, hooks=[hook])
 

@@ -1,0 +1,436 @@
+"""``det-estimator experiment|checkpoint|trial ...`` end to end, on the analytic trial."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+LEARNING_RATE, GLOBAL_BATCH = 0.01, 8
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+# Slow enough for a pause to land mid-run, short enough to resume quickly.
+SLOW_BATCHES, SECONDS_PER_BATCH = 120, 0.05
+
+
+def created_id(output: str) -> int:
+    match = re.search(r"^Created experiment (\d+) \(trial (\d+)\)", output, re.MULTILINE)
+    assert match, f"no 'Created experiment' line in:\n{output}"
+    return int(match.group(1))
+
+
+def assert_usage_error(result, *fragments: str) -> None:
+    """Exit status 2 and a ``det-estimator: error:`` message holding each fragment."""
+    assert result.returncode == 2, f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+    assert result.stderr.startswith("det-estimator: error: "), result.stderr
+    for fragment in fragments:
+        assert fragment in result.stderr
+
+
+def assert_weights_follow_the_closed_form(analytic, validations, learning_rate=LEARNING_RATE) -> None:
+    for validation in validations:
+        expected = analytic.expected_weight(validation["batches"], learning_rate, GLOBAL_BATCH)
+        assert validation["metrics"]["weight"] == pytest.approx(expected, rel=1e-5), validation
+
+
+def scalars(event_dir: Path, tag: str) -> dict[int, float]:
+    """``tag``'s values by step in the TensorBoard event files of a directory."""
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+    values = {}
+    for path in sorted(event_dir.glob("events.out.tfevents.*")):
+        for event in EventFileLoader(str(path)).Load():
+            for value in event.summary.value:
+                if value.tag == tag:
+                    kind = value.WhichOneof("value")
+                    values[event.step] = value.simple_value if kind == "simple_value" else value.tensor.float_val[0]
+    return values
+
+
+@pytest.fixture(scope="module")
+def completed(make_det, make_context, tmp_path_factory):
+    """A 20-batch experiment created and run to completion once for the whole module."""
+    root = tmp_path_factory.mktemp("completed")
+    det, context = make_det(root / "store.sqlite"), make_context(root / "context")
+    result = det.ok("experiment", "create", context.write_config(20), context.directory)
+    experiment_id = created_id(result.stdout)
+    return det, context, experiment_id, result
+
+
+# 1. A completed experiment, seen through every command.
+
+
+def test_create_shows_progress_validations_and_a_summary(completed):
+    det, context, experiment_id, result = completed
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"Created experiment {experiment_id} (trial 1) in {det.store}"
+    progress = [line for line in lines if re.match(r"\[det-estimator\] \[[#.]{20}\] batches \d+/20 ", line)]
+    assert [re.search(r"batches (\d+)/20", line).group(1) for line in progress] == ["5", "10", "15", "20"]
+    assert progress[-1].startswith("[det-estimator] [####################] batches 20/20 (100%)")
+    validations = [line for line in lines if line.startswith("[det-estimator] validation after ")]
+    assert [re.search(r"after (\d+) batches", line).group(1) for line in validations] == ["5", "10", "15", "20"]
+    # Only the progress lines of the trial's output reach the terminal; the rest is in its log.
+    assert not any("WARNING" in line or "tensorflow" in line.lower() for line in lines)
+    assert f"Experiment {experiment_id} COMPLETED after 20 batches." in lines
+    (best,) = [line for line in lines if line.startswith("Best validation:")]
+    assert re.fullmatch(r"Best validation: loss [0-9.]+ after 20 batches\.", best)
+    assert "Checkpoints kept (1):" in lines
+    checkpoints = det.json("checkpoint", "list", experiment_id)
+    (checkpoint,) = checkpoints
+    assert f"  {checkpoint['uuid']}  batches 20  {checkpoint['path']}" in lines
+    (saved_model_line,) = [line for line in lines if "SavedModel" in line]
+    saved_model = Path(saved_model_line.split("SavedModel 'raw': ", 1)[1])
+    assert saved_model == Path(checkpoint["path"]) / "saved_models" / "raw"
+    assert (saved_model / "saved_model.pb").is_file()
+    assert result.stderr == ""
+
+
+def test_list_shows_the_experiment_completed_with_its_best_validation(completed):
+    det, context, experiment_id, _ = completed
+    (experiment,) = det.json("experiment", "list")
+    assert experiment["id"] == experiment_id
+    assert experiment["state"] == "COMPLETED"
+    assert (experiment["batches_trained"], experiment["max_batches"]) == (20, 20)
+    assert experiment["context_dir"] == str(context.directory.resolve())
+    assert experiment["best_validation"]["metric"] == "loss"
+    assert experiment["best_validation"]["batches"] == 20
+    table = det.ok("experiment", "list").stdout
+    assert re.search(rf"^\s*{experiment_id}\s+analytic\s+COMPLETED\s+20/20\s", table, re.MULTILINE), table
+
+
+def test_describe_has_the_config_hparams_validations_and_training_metrics(completed, analytic):
+    det, context, experiment_id, _ = completed
+    described = det.json("experiment", "describe", experiment_id)
+    assert described["state"] == "COMPLETED"
+    assert described["config"]["entrypoint"] == "analytic_trial:AnalyticTrial"
+    assert described["config"]["searcher"]["max_length"] == {"batches": 20}
+    (trial,) = described["trials"]
+    assert trial["hparams"] == {"global_batch_size": 8, "learning_rate": 0.01, "events_dir": "events"}
+    assert trial["seed"] == 1 and trial["state"] == "COMPLETED"
+    assert [v["batches"] for v in trial["validations"]] == [5, 10, 15, 20]
+    assert_weights_follow_the_closed_form(analytic, trial["validations"])
+    assert all(v["metrics"]["records"] == analytic.NUM_RECORDS for v in trial["validations"])
+    assert [t["batches"] for t in trial["training"]] == [5, 10, 15, 20]
+    expected_losses = analytic.expected_workload_losses(20, 5, LEARNING_RATE, GLOBAL_BATCH)
+    assert [t["metrics"]["loss"] for t in trial["training"]] == pytest.approx(expected_losses, rel=1e-5)
+    assert described["best_validation"]["value"] == pytest.approx(trial["validations"][-1]["metrics"]["loss"])
+    text = det.ok("experiment", "describe", experiment_id).stdout
+    assert "State:       COMPLETED" in text and "Validations:" in text
+
+
+def test_checkpoint_list_gives_the_kept_checkpoints_and_all_shows_the_deleted(completed):
+    det, context, experiment_id, _ = completed
+    (kept,) = det.json("checkpoint", "list", experiment_id)
+    assert kept["batches"] == 20 and kept["state"] == "COMPLETED"
+    assert re.fullmatch(r"[0-9a-f]{32}", kept["uuid"])
+    assert Path(kept["path"]).is_dir() and Path(kept["path"]).name == kept["uuid"]
+    assert Path(kept["path"]).is_relative_to(context.directory.resolve() / "checkpoints")
+    assert kept["size_bytes"] > 0
+    assert kept["size_bytes"] == sum(p.stat().st_size for p in Path(kept["path"]).rglob("*") if p.is_file())
+
+    every = det.json("checkpoint", "list", experiment_id, "--all")
+    assert [c["batches"] for c in every] == [5, 10, 15, 20]
+    assert [c["state"] for c in every] == ["DELETED", "DELETED", "DELETED", "COMPLETED"]
+    assert every[-1] == kept
+    assert len({c["uuid"] for c in every}) == 4
+    for deleted in every[:-1]:
+        assert not Path(deleted["path"]).exists()
+        assert deleted["size_bytes"] > 0
+
+    table = det.ok("checkpoint", "list", experiment_id, "--all").stdout
+    assert table.splitlines()[0].split() == ["UUID", "BATCHES", "STATE", "VALIDATION", "METRICS", "SIZE", "PATH"]
+    assert table.count("DELETED") == 3 and kept["uuid"] in table
+
+
+def test_trial_logs_print_the_whole_output(completed):
+    det, _, experiment_id, result = completed
+    (trial,) = det.json("experiment", "describe", experiment_id)["trials"]
+    logs = det.ok("trial", "logs", trial["id"]).stdout
+    assert logs == Path(trial["log_path"]).read_text(encoding="utf-8")
+    shown = [line for line in result.stdout.splitlines() if line.startswith("[det-estimator]")]
+    logged = logs.splitlines()
+    assert [line for line in logged if line.startswith("[det-estimator]")] == shown
+    assert len(logged) > len(shown)  # TensorFlow's own output is in the log only
+
+
+def test_tensorboard_event_files_hold_training_and_validation_metrics(completed, analytic):
+    det, _, experiment_id, _ = completed
+    (trial,) = det.json("experiment", "describe", experiment_id)["trials"]
+    tensorboard = Path(trial["tensorboard_dir"])
+    assert list((tensorboard / "training").glob("events.out.tfevents.*"))
+    assert list((tensorboard / "validation").glob("events.out.tfevents.*"))
+    weights = scalars(tensorboard / "validation", "weight")
+    assert sorted(weights) == [5, 10, 15, 20]
+    for batches, weight in weights.items():
+        assert weight == pytest.approx(analytic.expected_weight(batches, LEARNING_RATE, GLOBAL_BATCH), rel=1e-5)
+    assert sorted(scalars(tensorboard / "training", "loss")) == [5, 10, 15, 20]
+
+
+def test_plot_writes_a_png_of_the_learning_curves(completed, tmp_path):
+    det, _, experiment_id, _ = completed
+    output = tmp_path / "curves.png"
+    reported = det.json("experiment", "plot", experiment_id, "-o", output)
+    assert reported["id"] == experiment_id
+    assert Path(reported["output"]) == output.resolve()
+    assert {"loss", "weight"} <= set(reported["panels"])
+    assert "global_step" not in reported["panels"]
+    assert output.read_bytes()[:8] == PNG_MAGIC
+
+    again = tmp_path / "plots" / "again.png"
+    text = det.ok("experiment", "plot", experiment_id, "-o", again).stdout
+    assert text.startswith(f"Wrote {len(reported['panels'])} learning curves (") and str(again) in text
+    assert again.read_bytes()[:8] == PNG_MAGIC
+
+
+def test_the_store_can_be_named_by_the_environment(completed):
+    det, _, experiment_id, _ = completed
+    result = subprocess.run(
+        [det.command(())[0], "experiment", "list", "--json"],
+        capture_output=True,
+        text=True,
+        env=dict(det.env(), DET_ESTIMATOR_STORE=str(det.store)),
+        timeout=180,
+    )
+    assert result.returncode == 0, result.stderr
+    assert [e["id"] for e in json.loads(result.stdout)] == [experiment_id]
+
+
+# 2. Pause and resume.
+
+
+def test_a_paused_experiment_resumes_without_losing_anything(det, context, analytic):
+    config = context.write_config(SLOW_BATCHES, hparams={"seconds_per_batch": SECONDS_PER_BATCH})
+    running = det.start("experiment", "create", config, context.directory)
+    experiment_id = created_id(running.wait_for("Created experiment"))
+    running.wait_for("] checkpoint ")
+
+    paused = det.ok("experiment", "pause", experiment_id)
+    assert f"Experiment {experiment_id} is PAUSED." in paused.stdout
+    created = running.finish()
+    assert created.returncode == 0, created.stdout + created.stderr
+    assert f"Resume with: det-estimator experiment resume {experiment_id}" in created.stdout
+    assert f"Experiment {experiment_id} PAUSED after " in created.stdout
+
+    experiment = det.experiment(experiment_id)
+    assert experiment["state"] == "PAUSED"
+    stopped_at = experiment["batches_trained"]
+    assert 0 < stopped_at < SLOW_BATCHES
+    # The pause wrote a checkpoint where the trial stopped.
+    assert det.json("checkpoint", "list", experiment_id)[-1]["batches"] == stopped_at
+
+    resumed = det.ok("experiment", "resume", experiment_id)
+    assert f"Resuming experiment {experiment_id}" in resumed.stdout
+    assert f"batches {SLOW_BATCHES}/{SLOW_BATCHES} (100%)" in resumed.stdout
+    assert f"Experiment {experiment_id} COMPLETED after {SLOW_BATCHES} batches." in resumed.stdout
+
+    experiment = det.experiment(experiment_id)
+    assert experiment["state"] == "COMPLETED"
+    assert experiment["batches_trained"] == SLOW_BATCHES
+    (trial,) = det.json("experiment", "describe", experiment_id)["trials"]
+    validations = trial["validations"]
+    assert validations[-1]["batches"] == SLOW_BATCHES
+    assert validations[-1]["metrics"]["weight"] == pytest.approx(
+        analytic.expected_weight(SLOW_BATCHES, LEARNING_RATE, GLOBAL_BATCH), rel=1e-5
+    )
+    assert_weights_follow_the_closed_form(analytic, validations)
+    assert [v["batches"] for v in validations] == sorted({v["batches"] for v in validations})
+    assert any(v["batches"] > stopped_at for v in validations)
+    # The one log holds both runs.
+    log = Path(trial["log_path"]).read_text(encoding="utf-8")
+    assert f"batches 5/{SLOW_BATCHES} " in log and f"batches {SLOW_BATCHES}/{SLOW_BATCHES} " in log
+
+
+def test_ctrl_c_pauses_the_experiment(det, context):
+    config = context.write_config(SLOW_BATCHES, hparams={"seconds_per_batch": SECONDS_PER_BATCH})
+    running = det.start("experiment", "create", config, context.directory)
+    experiment_id = created_id(running.wait_for("Created experiment"))
+    running.wait_for("] checkpoint ")
+
+    os.killpg(running.process.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+    created = running.finish()
+    assert created.returncode == 0, created.stdout + created.stderr
+    assert "Pausing: the trial finishes its batch and writes a checkpoint" in created.stdout
+    assert f"Resume with: det-estimator experiment resume {experiment_id}" in created.stdout
+    assert "Traceback" not in created.stdout + created.stderr
+    experiment = det.experiment(experiment_id)
+    assert experiment["state"] == "PAUSED"
+    assert 0 < experiment["batches_trained"] < SLOW_BATCHES
+
+
+# 3. Errors.
+
+
+def test_a_missing_config_file_is_a_usage_error(det, context):
+    result = det("experiment", "create", context.directory / "missing.yaml", context.directory)
+    assert_usage_error(result, f"CONFIG {context.directory / 'missing.yaml'} is not a file.")
+
+
+def test_a_context_dir_that_is_not_a_directory_is_a_usage_error(det, context, tmp_path):
+    config = context.write_config()
+    result = det("experiment", "create", config, tmp_path / "nowhere")
+    assert_usage_error(result, f"CONTEXT_DIR {tmp_path / 'nowhere'} is not a directory.")
+    result = det("experiment", "create", config, config)
+    assert_usage_error(result, f"CONTEXT_DIR {config} is not a directory.")
+
+
+@pytest.mark.parametrize(
+    "change, key_path",
+    [
+        (lambda config: config.update(bogus_key=1), "`bogus_key`"),
+        (lambda config: config["checkpoint_storage"].update(hots_path="x"), "`checkpoint_storage.hots_path`"),
+    ],
+    ids=["top-level", "nested"],
+)
+def test_a_config_with_an_unknown_key_is_a_usage_error_naming_it(det, context, change, key_path):
+    raw = context.config()
+    change(raw)
+    config = context.write_config(raw=raw, filename="bad.yaml")
+    result = det("experiment", "create", config, context.directory)
+    assert_usage_error(result, f"{config}: experiment config: unknown key {key_path}", "Expected one of:")
+    assert det.json("experiment", "list") == []
+
+
+@pytest.mark.parametrize(
+    "option, message",
+    [
+        (("--slots", "0"), "argument --slots: must be a positive integer, not '0'"),
+        (("--slots", "two"), "argument --slots: must be a positive integer, not 'two'"),
+        (("--seed", "-1"), "argument --seed: must be an integer from 0 to 2**31 - 1, not '-1'"),
+        (("--seed", str(2**31)), f"argument --seed: must be an integer from 0 to 2**31 - 1, not '{2**31}'"),
+    ],
+)
+def test_bad_options_are_argparse_errors(det, context, option, message):
+    result = det("experiment", "create", context.write_config(), context.directory, *option)
+    assert result.returncode == 2
+    assert result.stderr.startswith("usage: det-estimator experiment create")
+    assert f"det-estimator experiment create: error: {message}" in result.stderr
+    assert not det.store.exists() or det.json("experiment", "list") == []
+
+
+def test_an_entrypoint_module_outside_the_context_dir_is_a_usage_error(det, context):
+    config = context.write_config(entrypoint="elsewhere.trial:AnalyticTrial")
+    result = det("experiment", "create", config, context.directory)
+    assert_usage_error(
+        result,
+        f"The config's entrypoint module 'elsewhere.trial' is not in CONTEXT_DIR {context.directory.resolve()}",
+        "expected elsewhere/trial.py there.",
+    )
+    assert det.json("experiment", "list") == []
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("experiment", "describe", "99"),
+        ("experiment", "pause", "99"),
+        ("experiment", "resume", "99"),
+        ("experiment", "plot", "99", "-o", "curves.png"),
+        ("checkpoint", "list", "99"),
+    ],
+    ids=lambda command: " ".join(command[:2]),
+)
+def test_an_unknown_experiment_id_is_a_usage_error(completed, tmp_path, command):
+    det = completed[0]
+    command = [str(tmp_path / part) if part == "curves.png" else part for part in command]
+    result = det(*command)
+    assert_usage_error(result, f"There is no experiment 99 in the store {det.store}.")
+    assert not (tmp_path / "curves.png").exists()
+
+
+def test_an_unknown_trial_id_is_a_usage_error(completed):
+    det = completed[0]
+    assert_usage_error(det("trial", "logs", "99"), f"There is no trial 99 in the store {det.store}.")
+
+
+def test_a_completed_experiment_can_be_neither_paused_nor_resumed(completed):
+    det, _, experiment_id, _ = completed
+    assert_usage_error(
+        det("experiment", "pause", experiment_id),
+        f"Experiment {experiment_id} is COMPLETED: only an ACTIVE one can be paused.",
+    )
+    assert_usage_error(
+        det("experiment", "resume", experiment_id),
+        f"Experiment {experiment_id} is COMPLETED: it has completed; nothing to resume.",
+    )
+    assert det.experiment(experiment_id)["state"] == "COMPLETED"
+
+
+def test_plot_to_a_file_of_no_image_format_is_a_usage_error(completed, tmp_path):
+    det, _, experiment_id, _ = completed
+    output = tmp_path / "curves.txt"
+    result = det("experiment", "plot", experiment_id, "-o", output)
+    assert_usage_error(result, f"-o {output}: name a .png, .svg or .pdf file.")
+    assert not output.exists()
+
+
+def test_an_entrypoint_class_that_does_not_exist_fails_the_experiment(det, context):
+    config = context.write_config(entrypoint="analytic_trial:NoSuchTrial")
+    result = det("experiment", "create", config, context.directory)
+    assert result.returncode == 1, result.stdout + result.stderr
+    experiment_id = created_id(result.stdout)
+    assert "Traceback (most recent call last):" in result.stderr
+    assert "AttributeError: The entrypoint's module analytic_trial" in result.stderr
+    assert "has no NoSuchTrial" in result.stderr
+    (trial,) = det.json("experiment", "describe", experiment_id)["trials"]
+    assert f"Experiment {experiment_id} failed (ERROR). Its whole output: det-estimator trial logs {trial['id']}" in (
+        result.stderr
+    )
+    assert det.experiment(experiment_id)["state"] == "ERROR"
+    assert "has no NoSuchTrial" in det.ok("trial", "logs", trial["id"]).stdout
+
+
+# 4. Two experiments at once on one store.
+
+
+def test_two_experiments_created_at_once_both_complete_with_their_own_metrics(det, tmp_path, make_context, analytic):
+    rates = {"first": 0.01, "second": 0.02}
+    contexts = {name: make_context(tmp_path / name) for name in rates}
+    running = {
+        name: det.start(
+            "experiment",
+            "create",
+            contexts[name].write_config(20, name=name, hparams={"learning_rate": rate}),
+            contexts[name].directory,
+        )
+        for name, rate in rates.items()
+    }
+    ids = {}
+    for name, command in running.items():
+        result = command.finish()
+        assert result.returncode == 0, result.stdout + result.stderr
+        ids[name] = created_id(result.stdout)
+        assert f"Experiment {ids[name]} COMPLETED after 20 batches." in result.stdout
+    assert sorted(ids.values()) == [1, 2]
+
+    experiments = {e["name"]: e for e in det.json("experiment", "list")}
+    assert set(experiments) == set(rates)
+    for name, rate in rates.items():
+        assert experiments[name]["id"] == ids[name]
+        assert experiments[name]["state"] == "COMPLETED" and experiments[name]["batches_trained"] == 20
+        (trial,) = det.json("experiment", "describe", ids[name])["trials"]
+        assert trial["hparams"]["learning_rate"] == rate
+        assert [v["batches"] for v in trial["validations"]] == [5, 10, 15, 20]
+        assert_weights_follow_the_closed_form(analytic, trial["validations"], learning_rate=rate)
+        expected_losses = analytic.expected_workload_losses(20, 5, rate, GLOBAL_BATCH)
+        assert [t["metrics"]["loss"] for t in trial["training"]] == pytest.approx(expected_losses, rel=1e-5)
+        (checkpoint,) = det.json("checkpoint", "list", ids[name])
+        assert checkpoint["batches"] == 20 and Path(checkpoint["path"]).is_dir()
+
+
+# 5. Test mode.
+
+
+def test_test_mode_trains_one_batch_and_writes_one_checkpoint(det, context):
+    result = det.ok("experiment", "create", context.write_config(1000), context.directory, "--test")
+    experiment_id = created_id(result.stdout)
+    assert f"Experiment {experiment_id} COMPLETED after 1 batches." in result.stdout
+    experiment = det.experiment(experiment_id)
+    assert experiment["state"] == "COMPLETED" and experiment["test"] is True
+    assert experiment["batches_trained"] == 1
+    (checkpoint,) = det.json("checkpoint", "list", experiment_id, "--all")
+    assert checkpoint["batches"] == 1 and checkpoint["state"] == "COMPLETED"
+    assert Path(checkpoint["path"]).is_dir()
+    (trial,) = det.json("experiment", "describe", experiment_id)["trials"]
+    assert [v["batches"] for v in trial["validations"]] == [1]
