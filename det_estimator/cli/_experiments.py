@@ -3,6 +3,7 @@
 import argparse
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -122,6 +123,11 @@ def pause(store: ExperimentStore, args: argparse.Namespace) -> int:
     pid = experiment["launcher_pid"]
     if pid is None:
         raise UsageError(f"Experiment {args.experiment_id} is starting; try again in a few seconds.")
+    if experiment["launcher_host"] != socket.gethostname():
+        raise UsageError(
+            f"Experiment {args.experiment_id} was launched on {experiment['launcher_host']}: run "
+            f"`det-estimator experiment pause {args.experiment_id}` there."
+        )
     os.kill(pid, signal.SIGTERM)
     _tell(args.json, f"Pausing experiment {args.experiment_id}: it finishes its batch and writes a checkpoint")
     deadline = time.monotonic() + args.timeout

@@ -1,13 +1,17 @@
 """``det-estimator experiment|checkpoint|trial ...`` end to end, on the analytic trial."""
 
+import contextlib
 import json
 import os
 import re
 import signal
+import sqlite3
 import subprocess
 from pathlib import Path
 
 import pytest
+
+from det_estimator.store import ExperimentStore
 
 LEARNING_RATE, GLOBAL_BATCH = 0.01, 8
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -434,3 +438,13 @@ def test_test_mode_trains_one_batch_and_writes_one_checkpoint(det, context):
     assert Path(checkpoint["path"]).is_dir()
     (trial,) = det.json("experiment", "describe", experiment_id)["trials"]
     assert [v["batches"] for v in trial["validations"]] == [1]
+
+
+def test_an_experiment_launched_on_another_machine_is_paused_there(det):
+    with ExperimentStore(det.store) as store:
+        experiment_id = store.create_experiment("elsewhere", {}, "/code", "model_def:Trial", 2, False)
+        store.set_launcher(experiment_id, os.getpid())  # a pid that is alive here, so signalling it would be wrong
+    with contextlib.closing(sqlite3.connect(det.store)) as raw, raw:
+        raw.execute("UPDATE experiments SET launcher_host = 'host2' WHERE id = ?", (experiment_id,))
+    result = det("experiment", "pause", str(experiment_id))
+    assert_usage_error(result, f"was launched on host2: run `det-estimator experiment pause {experiment_id}` there.")
