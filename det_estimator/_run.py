@@ -73,14 +73,49 @@ def run_trial_in(
     slots = config.resources.slots_per_trial
     if slots == 1 and hosts is None:
         return run_in_this_process(trial_class, config, checkpoint_dir, test=test, record=record)
+    return launch_on_workers(
+        {"trial_class": describe_trial_class(trial_class)},
+        config,
+        checkpoint_dir,
+        test=test,
+        record=record,
+        hosts=hosts,
+        failure="The trial failed: a worker exited with status {status} (its traceback is above).",
+    )
 
+
+def launch_on_workers(
+    how_to_run: dict[str, Any],
+    config: ExperimentConfig,
+    checkpoint_dir: str,
+    test: bool,
+    record: Optional[dict[str, Any]],
+    hosts: Optional[str],
+    failure: str,
+    worker_command: Optional[list[str]] = None,
+):
+    """Runs a trial on the config's slots under horovodrun; returns its ``TrialOutcome``.
+
+    Args:
+        how_to_run: the spec entries that tell the workers what to run:
+            ``{"trial_class": ...}`` for det-estimator's worker, ``{"native": True}`` for
+            a native-API script, which ``worker_command`` then runs.
+        config: the validated experiment config.
+        checkpoint_dir: the trial's checkpoint directory.
+        test: one training batch, one validation step and one checkpoint.
+        record: ``{"store": path, "trial_id": id}``, or None to record nothing.
+        hosts: Horovod's host list, or None for this machine.
+        failure: the message of the RuntimeError raised when the job fails or ends
+            without an outcome; ``{status}`` is replaced by horovodrun's exit status.
+        worker_command: what each worker runs; by default det-estimator's worker.
+    """
     from det_estimator.controller import TrialOutcome
     from det_estimator.launcher import launch_directory, launch_workers
 
     # With other hosts, the launch files go beside the checkpoints, on the shared file system.
     with launch_directory(str(Path(checkpoint_dir).parent) if hosts else None) as scratch:
         spec = {
-            "trial_class": describe_trial_class(trial_class),
+            **how_to_run,
             "config": config.to_dict(),
             "checkpoint_dir": checkpoint_dir,
             "test": test,
@@ -88,11 +123,12 @@ def run_trial_in(
             "outcome_file": str(scratch / "outcome.json"),
             "record": record,
         }
-        status = launch_workers(spec, scratch / "spec.json", slots, hosts=hosts)
-        if status != 0:
-            raise RuntimeError(f"The trial failed: a worker exited with status {status} (its traceback is above).")
-        outcome = json.loads(Path(spec["outcome_file"]).read_text(encoding="utf-8"))
-    return TrialOutcome(**outcome)
+        slots = config.resources.slots_per_trial
+        status = launch_workers(spec, scratch / "spec.json", slots, worker_command, hosts)
+        outcome_file = Path(spec["outcome_file"])
+        if status != 0 or not outcome_file.exists():
+            raise RuntimeError(failure.format(status=status))
+        return TrialOutcome(**json.loads(outcome_file.read_text(encoding="utf-8")))
 
 
 def _with_slots(config: ExperimentConfig, slots: Optional[int]) -> ExperimentConfig:

@@ -7,11 +7,9 @@ The experiment's state in the store always ends COMPLETED, PAUSED or ERROR.
 """
 
 import importlib
-import json
 import os
 import sys
 import traceback
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from det_estimator import store as experiment_store
@@ -66,28 +64,21 @@ def _run_native_script(
     run's spec in its environment and trains as one rank instead of creating another
     experiment.
     """
-    from det_estimator.launcher import launch_directory, launch_workers
+    from det_estimator._run import launch_on_workers
 
-    command, hosts = experiment["command"], experiment["hosts"]
-    with launch_directory(str(Path(checkpoint_dir).parent) if hosts else None) as scratch:
-        spec = {
-            "native": True,
-            "config": config.to_dict(),
-            "checkpoint_dir": checkpoint_dir,
-            "test": experiment["test"],
-            "pause_file": str(scratch / "pause"),
-            "outcome_file": str(scratch / "outcome.json"),
-            "record": record,
-        }
-        slots = config.resources.slots_per_trial
-        status = launch_workers(spec, scratch / "spec.json", slots, [sys.executable, *command], hosts)
-        outcome_file = Path(spec["outcome_file"])
-        if status != 0 or not outcome_file.exists():
-            raise RuntimeError(
-                f"The script {' '.join(command)} failed (exit status {status}) or never called "
-                "context.train_and_evaluate(); its output is above."
-            )
-        return json.loads(outcome_file.read_text(encoding="utf-8"))["state"]
+    command = experiment["command"]
+    outcome = launch_on_workers(
+        {"native": True},
+        config,
+        checkpoint_dir,
+        test=experiment["test"],
+        record=record,
+        hosts=experiment["hosts"],
+        failure=f"The script {' '.join(command)} failed (exit status {{status}}) or never called "
+        "context.train_and_evaluate(); its output is above.",
+        worker_command=[sys.executable, *command],
+    )
+    return outcome.state
 
 
 def _import_entrypoint(module_name: str, class_name: str) -> type:
