@@ -16,6 +16,7 @@ import psutil
 import pytest
 
 SUPPORT = Path(__file__).parent / "support"
+EXAMPLES = Path(__file__).parent.parent / "examples"
 
 
 def load_module(path: Path):
@@ -35,6 +36,20 @@ def load_module(path: Path):
 def module_loader():
     """:func:`load_module`, for conftests below this one."""
     return load_module
+
+
+@pytest.fixture
+def example_config(tmp_path):
+    """``example_config(example, name)``: a copy of an example's config in tmp_path, whose
+    checkpoints go under tmp_path instead of the example's own runs/ directory."""
+
+    def copy(example: str, name: str = "const.yaml") -> Path:
+        text = (EXAMPLES / example / name).read_text()
+        path = tmp_path / name
+        path.write_text(text.replace("host_path: runs/checkpoints", f"host_path: {tmp_path}"))
+        return path
+
+    return copy
 
 
 @pytest.fixture(scope="session")

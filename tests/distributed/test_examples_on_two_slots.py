@@ -13,14 +13,6 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 COMMAND = str(Path(sys.executable).with_name("det-estimator"))
 
 
-def config_in(tmp_path, example: str, name: str) -> Path:
-    """The example's config with its checkpoints under tmp_path."""
-    text = (EXAMPLES / example / name).read_text().replace("host_path: runs/checkpoints", f"host_path: {tmp_path}")
-    path = tmp_path / name
-    path.write_text(text)
-    return path
-
-
 def start(tmp_path, command, stderr=subprocess.STDOUT):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", DET_ESTIMATOR_STORE=str(tmp_path / "store.sqlite"))
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, text=True, env=env, start_new_session=True)
@@ -36,9 +28,9 @@ def describe(tmp_path, experiment_id: int) -> dict:
     return json.loads(result.stdout)
 
 
-def test_the_native_script_runs_on_two_launched_ranks(runs, tmp_path):
+def test_the_native_script_runs_on_two_launched_ranks(runs, tmp_path, example_config):
     script = EXAMPLES / "ctr_native" / "train.py"
-    config = config_in(tmp_path, "ctr_native", "distributed.yaml")
+    config = example_config("ctr_native", "distributed.yaml")
     process = start(tmp_path, [sys.executable, str(script), "--test", "--config", str(config)])
     output = runs.communicate_or_kill(process, 240, "the native script on 2 slots")
     assert process.returncode == 0, output[-5000:]
@@ -49,8 +41,8 @@ def test_the_native_script_runs_on_two_launched_ranks(runs, tmp_path):
 
 
 @pytest.mark.slow
-def test_the_main_job_trains_example_one_in_full_on_two_slots(runs, tmp_path):
-    config = config_in(tmp_path, "ctr_binary", "distributed.yaml")
+def test_the_main_job_trains_example_one_in_full_on_two_slots(runs, tmp_path, example_config):
+    config = example_config("ctr_binary", "distributed.yaml")
     progress = tmp_path / "progress.txt"
     with progress.open("w") as stderr:
         process = start(

@@ -11,14 +11,6 @@ SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "ctr_native" / "trai
 COMMAND = str(Path(sys.executable).with_name("det-estimator"))
 
 
-def config_in(tmp_path, name="const.yaml"):
-    """The example's config with its checkpoints under tmp_path."""
-    text = (SCRIPT.parent / name).read_text().replace("host_path: runs/checkpoints", f"host_path: {tmp_path}")
-    path = tmp_path / name
-    path.write_text(text)
-    return path
-
-
 def run_script(tmp_path, *args):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", DET_ESTIMATOR_STORE=str(tmp_path / "store.sqlite"))
     return subprocess.run(
@@ -26,8 +18,8 @@ def run_script(tmp_path, *args):
     )
 
 
-def test_local_test_mode_trains_one_batch_in_the_scripts_process(tmp_path):
-    result = run_script(tmp_path, "--local", "--test", "--config", str(config_in(tmp_path)))
+def test_local_test_mode_trains_one_batch_in_the_scripts_process(tmp_path, example_config):
+    result = run_script(tmp_path, "--local", "--test", "--config", str(example_config("ctr_native")))
     assert result.returncode == 0, result.stderr[-3000:]
     assert "COMPLETED after 1 batches" in result.stdout
     checkpoint = Path(re.search(r"checkpoint after 1 batches: (.+)", result.stdout).group(1))
@@ -36,8 +28,8 @@ def test_local_test_mode_trains_one_batch_in_the_scripts_process(tmp_path):
     assert not (tmp_path / "store.sqlite").exists(), "a local run is not tracked"
 
 
-def test_without_local_the_script_becomes_a_tracked_experiment(tmp_path):
-    result = run_script(tmp_path, "--test", "--config", str(config_in(tmp_path)))
+def test_without_local_the_script_becomes_a_tracked_experiment(tmp_path, example_config):
+    result = run_script(tmp_path, "--test", "--config", str(example_config("ctr_native")))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "Created experiment 1" in result.stdout and "Experiment 1 COMPLETED after 1 batches." in result.stdout
     listed = subprocess.run(

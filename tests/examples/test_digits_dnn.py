@@ -10,12 +10,10 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "digits_dnn"
 COMMAND = str(Path(sys.executable).with_name("det-estimator"))
 
 
-def test_the_premade_classifier_trains_one_batch_with_exact_macro_f1(tmp_path):
+def test_the_premade_classifier_trains_one_batch_with_exact_macro_f1(tmp_path, example_config):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     store = str(tmp_path / "store.sqlite")
-    # Checkpoints go under the example's own runs/ (relative host_path): point them at tmp_path instead.
-    config = (EXAMPLE / "const.yaml").read_text().replace("host_path: runs/checkpoints", f"host_path: {tmp_path}")
-    (tmp_path / "const.yaml").write_text(config)
+    config = example_config("digits_dnn")
     result = subprocess.run(
         [
             COMMAND,
@@ -23,7 +21,7 @@ def test_the_premade_classifier_trains_one_batch_with_exact_macro_f1(tmp_path):
             store,
             "experiment",
             "create",
-            str(tmp_path / "const.yaml"),
+            str(config),
             str(EXAMPLE),
             "--test",
             "--json",
