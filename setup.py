@@ -29,6 +29,8 @@ setup(
         "pyyaml",
         # `det-estimator experiment plot` draws learning curves to PNG files.
         "matplotlib>=3.5",
+        # The tpe searcher proposes hyperparameters with Optuna's Tree-structured Parzen Estimator.
+        "optuna>=4.0",
     ],
     extras_require={
         "cpu": [f"tensorflow-cpu{TENSORFLOW_RANGE}"],

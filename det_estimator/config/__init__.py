@@ -22,12 +22,15 @@ from det_estimator.config._hyperparameters import (
     Hyperparameter,
     IntHyperparameter,
     LogHyperparameter,
+    grid_point,
+    grid_size,
 )
 from det_estimator.config._lengths import Length, LengthUnit
-from det_estimator.config._searcher import SearcherConfig
+from det_estimator.config._searcher import AshaBracket, SearcherConfig
 from det_estimator.config._sections import OptimizationsConfig, ReproducibilityConfig, ResourcesConfig
 
 __all__ = [
+    "AshaBracket",
     "CategoricalHyperparameter",
     "CheckpointStorageConfig",
     "ConfigError",
@@ -43,5 +46,7 @@ __all__ = [
     "ReproducibilityConfig",
     "ResourcesConfig",
     "SearcherConfig",
+    "grid_point",
+    "grid_size",
     "load_experiment_config",
 ]

@@ -1,13 +1,15 @@
-"""Hyperparameter specs: validation, sampling and serialization.
+"""Hyperparameter specs: validation, sampling, grid points and serialization.
 
 The ``hyperparameters`` section maps names to specs. A mapping with a ``type``
 key is a spec (const, int, double, log or categorical); a mapping without one
 is a nested group of hyperparameters; anything else is a constant.
 """
 
+import math
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 from types import MappingProxyType
 from typing import Any, Callable, Optional, Union
 
@@ -40,6 +42,10 @@ class ConstHyperparameter:
         """Returns a mutable copy of the value; ``rng`` is unused."""
         return thaw(self.val)
 
+    def grid_points(self) -> tuple[Any, ...]:
+        """Returns the one point of a grid search: the value, frozen."""
+        return (self.val,)
+
     def to_dict(self) -> dict[str, Any]:
         """Returns the spec as written in a config."""
         return {"type": "const", "val": thaw(self.val)}
@@ -63,6 +69,22 @@ class IntHyperparameter:
         """Draws a value using ``rng``."""
         return rng.randint(self.minval, self.maxval)
 
+    def grid_points(self) -> tuple[int, ...]:
+        """Returns the values a grid search tries, as the reference system computes them.
+
+        ``count`` is capped at ``maxval - minval + 1``; the values are
+        ``round(minval + i * (maxval - minval) / (count - 1))``, halves rounded
+        away from zero; a count of 1 gives the rounded midpoint.
+
+        Raises:
+            ValueError: If ``count`` is None.
+        """
+        count = min(_require_count(self), self.maxval - self.minval + 1)
+        if count == 1:
+            return (_round_half_away_from_zero(Fraction(self.minval + self.maxval, 2)),)
+        span = self.maxval - self.minval
+        return tuple(_round_half_away_from_zero(self.minval + Fraction(i * span, count - 1)) for i in range(count))
+
     def to_dict(self) -> dict[str, Any]:
         """Returns the spec as written in a config."""
         return {"type": "int", "minval": self.minval, "maxval": self.maxval, "count": self.count}
@@ -85,6 +107,16 @@ class DoubleHyperparameter:
     def sample(self, rng: random.Random) -> float:
         """Draws a value using ``rng``."""
         return rng.uniform(self.minval, self.maxval)
+
+    def grid_points(self) -> tuple[float, ...]:
+        """Returns ``count`` evenly spaced values from ``minval`` to ``maxval``, both included.
+
+        A count of 1 gives the midpoint.
+
+        Raises:
+            ValueError: If ``count`` is None.
+        """
+        return _evenly_spaced(self.minval, self.maxval, _require_count(self))
 
     def to_dict(self) -> dict[str, Any]:
         """Returns the spec as written in a config."""
@@ -111,6 +143,16 @@ class LogHyperparameter:
         """Draws a value using ``rng``."""
         return self.base ** rng.uniform(self.minval, self.maxval)
 
+    def grid_points(self) -> tuple[float, ...]:
+        """Returns ``base ** x`` for ``count`` evenly spaced exponents from ``minval`` to ``maxval``.
+
+        A count of 1 gives the midpoint of the exponents.
+
+        Raises:
+            ValueError: If ``count`` is None.
+        """
+        return tuple(self.base**exponent for exponent in _evenly_spaced(self.minval, self.maxval, _require_count(self)))
+
     def to_dict(self) -> dict[str, Any]:
         """Returns the spec as written in a config."""
         return {"type": "log", "minval": self.minval, "maxval": self.maxval, "base": self.base, "count": self.count}
@@ -130,6 +172,10 @@ class CategoricalHyperparameter:
         """Draws a value using ``rng`` and returns a mutable copy of it."""
         return thaw(rng.choice(self.vals))
 
+    def grid_points(self) -> tuple[Any, ...]:
+        """Returns every value, frozen, in the order of ``vals``."""
+        return self.vals
+
     def to_dict(self) -> dict[str, Any]:
         """Returns the spec as written in a config."""
         return {"type": "categorical", "vals": thaw(self.vals)}
@@ -138,6 +184,27 @@ class CategoricalHyperparameter:
 Hyperparameter = Union[
     ConstHyperparameter, IntHyperparameter, DoubleHyperparameter, LogHyperparameter, CategoricalHyperparameter
 ]
+_RangeHyperparameter = Union[IntHyperparameter, DoubleHyperparameter, LogHyperparameter]
+
+
+def _require_count(spec: _RangeHyperparameter) -> int:
+    if spec.count is None:
+        raise ValueError(f"A grid needs the count of every int, double and log hyperparameter. Received: {spec!r}")
+    return spec.count
+
+
+def _round_half_away_from_zero(value: Fraction) -> int:
+    # The reference rounds as Go's math.Round does; Python's round() would send 2.5 to 2.
+    magnitude = math.floor(abs(value) + Fraction(1, 2))
+    return magnitude if value >= 0 else -magnitude
+
+
+def _evenly_spaced(minval: float, maxval: float, count: int) -> tuple[float, ...]:
+    # Exact fractions, rounded once, so that both ends come out exactly as written.
+    low, high = Fraction(minval), Fraction(maxval)
+    if count == 1:
+        return (float((low + high) / 2),)
+    return tuple(float(low + (high - low) * i / (count - 1)) for i in range(count))
 
 
 def _parse_const(spec: Mapping[str, Any], path: str) -> ConstHyperparameter:
@@ -320,5 +387,74 @@ def hyperparameters_to_dict(space: Mapping[str, Any]) -> dict[str, Any]:
     """
     return {
         name: hyperparameters_to_dict(node) if isinstance(node, Mapping) else node.to_dict()
+        for name, node in space.items()
+    }
+
+
+def _grid_axes(space: Mapping[str, Any], path: str, names: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
+    """Returns ``(names from the top, grid points)`` of every leaf, depth first, in the config's order."""
+    axes = []
+    for name, node in space.items():
+        dotted = join(path, name)
+        if isinstance(node, Mapping):
+            axes.extend(_grid_axes(node, dotted, (*names, name)))
+            continue
+        if isinstance(node, (IntHyperparameter, DoubleHyperparameter, LogHyperparameter)) and node.count is None:
+            rule = "a positive integer: the number of values the grid searcher tries for this hyperparameter"
+            raise missing_key(join(dotted, "count"), rule)
+        axes.append(((*names, name), node.grid_points()))
+    return axes
+
+
+def grid_size(space: Mapping[str, Any], path: str = "hyperparameters") -> int:
+    """Counts the points of a grid search: the product of every hyperparameter's number of grid points.
+
+    Args:
+        space: A mapping returned by :func:`parse_hyperparameters`.
+        path: Dotted name of ``space``, for messages.
+
+    Returns:
+        The number of points; at least 1.
+
+    Raises:
+        ConfigError: If an int, double or log hyperparameter has no ``count``;
+            the message names its ``count`` key.
+    """
+    return math.prod(len(points) for _, points in _grid_axes(space, path))
+
+
+def grid_point(space: Mapping[str, Any], index: int, path: str = "hyperparameters") -> dict[str, Any]:
+    """Returns the hyperparameter values of one point of a grid search.
+
+    Points are numbered as ``itertools.product`` numbers them over the
+    hyperparameters in the config's order (nested ones depth first): the last
+    hyperparameter changes fastest.
+
+    Args:
+        space: A mapping returned by :func:`parse_hyperparameters`.
+        index: The point's number, from 0 to ``grid_size(space) - 1``.
+        path: Dotted name of ``space``, for messages.
+
+    Returns:
+        Name to value, mutable; nested groups give nested dicts, in the config's order.
+
+    Raises:
+        ConfigError: If an int, double or log hyperparameter has no ``count``.
+        IndexError: If ``index`` is out of range.
+    """
+    axes = _grid_axes(space, path)
+    size = math.prod(len(points) for _, points in axes)
+    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < size:
+        raise IndexError(f"A grid point index must be an integer from 0 to {size - 1}. Received: {index!r}")
+    chosen = {}
+    for names, points in reversed(axes):
+        index, position = divmod(index, len(points))
+        chosen[names] = points[position]
+    return _assemble(space, chosen, ())
+
+
+def _assemble(space: Mapping[str, Any], chosen: dict[tuple[str, ...], Any], names: tuple[str, ...]) -> dict[str, Any]:
+    return {
+        name: _assemble(node, chosen, (*names, name)) if isinstance(node, Mapping) else thaw(chosen[(*names, name)])
         for name, node in space.items()
     }

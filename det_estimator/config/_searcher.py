@@ -1,54 +1,316 @@
-"""The ``searcher`` section. Only the ``single`` searcher (one trial) is implemented."""
+"""The ``searcher`` section: which search runs, and the keys each searcher takes.
 
+Every searcher takes ``name``, ``metric``, ``smaller_is_better`` and
+``max_length``; the others are per searcher (see ``_SEARCHER_KEYS``). A key that
+another searcher takes is rejected with a message naming the searcher; a key no
+searcher takes is an unknown key. The arithmetic of ``adaptive_asha``'s brackets
+and rungs lives here too, because validating ``bracket_rungs`` and ``max_trials``
+needs it.
+"""
+
+import math
+import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from fractions import Fraction
+from typing import Any, Optional, Union
 
 from det_estimator.config._errors import PREFIX, ConfigError, describe, invalid_value, missing_key
-from det_estimator.config._fields import MAPPING_RULE, check_keys, join, lookup, read_bool, read_str
+from det_estimator.config._fields import (
+    MAPPING_RULE,
+    check_int,
+    check_keys,
+    join,
+    lookup,
+    read_bool,
+    read_choice,
+    read_int,
+    read_str,
+)
 from det_estimator.config._lengths import Length, parse_length
 
 SINGLE = "single"
+RANDOM = "random"
+GRID = "grid"
+ADAPTIVE_ASHA = "adaptive_asha"
+TPE = "tpe"
+SEARCHER_NAMES = (ADAPTIVE_ASHA, GRID, RANDOM, SINGLE, TPE)
+# Searchers of the reference format that det-estimator does not implement.
+_NOT_SUPPORTED_SEARCHERS = ("adaptive", "adaptive_simple", "async_halving", "custom", "pbt", "sync_halving")
 
-_KEYS = ("name", "metric", "smaller_is_better", "max_length")
-# Keys of the other searchers that make no sense for a searcher that runs one trial.
-_MULTI_TRIAL_KEYS = ("max_trials", "max_concurrent_trials")
+ASHA_MODES = ("aggressive", "conservative", "standard")
+DEFAULT_MAX_CONCURRENT_TRIALS = 16
+
+_COMMON_KEYS = ("name", "metric", "smaller_is_better", "max_length")
+_ASHA_KEYS = ("max_trials", "max_concurrent_trials", "mode", "divisor", "max_rungs", "bracket_rungs", "stop_once")
+# The keys each searcher takes besides the common ones.
+_SEARCHER_KEYS: dict[str, tuple[str, ...]] = {
+    SINGLE: (),
+    RANDOM: ("max_trials", "max_concurrent_trials"),
+    GRID: ("max_concurrent_trials",),
+    ADAPTIVE_ASHA: _ASHA_KEYS,
+    TPE: ("max_trials", "max_concurrent_trials"),
+}
+# Why a searcher has no use for a key that others take, where "only X takes it" would not say enough.
+_WHY_NOT = {
+    SINGLE: ", which runs exactly one trial",
+    GRID: ", which runs one trial per point of the grid",
+}
+_BRACKET_RUNGS_RULE = "a non-empty list of positive integers"
+
+
+@dataclass(frozen=True)
+class AshaBracket:
+    """One bracket of an ``adaptive_asha`` search.
+
+    Attributes:
+        num_rungs: Number of rungs.
+        max_trials: Trials the bracket creates.
+        max_concurrent_trials: Trials it runs at once; 0 for no limit.
+        rung_lengths: Training length of each rung, in the unit of
+            ``searcher.max_length``, increasing; the last is ``max_length``.
+    """
+
+    num_rungs: int
+    max_trials: int
+    max_concurrent_trials: int
+    rung_lengths: tuple[int, ...]
 
 
 @dataclass(frozen=True)
 class SearcherConfig:
     """The validated ``searcher`` section.
 
+    Keys a searcher does not take are None.
+
     Attributes:
-        name: The searcher; always "single" for now.
-        metric: Name of the validation metric that ranks checkpoints.
+        name: The searcher: "single", "random", "grid", "adaptive_asha" or "tpe".
+        metric: Name of the validation metric that ranks trials and checkpoints.
         smaller_is_better: Whether a smaller ``metric`` is better.
-        max_length: How long the trial trains.
+        max_length: How long each trial trains at most.
+        max_trials: Trials to create (random, adaptive_asha, tpe).
+        max_concurrent_trials: Trials to run at once, 0 for no limit (all but single).
+        mode: "aggressive", "standard" or "conservative" (adaptive_asha without
+            ``bracket_rungs``).
+        divisor: Factor between the lengths of successive rungs, and the
+            fraction of a rung's trials that go on (adaptive_asha).
+        max_rungs: Most rungs a bracket has (adaptive_asha without ``bracket_rungs``).
+        bracket_rungs: Rungs of each bracket, replacing ``mode`` and ``max_rungs``
+            (adaptive_asha, optional).
+        stop_once: True for stopping-based ASHA, False for promotion-based (adaptive_asha).
     """
 
     name: str
     metric: str
     smaller_is_better: bool
     max_length: Length
+    max_trials: Optional[int] = None
+    max_concurrent_trials: Optional[int] = None
+    mode: Optional[str] = None
+    divisor: Optional[Union[int, float]] = None
+    max_rungs: Optional[int] = None
+    bracket_rungs: Optional[tuple[int, ...]] = None
+    stop_once: Optional[bool] = None
 
     def to_dict(self) -> dict[str, Any]:
-        """Returns the section with defaults filled in, JSON-serializable."""
-        return {
+        """Returns the section with defaults filled in, JSON-serializable; only the searcher's own keys."""
+        section = {
             "name": self.name,
             "metric": self.metric,
             "smaller_is_better": self.smaller_is_better,
             "max_length": self.max_length.to_dict(),
         }
+        for key in _SEARCHER_KEYS[self.name]:
+            value = getattr(self, key)
+            # With bracket_rungs, mode and max_rungs are None: writing them would make the section invalid.
+            if value is not None:
+                section[key] = list(value) if isinstance(value, tuple) else value
+        return section
+
+    def asha_brackets(self) -> tuple[AshaBracket, ...]:
+        """Computes the brackets of an ``adaptive_asha`` search, as the reference system does.
+
+        The rung cap is ``R = min(max_rungs, floor(log_d max_length) + 1,
+        floor(log_d max_trials) + 1)``. ``aggressive`` gives one bracket of R
+        rungs, ``standard`` brackets of R down to ``(R - 1) // 2 + 1`` rungs,
+        ``conservative`` R down to 1; ``bracket_rungs`` replaces all that, largest
+        first. Each bracket gets trials in proportion to ``d ** (r - 1) / r``
+        (at least one; the remainder goes to the first) and an even share of
+        ``max_concurrent_trials`` (at least one; extras to the first brackets).
+        Rung ``i`` of an ``r``-rung bracket trains to
+        ``max(floor(max_length / d ** (r - 1 - i)), 1)``.
+
+        Returns:
+            The brackets, the one with the most rungs first.
+
+        Raises:
+            ValueError: If the searcher is not ``adaptive_asha``.
+        """
+        if self.name != ADAPTIVE_ASHA:
+            raise ValueError(f"Only the {ADAPTIVE_ASHA} searcher has brackets. Received: searcher {self.name!r}")
+        return _plan_brackets(self, "searcher")
+
+
+def _powers_up_to(divisor: Fraction, limit: Fraction, cap: int) -> int:
+    """Returns ``min(floor(log_divisor(limit)) + 1, cap)``, exactly."""
+    count, power = 1, divisor
+    while count < cap and power <= limit:
+        count, power = count + 1, power * divisor
+    return count
+
+
+def _rung_length(max_length: int, divisor: Fraction, steps_below_top: int) -> int:
+    return max(math.floor(Fraction(max_length) / divisor**steps_below_top), 1)
+
+
+def _rungs_with_distinct_lengths(max_length: int, divisor: Fraction, cap: int) -> int:
+    """Most rungs (up to ``cap``) a bracket can have before two of its rungs get the same length.
+
+    For a divisor of 2 or more this is ``floor(log_d max_length) + 1``; a smaller
+    divisor can repeat a length earlier, and a repeated length would ask a trial
+    to validate again without training.
+    """
+    count = 1
+    while count < cap and _rung_length(max_length, divisor, count) < _rung_length(max_length, divisor, count - 1):
+        count += 1
+    return count
+
+
+def _bracket_rungs(config: SearcherConfig, divisor: Fraction, path: str) -> list[int]:
+    length = config.max_length.value
+    if config.bracket_rungs is not None:
+        limit = _rungs_with_distinct_lengths(length, divisor, max(config.bracket_rungs))
+        for index, rungs in enumerate(config.bracket_rungs):
+            if rungs > limit:
+                rule = (
+                    f"an integer from 1 to {limit}: with max_length {length} and divisor {config.divisor}, "
+                    "a bracket of more rungs would train two of its rungs to the same length"
+                )
+                raise invalid_value(join(join(path, "bracket_rungs"), index), rule, rungs)
+        return sorted(config.bracket_rungs, reverse=True)
+    cap = config.max_rungs
+    top = min(
+        cap,
+        _rungs_with_distinct_lengths(length, divisor, cap),
+        _powers_up_to(divisor, Fraction(config.max_trials), cap),
+    )
+    lowest = {"aggressive": top, "standard": (top - 1) // 2 + 1, "conservative": 1}[config.mode]
+    return list(range(top, lowest - 1, -1))
+
+
+def _split_trials(config: SearcherConfig, divisor: Fraction, rungs: list[int], path: str) -> list[int]:
+    weights = [divisor ** (count - 1) / count for count in rungs]
+    total = sum(weights)
+    trials = [max(math.floor(weight / total * config.max_trials), 1) for weight in weights]
+    trials[0] += config.max_trials - sum(trials)
+    if trials[0] < 1:
+        counts = ", ".join(str(count) for count in rungs)
+        rule = f"large enough to give each of the {len(rungs)} brackets (of {counts} rungs) at least one trial"
+        raise invalid_value(join(path, "max_trials"), rule, config.max_trials)
+    return trials
+
+
+def _split_concurrency(max_concurrent_trials: int, brackets: int) -> list[int]:
+    if max_concurrent_trials == 0:
+        return [0] * brackets
+    # As in the reference, every bracket runs at least one trial at a time, even
+    # when that makes more trials run at once than max_concurrent_trials.
+    total = max(max_concurrent_trials, brackets)
+    return [total // brackets + (1 if index < total % brackets else 0) for index in range(brackets)]
+
+
+def _plan_brackets(config: SearcherConfig, path: str) -> tuple[AshaBracket, ...]:
+    divisor = Fraction(config.divisor)
+    rungs = _bracket_rungs(config, divisor, path)
+    trials = _split_trials(config, divisor, rungs, path)
+    concurrency = _split_concurrency(config.max_concurrent_trials, len(rungs))
+    length = config.max_length.value
+    return tuple(
+        AshaBracket(
+            num_rungs=count,
+            max_trials=trials[index],
+            max_concurrent_trials=concurrency[index],
+            rung_lengths=tuple(_rung_length(length, divisor, count - 1 - rung) for rung in range(count)),
+        )
+        for index, count in enumerate(rungs)
+    )
 
 
 def _read_name(section: Mapping[str, Any], path: str) -> str:
-    rule = f'"{SINGLE}"'
+    rule = f"one of: {', '.join(SEARCHER_NAMES)}"
     name = lookup(section, "name", path, rule)
-    if isinstance(name, str) and name != SINGLE:
-        rule = f'"{SINGLE}" (the "{name}" searcher is not supported yet)'
-    if name != SINGLE:
-        raise invalid_value(join(path, "name"), rule, name)
-    return name
+    if name in SEARCHER_NAMES:
+        return name
+    if name in _NOT_SUPPORTED_SEARCHERS:
+        rule = f'{rule} (the "{name}" searcher is not supported yet)'
+    raise invalid_value(join(path, "name"), rule, name)
+
+
+def _check_searcher_keys(section: Mapping[str, Any], path: str, name: str) -> None:
+    """Rejects, in the section's order, keys of other searchers and keys of none."""
+    own = _COMMON_KEYS + _SEARCHER_KEYS[name]
+    for key in section:
+        owners = [other for other, keys in _SEARCHER_KEYS.items() if key in keys and key not in own]
+        if owners:
+            why = _WHY_NOT.get(name) or f" (only {', '.join(owners)} take{'s' if len(owners) == 1 else ''} it)"
+            raise ConfigError(
+                f"{PREFIX}`{join(path, key)}` is not supported by the `{name}` searcher{why}; remove it. "
+                f"Received: {describe(section[key])}"
+            )
+    check_keys(section, path, own)
+
+
+def _read_divisor(section: Mapping[str, Any], path: str) -> Union[int, float]:
+    rule = "a number greater than 1"
+    divisor = lookup(section, "divisor", path, rule, default=4)
+    valid = isinstance(divisor, numbers.Real) and not isinstance(divisor, bool) and math.isfinite(divisor)
+    if not valid or divisor <= 1:
+        raise invalid_value(join(path, "divisor"), rule, divisor)
+    return int(divisor) if isinstance(divisor, numbers.Integral) else float(divisor)
+
+
+def _read_bracket_rungs(section: Mapping[str, Any], path: str) -> Optional[tuple[int, ...]]:
+    rungs = section.get("bracket_rungs")
+    if rungs is None:
+        return None
+    rungs_path = join(path, "bracket_rungs")
+    if not isinstance(rungs, (list, tuple)) or not rungs:
+        raise invalid_value(rungs_path, _BRACKET_RUNGS_RULE, rungs)
+    return tuple(check_int(count, join(rungs_path, index), minimum=1) for index, count in enumerate(rungs))
+
+
+def _read_asha_shape(section: Mapping[str, Any], path: str) -> dict[str, Any]:
+    """Reads ``mode``, ``max_rungs`` and ``bracket_rungs``; the last replaces the other two."""
+    bracket_rungs = _read_bracket_rungs(section, path)
+    if bracket_rungs is None:
+        return {
+            "mode": read_choice(section, "mode", path, ASHA_MODES, default="standard"),
+            "max_rungs": read_int(section, "max_rungs", path, minimum=1, default=5),
+            "bracket_rungs": None,
+        }
+    for key in ("mode", "max_rungs"):
+        if section.get(key) is not None:
+            raise ConfigError(
+                f"{PREFIX}`{join(path, key)}` cannot be combined with `{join(path, 'bracket_rungs')}`, which sets "
+                f"the rungs of every bracket itself; remove one of them. Received: {describe(section[key])}"
+            )
+    return {"mode": None, "max_rungs": None, "bracket_rungs": bracket_rungs}
+
+
+def _read_searcher_keys(section: Mapping[str, Any], path: str, name: str) -> dict[str, Any]:
+    keys = _SEARCHER_KEYS[name]
+    values: dict[str, Any] = {}
+    if "max_trials" in keys:
+        values["max_trials"] = read_int(section, "max_trials", path, minimum=1)
+    if "max_concurrent_trials" in keys:
+        values["max_concurrent_trials"] = read_int(
+            section, "max_concurrent_trials", path, minimum=0, default=DEFAULT_MAX_CONCURRENT_TRIALS
+        )
+    if name == ADAPTIVE_ASHA:
+        values["divisor"] = _read_divisor(section, path)
+        values.update(_read_asha_shape(section, path))
+        values["stop_once"] = read_bool(section, "stop_once", path, default=True)
+    return values
 
 
 def parse_searcher(value: Any, path: str) -> SearcherConfig:
@@ -62,8 +324,8 @@ def parse_searcher(value: Any, path: str) -> SearcherConfig:
         The searcher config.
 
     Raises:
-        ConfigError: If the section is missing or invalid, names a searcher
-            other than ``single``, or has a key that only multi-trial searchers take.
+        ConfigError: If the section is missing or invalid, names a searcher that
+            is not implemented, or has a key its searcher does not take.
     """
     if value is None:
         raise missing_key(path, MAPPING_RULE)
@@ -71,17 +333,17 @@ def parse_searcher(value: Any, path: str) -> SearcherConfig:
         raise invalid_value(path, MAPPING_RULE, value)
     # The name decides which keys are valid, so it is checked first.
     name = _read_name(value, path)
-    for key in _MULTI_TRIAL_KEYS:
-        if key in value:
-            raise ConfigError(
-                f"{PREFIX}`{join(path, key)}` is not supported by the `{SINGLE}` searcher, which runs exactly "
-                f"one trial; remove it. Received: {describe(value[key])}"
-            )
-    check_keys(value, path, _KEYS)
-    length_path = join(path, "max_length")
-    return SearcherConfig(
+    _check_searcher_keys(value, path, name)
+    config = SearcherConfig(
         name=name,
         metric=read_str(value, "metric", path, non_empty=True),
         smaller_is_better=read_bool(value, "smaller_is_better", path, default=True),
-        max_length=parse_length(lookup(value, "max_length", path, "a length such as {batches: 1000}"), length_path),
+        max_length=parse_length(
+            lookup(value, "max_length", path, "a length such as {batches: 1000}"), join(path, "max_length")
+        ),
+        **_read_searcher_keys(value, path, name),
     )
+    if name == ADAPTIVE_ASHA:
+        # Brackets that cannot be built are a config error, reported now rather than when the search starts.
+        _plan_brackets(config, path)
+    return config

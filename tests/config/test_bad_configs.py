@@ -157,16 +157,22 @@ CASES = [
         "integer) in the experiment config. Received: records_per_epoch=0",
     ),
     (
-        "random searcher",
-        config(searcher=searcher(name="random")),
-        'experiment config: `searcher.name` must be "single" (the "random" searcher is not supported yet). '
-        "Received: 'random' (str)",
+        "unknown searcher",
+        config(searcher=searcher(name="bayesian")),
+        "experiment config: `searcher.name` must be one of: adaptive_asha, grid, random, single, tpe. "
+        "Received: 'bayesian' (str)",
     ),
     (
-        "adaptive_asha searcher",
-        config(searcher=searcher(name="adaptive_asha", max_trials=16)),
-        'experiment config: `searcher.name` must be "single" (the "adaptive_asha" searcher is not supported yet). '
-        "Received: 'adaptive_asha' (str)",
+        "searcher of the reference format not supported yet",
+        config(searcher=searcher(name="pbt", max_trials=16)),
+        "experiment config: `searcher.name` must be one of: adaptive_asha, grid, random, single, tpe "
+        "(the \"pbt\" searcher is not supported yet). Received: 'pbt' (str)",
+    ),
+    (
+        "searcher name that is not a string",
+        config(searcher=searcher(name=["random"])),
+        "experiment config: `searcher.name` must be one of: adaptive_asha, grid, random, single, tpe. "
+        "Received: ['random'] (list)",
     ),
     (
         "max_trials with the single searcher",
