@@ -13,7 +13,7 @@ TENSORFLOW_RANGE = ">=2.15,<2.16"
 
 setup(
     name="det-estimator",
-    version="0.1.0",
+    version="0.2.0",
     description=(
         "Train, evaluate and serve tf.estimator models on one to many Horovod workers, "
         "with validation metrics that are exact across workers."
@@ -31,6 +31,8 @@ setup(
         "matplotlib>=3.5",
         # The tpe searcher proposes hyperparameters with Optuna's Tree-structured Parzen Estimator.
         "optuna>=4.0",
+        # The live progress bar: redrawn in place, with throughput and time left.
+        "tqdm>=4.60",
     ],
     extras_require={
         "cpu": [f"tensorflow-cpu{TENSORFLOW_RANGE}"],

@@ -2,7 +2,7 @@
 
 While the training graph is built, det-estimator builds each uniform, normal and
 truncated normal draw from a checkpointed ``tf.random.Generator`` (see
-``det_estimator/controller/_random_streams.py``). This prints the time of a training
+``det_estimator.estimator._random_streams.py``). This prints the time of a training
 step's worth of dropout both ways, interleaved in one run, and their ratio.
 
 Usage: ``.venv/bin/python benchmarks/random_draws.py [--steps N] [--repeats R]``
@@ -18,7 +18,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf  # noqa: E402
 
-from det_estimator.controller._random_streams import restorable_random_ops  # noqa: E402
+from det_estimator.estimator._random_streams import restorable_random_ops  # noqa: E402
 
 
 def build_session(restorable: bool):

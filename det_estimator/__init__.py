@@ -4,70 +4,95 @@ Typical use::
 
     import det_estimator as det
 
-    class MyTrial(det.EstimatorTrial):
+    class MyTrial(det.estimator.EstimatorTrial):   # or det.EstimatorTrial
         ...
 
-The public names are loaded on first use, so that importing the package (as the
-``det-estimator`` command and the launcher do) does not import TensorFlow.
+``det.core`` is the Core API every trial type and training script reports through;
+``det.estimator`` the tf.estimator trial type. The public names are loaded on first
+use, so that importing the package (as the ``det-estimator`` command and the launcher
+do) does not import TensorFlow.
 """
 
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 # Public name -> the module that defines it.
 _EXPORTS = {
-    "DistributedContext": "det_estimator.context",
-    "EstimatorContext": "det_estimator.context",
-    "EstimatorExperimentalContext": "det_estimator.context",
-    "EstimatorTrialContext": "det_estimator.context",
-    "EstimatorTrial": "det_estimator.trial",
-    "EstimatorNativeContext": "det_estimator.native",
-    "init": "det_estimator.native",
+    "ClusterInfo": "det_estimator._info",
+    "DetEstimatorError": "det_estimator.errors",
+    "DistributedContext": "det_estimator.core",
+    "EstimatorContext": "det_estimator.estimator",
+    "EstimatorExperimentalContext": "det_estimator.estimator",
+    "EstimatorNativeContext": "det_estimator.estimator",
+    "EstimatorTrial": "det_estimator.estimator",
+    "EstimatorTrialContext": "det_estimator.estimator",
+    "InvalidHP": "det_estimator.errors",
     "MetricReducer": "det_estimator.reducers",
     "RunHook": "det_estimator.hooks",
+    "TrialOutcome": "det_estimator.orchestration",
+    "get_cluster_info": "det_estimator._info",
+    "init": "det_estimator.native",
+    "load_estimator_from_checkpoint_path": "det_estimator.estimator",
     "run_trial": "det_estimator._run",
-    "load_estimator_from_checkpoint_path": "det_estimator._serving",
 }
+# Subpackages reached as attributes: det.core, det.estimator, det.experimental.
+_SUBPACKAGES = ("core", "estimator", "experimental")
 
 __all__ = [
+    "ClusterInfo",
+    "DetEstimatorError",
     "DistributedContext",
     "EstimatorContext",
     "EstimatorExperimentalContext",
     "EstimatorNativeContext",
     "EstimatorTrial",
     "EstimatorTrialContext",
+    "InvalidHP",
     "MetricReducer",
     "RunHook",
+    "TrialOutcome",
     "__version__",
+    "core",
+    "estimator",
+    "experimental",
+    "get_cluster_info",
     "init",
     "load_estimator_from_checkpoint_path",
     "run_trial",
 ]
 
 if TYPE_CHECKING:
+    from det_estimator import core, estimator, experimental
+    from det_estimator._info import ClusterInfo, get_cluster_info
     from det_estimator._run import run_trial
-    from det_estimator._serving import load_estimator_from_checkpoint_path
-    from det_estimator.context import (
-        DistributedContext,
+    from det_estimator.core import DistributedContext
+    from det_estimator.errors import DetEstimatorError, InvalidHP
+    from det_estimator.estimator import (
         EstimatorContext,
         EstimatorExperimentalContext,
+        EstimatorNativeContext,
+        EstimatorTrial,
         EstimatorTrialContext,
+        load_estimator_from_checkpoint_path,
     )
     from det_estimator.hooks import RunHook
-    from det_estimator.native import EstimatorNativeContext, init
+    from det_estimator.native import init
+    from det_estimator.orchestration import TrialOutcome
     from det_estimator.reducers import MetricReducer
-    from det_estimator.trial import EstimatorTrial
 
 
 def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
+    if name in _SUBPACKAGES:
+        value = importlib.import_module(f"det_estimator.{name}")
+    elif name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    else:
         raise AttributeError(f"module 'det_estimator' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_EXPORTS[name]), name)
     globals()[name] = value
     return value
 
 
 def __dir__() -> list:
-    return sorted([*globals(), *_EXPORTS])
+    return sorted([*globals(), *_EXPORTS, *_SUBPACKAGES])

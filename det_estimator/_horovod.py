@@ -6,7 +6,7 @@ A run counts as distributed once Horovod has been initialized with more than one
 """
 
 import sys
-from typing import Any, Callable, Optional
+from typing import Any
 
 import tensorflow as tf
 
@@ -21,11 +21,12 @@ def _initialized_horovod():
     return hvd
 
 
-def init() -> None:
-    """Initializes Horovod for this process (a no-op if it already is)."""
+def init() -> Any:
+    """Initializes Horovod for this process (a no-op if it already is); returns the module."""
     import horovod.tensorflow as hvd
 
     hvd.init()
+    return hvd
 
 
 def size() -> int:
@@ -92,27 +93,6 @@ def allgather_bytes(local_bytes: tf.Tensor, name: str) -> tuple[tf.Tensor, tf.Te
     return all_bytes, sizes
 
 
-def allgather_object(obj: Any) -> list[Any]:
-    """Every rank's picklable ``obj``, in rank order, on every rank.
-
-    Every rank must make the same sequence of calls. Safe from a SessionRunHook (it
-    then uses a graph and session of its own), but never from inside a ``py_func``,
-    where it would nest a ``session.run``.
-    """
-    hvd = _initialized_horovod()
-    if hvd is None:
-        return [obj]
-    return _run_collective(lambda session: hvd.allgather_object(obj, session=session))
-
-
-def broadcast_object(obj: Any, root_rank: int = 0) -> Any:
-    """``root_rank``'s picklable ``obj``, on every rank (called like :func:`allgather_object`)."""
-    hvd = _initialized_horovod()
-    if hvd is None:
-        return obj
-    return _run_collective(lambda session: hvd.broadcast_object(obj, root_rank=root_rank, session=session))
-
-
 def distributed_optimizer(
     optimizer: Any, aggregation_frequency: int, average_aggregated_gradients: bool, gradient_compression: bool
 ) -> Any:
@@ -137,18 +117,6 @@ def broadcast_variables_hook(root_rank: int = 0) -> Any:
     import horovod.tensorflow as hvd
 
     return hvd.BroadcastGlobalVariablesHook(root_rank)
-
-
-def _run_collective(collective: Callable[[Optional[tf.compat.v1.Session]], Any]) -> Any:
-    """Runs an object collective eagerly, or in a graph and session of its own.
-
-    Inside an Estimator (a training hook, say) TensorFlow is in graph mode with the
-    Estimator's finalized graph as default; the collective's ops must go elsewhere.
-    """
-    if tf.executing_eagerly():
-        return collective(None)
-    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
-        return collective(session)
 
 
 def allreduce_sum(tensor: tf.Tensor, name: str) -> tf.Tensor:

@@ -38,6 +38,14 @@ def module_loader():
     return load_module
 
 
+@pytest.fixture(autouse=True)
+def own_store(tmp_path, monkeypatch):
+    """Every test records its runs in a store of its own (run_trial and det.init use the default store)."""
+    path = tmp_path / "default-store" / "store.sqlite"
+    monkeypatch.setenv("DET_ESTIMATOR_STORE", str(path))
+    return path
+
+
 @pytest.fixture
 def example_config(tmp_path):
     """``example_config(example, name)``: a copy of an example's config in tmp_path, whose

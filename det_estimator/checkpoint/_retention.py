@@ -1,7 +1,7 @@
 """Which checkpoints of a trial to keep: the ``save_trial_latest`` and ``save_trial_best`` policy."""
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Optional
 
 from det_estimator.checkpoint import _metadata
@@ -23,6 +23,7 @@ def select_to_delete(
     save_best: int,
     metric: Optional[str],
     smaller_is_better: bool,
+    keep: Collection[str] = (),
 ) -> list[Checkpoint]:
     """Selects the checkpoints that neither the "latest" nor the "best" rule keeps.
 
@@ -33,6 +34,7 @@ def select_to_delete(
         metric: The validation metric that ranks checkpoints; only checkpoints with a
             numeric, non-NaN value for it can be among the best.
         smaller_is_better: Whether a smaller metric value is better.
+        keep: uuids of checkpoints kept whatever the rules say (the experiment's best).
 
     Returns:
         The checkpoints to delete, oldest first.
@@ -49,10 +51,10 @@ def select_to_delete(
             f"Received: metric=None, save_best={save_best}"
         )
     ordered = sorted(checkpoints, key=recency_key)
-    keep = set(ordered[len(ordered) - save_latest :]) if save_latest else set()
+    kept = set(ordered[len(ordered) - save_latest :]) if save_latest else set()
     if save_best and metric is not None:
-        keep.update(_best(ordered, save_best, metric, smaller_is_better))
-    return [checkpoint for checkpoint in ordered if checkpoint not in keep]
+        kept.update(_best(ordered, save_best, metric, smaller_is_better))
+    return [checkpoint for checkpoint in ordered if checkpoint not in kept and checkpoint.uuid not in keep]
 
 
 def _best(ordered: Sequence[Checkpoint], count: int, metric: str, smaller_is_better: bool) -> list[Checkpoint]:

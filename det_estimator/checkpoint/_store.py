@@ -20,7 +20,7 @@ import logging
 import os
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any, Optional, Union
 
@@ -290,7 +290,12 @@ class TrialCheckpoints:
         return removed
 
     def prune(
-        self, save_latest: int, save_best: int, metric: Optional[str], smaller_is_better: bool = True
+        self,
+        save_latest: int,
+        save_best: int,
+        metric: Optional[str],
+        smaller_is_better: bool = True,
+        keep: Collection[str] = (),
     ) -> builtins.list[Checkpoint]:
         """Deletes the checkpoints that the retention policy does not keep.
 
@@ -310,6 +315,8 @@ class TrialCheckpoints:
             save_best: How many of the best checkpoints to keep.
             metric: The searcher's metric; required when ``save_best > 0``.
             smaller_is_better: Whether a smaller metric value is better.
+            keep: uuids of checkpoints to keep whatever the counts say (for instance the
+                experiment's best, ``save_experiment_best``).
 
         Returns:
             The checkpoints deleted, oldest first.
@@ -317,7 +324,7 @@ class TrialCheckpoints:
         Raises:
             ValueError: If a count is negative, or ``save_best > 0`` without a metric.
         """
-        doomed = _retention.select_to_delete(self.list(), save_latest, save_best, metric, smaller_is_better)
+        doomed = _retention.select_to_delete(self.list(), save_latest, save_best, metric, smaller_is_better, keep)
         for checkpoint in doomed:
             self.delete(checkpoint)
         return doomed

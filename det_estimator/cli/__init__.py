@@ -116,7 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[list[str]] = None) -> int:
     """Runs the command line; returns the exit status (2 for a bad command line or config)."""
-    from det_estimator.store import ExperimentStore, StoreError, UnknownIdError
+    from det_estimator.errors import DetEstimatorError
+    from det_estimator.store import ExperimentStore, UnknownIdError
 
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -132,7 +133,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     except (UsageError, UnknownIdError) as error:
         print(f"det-estimator: error: {error}", file=sys.stderr)
         return 2
-    except StoreError as error:
+    except DetEstimatorError as error:
         print(f"det-estimator: error: {error}", file=sys.stderr)
         return 1
     except BrokenPipeError:

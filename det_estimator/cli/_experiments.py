@@ -1,27 +1,21 @@
-"""The experiment, checkpoint and trial commands."""
+"""The experiment, checkpoint and trial commands: thin front ends over orchestration and the store."""
 
 import argparse
 import os
-import signal
-import socket
-import subprocess
+import shlex
 import sys
 import time
-import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
-from det_estimator.cli._output import format_metrics, format_size, format_time, print_json, print_table
-from det_estimator.store import ACTIVE, COMPLETED, ERROR, INTERRUPTED, PAUSED, ExperimentStore
-
-if TYPE_CHECKING:
-    from det_estimator.config import ExperimentConfig
-
-# Lines of the trial's output shown in the terminal; the log keeps everything.
-PROGRESS_PREFIX = "[det-estimator]"
+from det_estimator import orchestration
+from det_estimator.cli._output import format_size, format_time, print_table
+from det_estimator.errors import DetEstimatorError
+from det_estimator.orchestration import format_metrics, print_json
+from det_estimator.store import ExperimentBusyError, ExperimentStore, MetricKind, State, TrialRecord, to_json_value
 
 
-class UsageError(Exception):
+class UsageError(DetEstimatorError):
     """A bad command line or config: the command prints the message and exits with 2."""
 
 
@@ -50,172 +44,162 @@ def create(store: ExperimentStore, args: argparse.Namespace) -> int:
         config = load_experiment_config(raw)
     except ConfigError as error:
         raise UsageError(f"{args.config}: {error}") from error
-    _check_entrypoint_module(context_dir, config.entrypoint_module)
-
-    experiment_id, trial_id = record_new_experiment(
+    if config.is_script:
+        _check_script(context_dir, list(config.entrypoint_command))
+    else:
+        _check_entrypoint_module(context_dir, config.entrypoint_module)
+    experiment_id = orchestration.record_experiment(
         store,
         config,
-        context_dir,
+        str(context_dir),
         name=config.name or Path(args.config).stem,
-        entrypoint=config.entrypoint,
         test=args.test,
         hosts=args.hosts,
     )
+    trial_id = store.trials(experiment_id)[0].id
     _tell(args.json, f"Created experiment {experiment_id} (trial {trial_id}) in {store.path}")
-    return run_and_follow(store, experiment_id, json_output=args.json, verbose=args.verbose)
-
-
-def record_new_experiment(
-    store: ExperimentStore,
-    config: "ExperimentConfig",
-    context_dir: Path,
-    name: str,
-    entrypoint: str,
-    test: bool,
-    command: Optional[list[str]] = None,
-    hosts: Optional[str] = None,
-) -> tuple[int, int]:
-    """Records an experiment and its trial in the store; returns their ids.
-
-    The trial's checkpoints go to ``<checkpoint storage>/experiment-<id>-<random>/trial-<n>``:
-    the random part keeps two stores (or a store made anew) that share a checkpoint
-    storage from ever resuming each other's checkpoints. A relative storage path is
-    relative to ``context_dir``, where the trial runs.
-    """
-    storage = Path(config.checkpoint_storage.checkpoint_directory)
-    storage = storage if storage.is_absolute() else context_dir / storage
-    experiment_id = store.create_experiment(
-        name=name,
-        config=config.to_dict(),
-        context_dir=str(context_dir),
-        entrypoint=entrypoint,
-        slots=config.resources.slots_per_trial,
-        test=test,
-        command=command,
-        hosts=hosts,
-    )
-    seed = config.reproducibility.experiment_seed
-    trial_id = store.create_trial(
-        experiment_id,
-        hparams=config.sample_hyperparameters(seed),
-        seed=seed,
-        checkpoint_dir=str(storage / f"experiment-{experiment_id}-{uuid.uuid4().hex[:8]}" / "trial-1"),
-    )
-    return experiment_id, trial_id
+    return _run(store, experiment_id, args)
 
 
 def resume(store: ExperimentStore, args: argparse.Namespace) -> int:
     """Continues a paused, interrupted or failed experiment from its latest checkpoint."""
     experiment = store.experiment(args.experiment_id)
-    if experiment["state"] not in (PAUSED, INTERRUPTED, ERROR):
-        hint = "it is running" if experiment["state"] == ACTIVE else "it has completed"
-        raise UsageError(f"Experiment {args.experiment_id} is {experiment['state']}: {hint}; nothing to resume.")
-    store.set_state(args.experiment_id, ACTIVE)
+    if experiment.state not in (State.PAUSED, State.INTERRUPTED, State.ERROR):
+        hint = "it is running" if experiment.state == State.ACTIVE else "it has completed"
+        raise UsageError(f"Experiment {args.experiment_id} is {experiment.state}: {hint}; nothing to resume.")
     _tell(args.json, f"Resuming experiment {args.experiment_id} from its latest checkpoint")
-    return run_and_follow(store, args.experiment_id, json_output=args.json, verbose=args.verbose)
+    return _run(store, args.experiment_id, args)
+
+
+def _run(store: ExperimentStore, experiment_id: int, args: argparse.Namespace) -> int:
+    try:
+        return orchestration.run_and_report(store, experiment_id, json_output=args.json, verbose=args.verbose)
+    except ExperimentBusyError as error:
+        raise UsageError(str(error)) from error
 
 
 def pause(store: ExperimentStore, args: argparse.Namespace) -> int:
-    """Has a running experiment checkpoint and stop; waits until it has."""
+    """Asks a running experiment to checkpoint and stop; waits until it has.
+
+    The request goes through the store, so it works from any machine that sees the
+    store, whichever machine runs the experiment.
+    """
     experiment = store.experiment(args.experiment_id)
-    if experiment["state"] != ACTIVE:
-        raise UsageError(f"Experiment {args.experiment_id} is {experiment['state']}: only an ACTIVE one can be paused.")
-    pid = experiment["launcher_pid"]
-    if pid is None:
-        raise UsageError(f"Experiment {args.experiment_id} is starting; try again in a few seconds.")
-    if experiment["launcher_host"] != socket.gethostname():
-        raise UsageError(
-            f"Experiment {args.experiment_id} was launched on {experiment['launcher_host']}: run "
-            f"`det-estimator experiment pause {args.experiment_id}` there."
-        )
-    os.kill(pid, signal.SIGTERM)
+    if experiment.state != State.ACTIVE:
+        raise UsageError(f"Experiment {args.experiment_id} is {experiment.state}: only an ACTIVE one can be paused.")
+    store.request_pause(args.experiment_id)
     _tell(args.json, f"Pausing experiment {args.experiment_id}: it finishes its batch and writes a checkpoint")
     deadline = time.monotonic() + args.timeout
     while time.monotonic() < deadline:
         experiment = store.experiment(args.experiment_id)
-        if experiment["state"] != ACTIVE:
+        if experiment.state != State.ACTIVE:
             break
         time.sleep(0.5)
     else:
         print(f"Experiment {args.experiment_id} has not stopped within {args.timeout:.0f} s.", file=sys.stderr)
         return 1
     if args.json:
-        print_json({"id": args.experiment_id, "state": experiment["state"]})
+        print_json({"id": args.experiment_id, "state": experiment.state}, sys.stdout)
     else:
-        print(f"Experiment {args.experiment_id} is {experiment['state']}.")
-    return 0 if experiment["state"] in (PAUSED, COMPLETED) else 1
+        print(f"Experiment {args.experiment_id} is {experiment.state}.")
+    return 0 if experiment.state in (State.PAUSED, State.COMPLETED) else 1
 
 
 def list_experiments(store: ExperimentStore, args: argparse.Namespace) -> int:
+    """Every experiment: id, name, state, progress and best validation."""
     experiments = store.experiments()
-    for experiment in experiments:
-        experiment["best_validation"] = _best_validation(store, experiment["id"])
+    best = {experiment.id: store.best_validation(experiment.id) for experiment in experiments}
     if args.json:
-        print_json(experiments)
+        print_json([{**to_json_value(e), "best_validation": best[e.id]} for e in experiments], sys.stdout)
         return 0
     if not experiments:
         print(f"No experiments yet in {store.path}.")
         return 0
-    rows = []
-    for e in experiments:
-        best = e["best_validation"]
-        rows.append(
-            [
-                e["id"],
-                e["name"],
-                e["state"],
-                f"{e['batches_trained']}/{e['max_batches'] or '?'}",
-                e["slots"],
-                format_time(e["created_at"]),
-                "-" if best is None else f"{best['metric']} {best['value']:.6g}",
-            ]
-        )
+    rows = [
+        [
+            e.id,
+            e.name,
+            e.state,
+            f"{e.batches_trained}/{e.max_batches or '?'}",
+            e.slots,
+            format_time(e.created_at),
+            "-" if best[e.id] is None else f"{best[e.id].metric} {best[e.id].value:.6g}",
+        ]
+        for e in experiments
+    ]
     print_table(["ID", "NAME", "STATE", "BATCHES", "SLOTS", "CREATED", "BEST VALIDATION"], rows)
     return 0
 
 
+def trial_json(store: ExperimentStore, trial: TrialRecord, with_metrics: bool) -> dict[str, Any]:
+    """A trial as ``--json`` shows it: its record, where its TensorBoard files are, its runs (and its metrics)."""
+    shown = {**to_json_value(trial), "tensorboard_dir": trial.tensorboard_dir}
+    shown["runs"] = to_json_value(store.trial_runs(trial.id))
+    if with_metrics:
+        for key, kind in (("training", MetricKind.TRAINING), ("validations", MetricKind.VALIDATION)):
+            shown[key] = [{"batches": m.batches, "metrics": m.metrics} for m in store.metrics(trial.id, kind)]
+    return shown
+
+
 def describe(store: ExperimentStore, args: argparse.Namespace) -> int:
+    """Config, hyperparameters, state and every validation of an experiment."""
     experiment = store.experiment(args.experiment_id)
-    for trial in experiment["trials"]:
-        trial["training"] = store.metrics(trial["id"], "training")
-        trial["validations"] = store.metrics(trial["id"], "validation")
-    experiment["best_validation"] = _best_validation(store, args.experiment_id)
-    experiment["checkpoints"] = store.checkpoints(args.experiment_id)
+    trials = store.trials(args.experiment_id)
+    best = store.best_validation(args.experiment_id)
     if args.json:
-        print_json(experiment)
+        shown = to_json_value(experiment)
+        shown["trials"] = [trial_json(store, trial, with_metrics=True) for trial in trials]
+        shown["best_validation"] = best
+        shown["checkpoints"] = store.checkpoints(args.experiment_id)
+        print_json(shown, sys.stdout)
         return 0
     fields = [
-        ("Experiment", f"{experiment['id']} {experiment['name']}"),
-        ("State", experiment["state"]),
-        ("Entrypoint", experiment["entrypoint"]),
-        ("Context dir", experiment["context_dir"]),
-        ("Slots", experiment["slots"]),
-        ("Created", format_time(experiment["created_at"])),
-        ("Ended", format_time(experiment["ended_at"])),
+        ("Experiment", f"{experiment.id} {experiment.name}"),
+        ("State", experiment.state),
+        ("Entrypoint", experiment.entrypoint),
+        ("Context dir", experiment.context_dir),
+        ("Slots", experiment.slots),
+        ("Created", format_time(experiment.created_at)),
+        ("Ended", format_time(experiment.ended_at)),
     ]
+    if best is not None:
+        fields.append(("Best", f"{best.metric} {best.value:.6g} after {best.batches} batches (trial {best.trial_id})"))
     for label, value in fields:
         print(f"{label + ':':<13}{value}")
-    for trial in experiment["trials"]:
-        print(
-            f"\nTrial {trial['id']}: {trial['state']}, {trial['batches_trained']}/{trial['max_batches'] or '?'} "
-            f"batches, seed {trial['seed']}"
-        )
-        print(f"  hyperparameters: {format_metrics(trial['hparams'])}")
-        print(f"  checkpoints in:  {trial['checkpoint_dir']}")
-        print(f"  log:             {trial['log_path']}")
-        if trial["validations"]:
-            names = sorted({name for v in trial["validations"] for name in v["metrics"]})
-            print("\nValidations:")
-            print_table(
-                ["BATCHES", *[name.upper() for name in names]],
-                [[v["batches"], *[v["metrics"].get(name) for name in names]] for v in trial["validations"]],
-            )
+    for trial in trials:
+        _describe_trial(store, trial)
     print("\nConfig:")
-    print_json(experiment["config"])
+    print_json(experiment.config, sys.stdout)
     return 0
 
 
+def _describe_trial(store: ExperimentStore, trial: TrialRecord) -> None:
+    print(
+        f"\nTrial {trial.id}: {trial.state}, {trial.batches_trained}/{trial.max_batches or '?'} "
+        f"batches, seed {trial.seed}"
+    )
+    print(f"  hyperparameters: {format_metrics(trial.hparams) or '-'}")
+    print(f"  checkpoints in:  {trial.checkpoint_dir}")
+    print(f"  log:             {trial.log_path}")
+    print(f"  tensorboard:     {trial.tensorboard_dir}")
+    runs = store.trial_runs(trial.id)
+    if len(runs) > 1 or any(run.error for run in runs):
+        print("  runs:")
+        for number, run in enumerate(runs, 1):
+            cause = "" if run.error is None else f"  {run.error.get('type') or 'error'}: {run.error.get('message')}"
+            print(f"    {number}. {format_time(run.started_at)}  {run.state}{cause}")
+    validations = store.metrics(trial.id, MetricKind.VALIDATION)
+    if validations:
+        names = sorted({name for v in validations for name in v.metrics})
+        print("\nValidations:")
+        print_table(
+            ["BATCHES", *[name.upper() for name in names]],
+            [[v.batches, *[v.metrics.get(name) for name in names]] for v in validations],
+        )
+
+
 def plot(store: ExperimentStore, args: argparse.Namespace) -> int:
+    """Draws learning curves to an image file."""
     from det_estimator.cli._plot import plot_learning_curves
 
     output = Path(args.output)
@@ -224,29 +208,30 @@ def plot(store: ExperimentStore, args: argparse.Namespace) -> int:
     store.experiment(args.experiment_id)  # an unknown id is a usage error before any drawing
     panels = plot_learning_curves(store, args.experiment_id, output)
     if args.json:
-        print_json({"id": args.experiment_id, "output": str(output.resolve()), "panels": panels})
+        print_json({"id": args.experiment_id, "output": str(output.resolve()), "panels": panels}, sys.stdout)
     else:
         print(f"Wrote {len(panels)} learning curves ({', '.join(panels)}) to {output}")
     return 0
 
 
 def list_checkpoints(store: ExperimentStore, args: argparse.Namespace) -> int:
+    """An experiment's checkpoints: uuid, batches, state, metrics, size, path."""
     store.experiment(args.experiment_id)  # an unknown id is a usage error, not an empty list
     checkpoints = store.checkpoints(args.experiment_id, include_deleted=args.all)
     if args.json:
-        print_json(checkpoints)
+        print_json(checkpoints, sys.stdout)
         return 0
     if not checkpoints:
         print(f"Experiment {args.experiment_id} has no checkpoints.")
         return 0
     rows = [
         [
-            c["uuid"],
-            c["batches"],
-            c["state"],
-            format_metrics(c["validation_metrics"]),
-            format_size(c["size_bytes"]),
-            c["path"],
+            c.uuid,
+            c.batches,
+            c.state,
+            format_metrics(c.validation_metrics or {}) or "-",
+            format_size(c.size_bytes),
+            c.path,
         ]
         for c in checkpoints
     ]
@@ -255,8 +240,9 @@ def list_checkpoints(store: ExperimentStore, args: argparse.Namespace) -> int:
 
 
 def trial_logs(store: ExperimentStore, args: argparse.Namespace) -> int:
+    """Everything a trial's processes printed."""
     trial = store.trial(args.trial_id)
-    log = Path(trial["log_path"])
+    log = Path(trial.log_path)
     if not log.exists():
         print(f"Trial {args.trial_id} has no log yet ({log}).", file=sys.stderr)
         return 1
@@ -277,135 +263,18 @@ def _check_entrypoint_module(context_dir: Path, module: str) -> None:
         )
 
 
-def _best_validation(store: ExperimentStore, experiment_id: int) -> Optional[dict[str, Any]]:
-    """The best value of the searcher's metric over the experiment's validations."""
-    experiment = store.experiment(experiment_id)
-    searcher = experiment["config"]["searcher"]
-    metric, smaller = searcher["metric"], searcher.get("smaller_is_better", True)
-    best = None
-    for trial in experiment["trials"]:
-        for validation in store.metrics(trial["id"], "validation"):
-            value = validation["metrics"].get(metric)
-            if isinstance(value, (int, float)) and (best is None or (value < best["value"]) == smaller):
-                best = {"metric": metric, "value": value, "batches": validation["batches"], "trial_id": trial["id"]}
-    return best
+def _check_script(context_dir: Path, command: list[str]) -> None:
+    """A ``python script.py ...`` entrypoint whose script is not in the context directory is refused."""
+    scripts = [word for word in command if word.endswith(".py")]
+    for script in scripts[:1]:
+        path = Path(script) if os.path.isabs(script) else context_dir / script
+        if not path.is_file():
+            raise UsageError(
+                f"The config's entrypoint {shlex.join(command)!r} runs {script}, which is not in CONTEXT_DIR "
+                f"{context_dir}."
+            )
 
 
-def _tell(json_output: bool, message: str) -> None:
+def _tell(json_output: bool, message: str, stream: Optional[Any] = None) -> None:
     """Progress for people: on stderr when stdout carries JSON."""
-    print(message, file=sys.stderr if json_output else sys.stdout, flush=True)
-
-
-def run_and_follow(store: ExperimentStore, experiment_id: int, json_output: bool = False, verbose: bool = False) -> int:
-    """Runs the experiment in a child process, logging all its output and showing its progress.
-
-    Returns the exit status for the command: 0 when the experiment completed or paused
-    (a summary is printed), 1 when it failed (the end of its output is printed).
-    """
-    trial = store.experiment(experiment_id)["trials"][0]
-    log_path = Path(trial["log_path"])
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    child = subprocess.Popen(
-        [sys.executable, "-m", "det_estimator.cli._runner", str(store.path), str(experiment_id)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        errors="replace",
-        env=env,
-    )
-
-    def forward_pause(signum: int, frame: Any) -> None:
-        # Ctrl-C in a terminal reaches the child too; a signal sent to this process alone
-        # is passed on. Either way the child checkpoints and stops, and we keep following.
-        if child.poll() is None:
-            child.send_signal(signal.SIGTERM)
-        _tell(json_output, "Pausing: the trial finishes its batch and writes a checkpoint...")
-
-    previous = {sig: signal.signal(sig, forward_pause) for sig in (signal.SIGINT, signal.SIGTERM)}
-    shown = sys.stderr if json_output else sys.stdout
-    try:
-        with log_path.open("a", encoding="utf-8") as log:
-            for line in child.stdout:
-                log.write(line)
-                log.flush()
-                if verbose or line.startswith(PROGRESS_PREFIX):
-                    shown.write(line)
-                    shown.flush()
-        status = child.wait()
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    experiment = store.experiment(experiment_id)
-    if status != 0:
-        if not verbose:
-            lines = log_path.read_text(encoding="utf-8", errors="replace").splitlines()
-            first = first_traceback(lines)
-            if first:
-                # Usually the cause; later tracebacks are the other ranks being shut down.
-                print("The first error:\n" + "\n".join(first) + "\n\nThe end of the output:", file=sys.stderr)
-            print("\n".join(lines[-15:]), file=sys.stderr)
-        print(
-            f"\nExperiment {experiment_id} failed ({experiment['state']}). Its whole output: "
-            f"det-estimator trial logs {trial['id']}  ({log_path})",
-            file=sys.stderr,
-        )
-        return 1
-    _summarize(store, experiment_id, json_output)
-    return 0
-
-
-def first_traceback(lines: list[str]) -> list[str]:
-    """The first Python traceback in a job's output, down to its exception line.
-
-    horovodrun prefixes each worker's lines with ``[rank]<stderr>:``; lines of other
-    ranks interleaved with the traceback are skipped.
-    """
-    for index, line in enumerate(lines):
-        if "Traceback (most recent call last)" not in line:
-            continue
-        prefix = line[: line.index("Traceback")]
-        block = [line]
-        for following in lines[index + 1 :]:
-            if not following.startswith(prefix):
-                continue
-            block.append(following)
-            body = following[len(prefix) :]
-            if body and not body[0].isspace():  # "SomeError: message" ends a traceback
-                break
-        return block
-    return []
-
-
-def _summarize(store: ExperimentStore, experiment_id: int, json_output: bool) -> None:
-    experiment = store.experiment(experiment_id)
-    trial = experiment["trials"][0]
-    best = _best_validation(store, experiment_id)
-    checkpoints = store.checkpoints(experiment_id)
-    for checkpoint in checkpoints:
-        saved_models = Path(checkpoint["path"]) / "saved_models"
-        checkpoint["saved_models"] = (
-            {p.name: str(p) for p in sorted(saved_models.iterdir())} if saved_models.is_dir() else {}
-        )
-    summary = {
-        "id": experiment_id,
-        "state": experiment["state"],
-        "batches_trained": trial["batches_trained"],
-        "max_batches": trial["max_batches"],
-        "best_validation": best,
-        "checkpoints": checkpoints,
-    }
-    if json_output:
-        print_json(summary)
-        return
-    print(f"\nExperiment {experiment_id} {experiment['state']} after {trial['batches_trained']} batches.")
-    if best is not None:
-        print(f"Best validation: {best['metric']} {best['value']:.6g} after {best['batches']} batches.")
-    print(f"Checkpoints kept ({len(checkpoints)}):")
-    for checkpoint in checkpoints:
-        print(f"  {checkpoint['uuid']}  batches {checkpoint['batches']}  {checkpoint['path']}")
-        for name, path in checkpoint["saved_models"].items():
-            print(f"    SavedModel {name!r}: {path}")
-    if experiment["state"] == PAUSED:
-        print(f"Resume with: det-estimator experiment resume {experiment_id}")
+    print(message, file=stream or (sys.stderr if json_output else sys.stdout), flush=True)

@@ -1,14 +1,10 @@
 """How the command prints: aligned tables for people, JSON for scripts."""
 
-import json
 import sys
 import time
 from typing import Any, Optional, TextIO
 
-
-def print_json(value: Any, stream: TextIO = sys.stdout) -> None:
-    json.dump(value, stream, indent=2, sort_keys=True, default=str)
-    stream.write("\n")
+from det_estimator.orchestration import format_value
 
 
 def print_table(header: list[str], rows: list[list[Any]], stream: TextIO = sys.stdout) -> None:
@@ -26,12 +22,6 @@ def print_table(header: list[str], rows: list[list[Any]], stream: TextIO = sys.s
         stream.write(line.rstrip() + "\n")
 
 
-def format_metrics(metrics: Optional[dict[str, Any]]) -> str:
-    if not metrics:
-        return "-"
-    return "  ".join(f"{key} {_cell(value)}" for key, value in sorted(metrics.items()))
-
-
 def format_time(timestamp: Optional[float]) -> str:
     return "-" if timestamp is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(timestamp))
 
@@ -46,8 +36,4 @@ def format_size(size_bytes: int) -> str:
 
 
 def _cell(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    if value is None:
-        return "-"
-    return str(value)
+    return format_value(value)

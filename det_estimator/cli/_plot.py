@@ -3,9 +3,8 @@
 import math
 import numbers
 from pathlib import Path
-from typing import Any
 
-from det_estimator.store import ExperimentStore
+from det_estimator.store import ExperimentStore, MetricKind, MetricRecord
 
 # Reported with every validation but not a learning curve.
 _NOT_CURVES = {"global_step"}
@@ -24,12 +23,12 @@ def plot_learning_curves(store: ExperimentStore, experiment_id: int, output: Pat
 
     experiment = store.experiment(experiment_id)
     panels: dict[str, list[tuple[str, list[int], list[float]]]] = {}
-    for trial in experiment["trials"]:
-        label = f"trial {trial['id']}"
-        training = store.metrics(trial["id"], "training")
-        validations = store.metrics(trial["id"], "validation")
+    for trial in store.trials(experiment_id):
+        label = f"trial {trial.id}"
+        training = store.metrics(trial.id, MetricKind.TRAINING)
+        validations = store.metrics(trial.id, MetricKind.VALIDATION)
         panels.setdefault("loss", []).append((f"{label} training", *_series(training, "loss")))
-        for name in sorted({name for v in validations for name in v["metrics"]} - _NOT_CURVES):
+        for name in sorted({name for v in validations for name in v.metrics} - _NOT_CURVES):
             batches, values = _series(validations, name)
             if values:
                 panels.setdefault(name, []).append((f"{label} validation", batches, values))
@@ -45,7 +44,7 @@ def plot_learning_curves(store: ExperimentStore, experiment_id: int, output: Pat
         axis.legend(fontsize="small")
     for axis in list(axes.flat)[len(panels) :]:
         axis.set_visible(False)
-    figure.suptitle(f"Experiment {experiment_id}: {experiment['name']} ({experiment['state']})")
+    figure.suptitle(f"Experiment {experiment_id}: {experiment.name} ({experiment.state})")
     figure.tight_layout()
     output.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(output, dpi=100)
@@ -53,10 +52,10 @@ def plot_learning_curves(store: ExperimentStore, experiment_id: int, output: Pat
     return list(panels)
 
 
-def _series(records: list[dict[str, Any]], name: str) -> tuple[list[int], list[float]]:
+def _series(records: list[MetricRecord], name: str) -> tuple[list[int], list[float]]:
     points = [
-        (record["batches"], float(record["metrics"][name]))
+        (record.batches, float(record.metrics[name]))
         for record in records
-        if isinstance(record["metrics"].get(name), numbers.Real) and not isinstance(record["metrics"][name], bool)
+        if isinstance(record.metrics.get(name), numbers.Real) and not isinstance(record.metrics[name], bool)
     ]
     return [batches for batches, _ in points], [value for _, value in points]

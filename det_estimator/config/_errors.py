@@ -8,13 +8,15 @@ user can find it in a long YAML file without reading any code.
 from collections.abc import Iterable
 from typing import Any
 
+from det_estimator.errors import DetEstimatorError
+
 PREFIX = "experiment config: "
 
 # A whole `data` section or a long list in an error message would bury the point.
 _MAX_REPR_CHARS = 200
 
 
-class ConfigError(ValueError):
+class ConfigError(DetEstimatorError, ValueError):
     """An experiment config that is not valid.
 
     The message names the key's full dotted path, what was expected and what

@@ -1,6 +1,7 @@
 """The validated experiment config and :func:`load_experiment_config`, its only constructor in practice."""
 
 import keyword
+import shlex
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -43,6 +44,7 @@ CHECKPOINT_POLICIES = ("best", "all", "none")
 
 _TOP_LEVEL_KEYS = (
     "entrypoint",
+    "entrypoint_script",
     "name",
     "description",
     "labels",
@@ -74,7 +76,8 @@ _TOP_LEVEL_NOT_SUPPORTED = (
     "tensorboard_storage",
     "workspace",
 )
-_ENTRYPOINT_RULE = '"module:TrialClass", e.g. "model_def:MyTrial"'
+_ENTRYPOINT_RULE = '"module:TrialClass" (e.g. "model_def:MyTrial") or a command (e.g. "python3 train.py")'
+_SCRIPT_RULE = 'a command, e.g. "python3 train.py"'
 _GLOBAL_BATCH_SIZE_PATH = join("hyperparameters", GLOBAL_BATCH_SIZE)
 
 
@@ -83,15 +86,18 @@ class ExperimentConfig:
     """A validated, immutable experiment config. Build it with :func:`load_experiment_config`.
 
     Attributes:
-        entrypoint_module: Dotted module path of the trial class.
-        entrypoint_class: Name of the trial class in that module.
+        entrypoint_module: Dotted module path of the trial class ("" for a command).
+        entrypoint_class: Name of the trial class in that module ("" for a command).
+        entrypoint_command: The command a script experiment runs (``entrypoint: python3
+            train.py`` or ``entrypoint_script``), split into words; empty for a trial class.
         name: Experiment name.
         description: Experiment description.
         labels: Experiment labels.
         data: The ``data`` section, read-only (lists as tuples); :meth:`data_dict`
             gives the plain dict handed to the trial.
         hyperparameters: Name to hyperparameter spec, or to a read-only mapping
-            of the same kind for a nested group.
+            of the same kind for a nested group. A trial class needs
+            ``global_batch_size``; a script may go without.
         searcher: The ``searcher`` section.
         records_per_epoch: Records in one epoch; 0 if not given.
         scheduling_unit: Batches per training workload.
@@ -107,6 +113,7 @@ class ExperimentConfig:
 
     entrypoint_module: str
     entrypoint_class: str
+    entrypoint_command: tuple[str, ...]
     name: str
     description: str
     labels: tuple[str, ...]
@@ -126,8 +133,15 @@ class ExperimentConfig:
 
     @property
     def entrypoint(self) -> str:
-        """The entrypoint as written in the config: ``"module:TrialClass"``."""
+        """The entrypoint as written in the config: ``"module:TrialClass"`` or the command."""
+        if self.entrypoint_command:
+            return shlex.join(self.entrypoint_command)
         return f"{self.entrypoint_module}:{self.entrypoint_class}"
+
+    @property
+    def is_script(self) -> bool:
+        """Whether the entrypoint is a command (a script on the Core API) rather than a trial class."""
+        return bool(self.entrypoint_command)
 
     def data_dict(self) -> dict[str, Any]:
         """Returns a fresh, mutable copy of the ``data`` section, as handed to the trial."""
@@ -190,7 +204,8 @@ class ExperimentConfig:
         :func:`load_experiment_config` accepts the result and gives an equal config.
         """
         return {
-            "entrypoint": self.entrypoint,
+            # A command as its list of words, which reads back the same even for one word.
+            "entrypoint": list(self.entrypoint_command) if self.entrypoint_command else self.entrypoint,
             "name": self.name,
             "description": self.description,
             "labels": list(self.labels),
@@ -225,13 +240,38 @@ def _is_identifier(name: str) -> bool:
     return name.isidentifier() and not keyword.iskeyword(name)
 
 
-def _parse_entrypoint(raw: Mapping[str, Any]) -> tuple[str, str]:
+def _parse_entrypoint(raw: Mapping[str, Any]) -> tuple[str, str, tuple[str, ...]]:
+    """``(module, class, ())`` for a trial class, ``("", "", command words)`` for a command."""
+    if "entrypoint_script" in raw:
+        if "entrypoint" in raw:
+            raise ConfigError(
+                f"{PREFIX}give either `entrypoint` or `entrypoint_script`, not both. "
+                f"Received: entrypoint={describe(raw['entrypoint'])}, "
+                f"entrypoint_script={describe(raw['entrypoint_script'])}"
+            )
+        return "", "", _parse_command(raw["entrypoint_script"], "entrypoint_script", _SCRIPT_RULE)
     value = lookup(raw, "entrypoint", "", _ENTRYPOINT_RULE)
-    if isinstance(value, str) and value.count(":") == 1:
-        module, trial_class = value.split(":")
+    # A command has several words ("python3 train.py"); one word must name a trial class.
+    if isinstance(value, list) or (isinstance(value, str) and len(value.split()) > 1):
+        return "", "", _parse_command(value, "entrypoint", _ENTRYPOINT_RULE)
+    if isinstance(value, str) and value.strip().count(":") == 1:
+        module, trial_class = value.strip().split(":")
         if all(_is_identifier(part) for part in module.split(".")) and _is_identifier(trial_class):
-            return module, trial_class
+            return module, trial_class, ()
     raise invalid_value("entrypoint", _ENTRYPOINT_RULE, value)
+
+
+def _parse_command(value: Any, path: str, rule: str) -> tuple[str, ...]:
+    if isinstance(value, list) and value and all(isinstance(word, str) and word for word in value):
+        return tuple(value)
+    if isinstance(value, str):
+        try:
+            words = shlex.split(value)
+        except ValueError:
+            words = []
+        if words:
+            return tuple(words)
+    raise invalid_value(path, rule, value)
 
 
 def _parse_labels(raw: Mapping[str, Any]) -> tuple[str, ...]:
@@ -268,7 +308,7 @@ def _parse_schedule(raw: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _check_consistency(config: ExperimentConfig, smallest_global_batch_size: int) -> None:
+def _check_consistency(config: ExperimentConfig, smallest_global_batch_size: Optional[int]) -> None:
     """Checks the rules that involve more than one key."""
     lengths = {
         "searcher.max_length": config.searcher.max_length,
@@ -278,26 +318,33 @@ def _check_consistency(config: ExperimentConfig, smallest_global_batch_size: int
     for path, length in lengths.items():
         if length is not None:
             check_epochs_allowed(length, path, config.records_per_epoch)
-    if smallest_global_batch_size < config.resources.slots_per_trial:
+    if smallest_global_batch_size is not None and smallest_global_batch_size < config.resources.slots_per_trial:
         raise _fewer_records_than_slots(smallest_global_batch_size, config.resources.slots_per_trial)
 
 
 def _parse(raw: Mapping[Any, Any]) -> ExperimentConfig:
     # Keys are validated in a fixed order (the order of the fields), and the first error is raised.
     check_keys(raw, "", _TOP_LEVEL_KEYS, _TOP_LEVEL_NOT_SUPPORTED)
-    entrypoint_module, entrypoint_class = _parse_entrypoint(raw)
+    entrypoint_module, entrypoint_class, entrypoint_command = _parse_entrypoint(raw)
     metadata = {
         "name": read_str(raw, "name", "", default=""),
         "description": read_str(raw, "description", "", default=""),
         "labels": _parse_labels(raw),
         "data": _parse_data(raw),
     }
-    hyperparameters = parse_hyperparameters(raw.get("hyperparameters"), "hyperparameters")
-    smallest_global_batch_size = check_global_batch_size(raw["hyperparameters"], "hyperparameters")
+    if entrypoint_command and raw.get("hyperparameters") is None:
+        hyperparameters = parse_hyperparameters({}, "hyperparameters")
+    else:
+        hyperparameters = parse_hyperparameters(raw.get("hyperparameters"), "hyperparameters")
+    # A trial class batches its data by the global batch size; a script may not batch at all.
+    smallest_global_batch_size = None
+    if not entrypoint_command or GLOBAL_BATCH_SIZE in (raw.get("hyperparameters") or {}):
+        smallest_global_batch_size = check_global_batch_size(raw["hyperparameters"], "hyperparameters")
     searcher = parse_searcher(raw.get("searcher"), "searcher")
     config = ExperimentConfig(
         entrypoint_module=entrypoint_module,
         entrypoint_class=entrypoint_class,
+        entrypoint_command=entrypoint_command,
         **metadata,
         hyperparameters=hyperparameters,
         searcher=searcher,

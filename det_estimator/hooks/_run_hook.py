@@ -41,11 +41,15 @@ class RunHook(tf.estimator.SessionRunHook):
         """
 
     def on_checkpoint_end(self, checkpoint_dir: str) -> None:
-        """Called on the chief after each checkpoint's model files are written.
+        """Called on the chief after each checkpoint's model files are written, before it is sealed.
 
         Args:
-            checkpoint_dir: the directory of the checkpoint being written; files written
-                here are sealed into the checkpoint.
+            checkpoint_dir: the directory of the checkpoint being written: write files
+                here to make them part of it. It is a temporary name, valid only during
+                this call: once every hook has returned, the checkpoint is sealed (hashed)
+                and renamed to ``<trial checkpoint directory>/<uuid>``, where
+                ``det-estimator checkpoint list`` shows it and :meth:`on_checkpoint_load`
+                reads it back. Keep no reference to this path.
         """
 
     def on_trial_close(self) -> None:

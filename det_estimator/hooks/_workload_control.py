@@ -15,12 +15,16 @@ class WorkloadListener(Protocol):
 
     def on_workload_end(
         self, session: tf.compat.v1.Session, saver: tf.compat.v1.train.Saver, batches: int, stopping: str
-    ) -> None:
-        """A workload ended after ``batches`` batches.
+    ) -> bool:
+        """A workload ended after ``batches`` batches; returns whether training stops now.
 
-        ``stopping`` is "" when training goes on, else why it stops after this batch:
-        "end", "pause" or "request_stop".
+        ``stopping`` is "" when nothing asks training to stop, else why it would stop
+        after this batch: "end" (``max_batches`` reached; the listener may raise
+        ``max_batches`` and go on), "pause" or "request_stop".
         """
+
+    def on_batch_end(self, batches: int) -> None:
+        """A batch ended; ``batches`` are trained so far."""
 
 
 class WorkloadControlHook(tf.estimator.SessionRunHook):
@@ -37,7 +41,8 @@ class WorkloadControlHook(tf.estimator.SessionRunHook):
     Args:
         listener: the controller.
         batches_done: batches this trial had trained before this session.
-        max_batches: batches after which training ends.
+        max_batches: batches after which training ends (the listener may raise it
+            between workloads, through the ``max_batches`` attribute).
         scheduling_unit: batches per workload.
         pause_requested: called before every step; True once a pause was asked for.
         loss_accumulators: returns ``(loss_sum, loss_batches)``, the local variables in
@@ -56,7 +61,7 @@ class WorkloadControlHook(tf.estimator.SessionRunHook):
     ):
         self._listener = listener
         self.batches = batches_done
-        self._max_batches = max_batches
+        self.max_batches = max_batches
         self._scheduling_unit = scheduling_unit
         self._pause_requested = pause_requested
         self._loss_accumulators = loss_accumulators
@@ -91,7 +96,7 @@ class WorkloadControlHook(tf.estimator.SessionRunHook):
         fetches = {}
         next_batch = self.batches + 1
         if self._scalar_summaries is not None and (
-            next_batch % self._scheduling_unit == 0 or next_batch >= self._max_batches
+            next_batch % self._scheduling_unit == 0 or next_batch >= self.max_batches
         ):
             fetches["summaries"] = self._scalar_summaries
         paused = bool(self._pause_requested())
@@ -110,7 +115,7 @@ class WorkloadControlHook(tf.estimator.SessionRunHook):
             self.workload_summaries = {value.tag: float(value.simple_value) for value in parsed.value}
         paused = self._local_pause if self._pause_flag is None else results["any_pause"] > 0
         stopping = ""
-        if self.batches >= self._max_batches:
+        if self.batches >= self.max_batches:
             stopping = "end"
         elif paused:
             stopping = "pause"
@@ -118,10 +123,12 @@ class WorkloadControlHook(tf.estimator.SessionRunHook):
             stopping = "request_stop"
         if stopping or self.batches % self._scheduling_unit == 0:
             self.workload_loss = self._take_workload_loss(run_context.session)
-            self._listener.on_workload_end(run_context.session, self._saver, self.batches, stopping)
+            stop = self._listener.on_workload_end(run_context.session, self._saver, self.batches, stopping)
             self.workload_summaries = {}
-            if stopping:
+            if stop:
                 run_context.request_stop()
+        else:
+            self._listener.on_batch_end(self.batches)
 
     def _take_workload_loss(self, session: tf.compat.v1.Session) -> float:
         """The mean training loss of this workload on this rank; the sums start again from 0."""

@@ -1,11 +1,27 @@
-"""Starts the processes of a trial; the only package that reads DET_* settings in workers."""
+"""Starts the processes of a trial run (horovodrun, or the command itself on one slot). Imports no TensorFlow."""
 
 from det_estimator.launcher._launch import (
-    SPEC_VARIABLE,
+    chief_address,
+    describe,
+    free_port,
     horovodrun_command,
-    launch_directory,
-    launch_workers,
+    is_self_launching,
     pause_on_signals,
+    process_command,
+    script_command,
+    start,
+    worker_command,
 )
 
-__all__ = ["SPEC_VARIABLE", "horovodrun_command", "launch_directory", "launch_workers", "pause_on_signals"]
+__all__ = [
+    "chief_address",
+    "describe",
+    "free_port",
+    "horovodrun_command",
+    "is_self_launching",
+    "pause_on_signals",
+    "process_command",
+    "script_command",
+    "start",
+    "worker_command",
+]

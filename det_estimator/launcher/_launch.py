@@ -1,48 +1,86 @@
-"""Starts the processes of a trial under ``horovodrun --gloo``. Imports no TensorFlow.
+"""Starts the processes of one trial run: directly on one slot, under ``horovodrun --gloo`` on several.
 
-Settings reach the workers in one JSON file named by the ``DET_TRIAL_SPEC``
-environment variable (read by ``det_estimator.launcher.worker``). A SIGTERM or SIGINT
-to the launcher does not kill the workers: it creates the spec's pause file, which every
-worker polls, so the job finishes its batch, checkpoints and exits 0.
+Imports no TensorFlow. Settings reach the processes through environment variables
+(``DET_CLUSTER_INFO`` names the run's info file; ``DET_CHIEF_IP`` and ``DET_CHIEF_PORT``
+tell them where the chief listens for object collectives), read on their side by
+``det_estimator._info`` and ``det_estimator.core``.
+
+The processes run in a session of their own, so that Ctrl-C in a terminal reaches only
+the launching process, which turns it into a pause; they are told to die with it, so
+that killing the launcher never leaves processes running on their own.
 """
 
-import json
+import contextlib
 import os
+import re
+import shlex
 import signal
+import socket
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-SPEC_VARIABLE = "DET_TRIAL_SPEC"
+# `python`, `python3` or `python3.11` at the head of a command means this interpreter,
+# which has det-estimator and TensorFlow (the one on PATH may not).
+_PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
+# Entrypoints that start their own processes on every slot.
+_SELF_LAUNCHING = ("det_estimator.launch.horovod", "det_estimator.launch.tensorflow")
 
 
-def horovodrun_command(
-    num_processes: int, worker_command: Optional[list[str]] = None, hosts: Optional[str] = None
-) -> list:
-    """The command line that starts ``num_processes`` workers.
-
-    The workers run ``worker_command``, by default det-estimator's trial worker, on this
-    machine, or on ``hosts`` (Horovod's ``-H host1:2,host2:2``).
-    """
+def horovodrun_command(num_processes: int, command: list[str], hosts: Optional[str] = None) -> list[str]:
+    """The command line that runs ``command`` on ``num_processes`` slots of ``hosts`` (default: this machine)."""
     horovodrun = Path(sys.executable).with_name("horovodrun")
     if not horovodrun.exists():
         raise FileNotFoundError(
             f"horovodrun was not found next to {sys.executable}; install Horovod with TensorFlow and Gloo "
             "(scripts/setup.sh does) to run a trial on several processes."
         )
-    return [
-        str(horovodrun),
-        "-np",
-        str(num_processes),
-        "-H",
-        hosts or f"localhost:{num_processes}",
-        "--gloo",
-        *(worker_command or [sys.executable, "-m", "det_estimator.launcher.worker"]),
-    ]
+    return [str(horovodrun), "-np", str(num_processes), "-H", hosts or f"localhost:{num_processes}", "--gloo", *command]
+
+
+def worker_command() -> list[str]:
+    """det-estimator's own worker, which runs a trial class."""
+    return [sys.executable, "-m", "det_estimator.worker"]
+
+
+def script_command(command: list[str]) -> list[str]:
+    """A user's command, with a leading ``python``/``python3`` replaced by this interpreter."""
+    if command and _PYTHON.match(os.path.basename(command[0])):
+        return [sys.executable, *command[1:]]
+    return list(command)
+
+
+def is_self_launching(command: list[str]) -> bool:
+    """Whether the command is ``python -m det_estimator.launch.<engine> -- ...``, which starts every slot itself."""
+    return len(command) > 2 and command[1] == "-m" and command[2] in _SELF_LAUNCHING
+
+
+def process_command(command: list[str], slots: int, hosts: Optional[str]) -> list[str]:
+    """What to start for a run of ``command`` on ``slots`` processes.
+
+    One slot on this machine runs the command itself; several (or any on other hosts)
+    run it under horovodrun, unless the command is one of det-estimator's own launchers.
+    """
+    if is_self_launching(command) or (slots == 1 and hosts is None):
+        return command
+    return horovodrun_command(slots, command, hosts)
+
+
+def free_port() -> int:
+    """A TCP port free on this machine now, for the chief of a run to listen on."""
+    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as probe:
+        probe.bind(("", 0))
+        return probe.getsockname()[1]
+
+
+def chief_address(hosts: Optional[str]) -> str:
+    """Where the other processes reach the chief: the first host of ``hosts``, else this machine."""
+    if not hosts:
+        return "127.0.0.1"
+    first = hosts.split(",")[0].rsplit(":", 1)[0]
+    return "127.0.0.1" if first in ("localhost", "127.0.0.1") else first
 
 
 def _die_with_parent() -> None:
@@ -54,66 +92,41 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
 
 
-@contextmanager
+def start(command: list[str], env: dict[str, str], cwd: Optional[str] = None) -> subprocess.Popen:
+    """Starts ``command`` in a session of its own, its stdout and stderr merged into one text pipe."""
+    return subprocess.Popen(
+        command,
+        env=env,
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+        start_new_session=True,
+        preexec_fn=_die_with_parent,
+    )
+
+
+def describe(command: list[str]) -> str:
+    """The command as a shell would show it."""
+    return shlex.join(command)
+
+
+@contextlib.contextmanager
 def pause_on_signals(request_pause: Callable[[], Any]) -> Iterator[None]:
     """While inside, SIGTERM and SIGINT call ``request_pause`` instead of ending the process.
 
-    The previous handlers come back on leaving. Must be entered in the main thread, the
-    only one Python lets install signal handlers.
+    The previous handlers come back on leaving. Only the main thread can install
+    signal handlers; elsewhere this does nothing.
     """
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
     previous = {sig: signal.signal(sig, lambda *_: request_pause()) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-
-
-@contextmanager
-def launch_directory(shared_parent: Optional[str] = None) -> Iterator[Path]:
-    """A scratch directory for a launch's spec, pause and outcome files, removed afterwards.
-
-    Workers on other machines read these files too: give ``shared_parent``, a directory
-    on the shared file system, and the scratch directory is made there.
-    """
-    if shared_parent is not None:
-        os.makedirs(shared_parent, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".det-estimator-launch-", dir=shared_parent) as scratch:
-        yield Path(scratch)
-
-
-def launch_workers(
-    spec: dict[str, Any],
-    spec_path: Path,
-    num_processes: int,
-    worker_command: Optional[list[str]] = None,
-    hosts: Optional[str] = None,
-) -> int:
-    """Runs the trial described by ``spec`` on ``num_processes`` workers; returns the exit status.
-
-    With ``hosts``, ``spec_path`` and the spec's files must be on a file system every
-    host sees at the same path (see :func:`launch_directory`).
-
-    When one worker fails, horovodrun ends the others and exits non-zero; its output
-    carries the failing worker's traceback.
-    """
-    spec_path.write_text(json.dumps(spec), encoding="utf-8")
-    pause_file = Path(spec["pause_file"])
-    env = dict(os.environ, **{SPEC_VARIABLE: str(spec_path)})
-    # A session of its own: Ctrl-C in a terminal reaches only this launcher, which turns
-    # it into a pause instead of horovodrun killing the workers mid-checkpoint. Being
-    # out of the launcher's process group, horovodrun is told to die with the launcher,
-    # so that killing the launcher never leaves workers running on their own.
-    process = subprocess.Popen(
-        horovodrun_command(num_processes, worker_command, hosts),
-        env=env,
-        start_new_session=True,
-        preexec_fn=_die_with_parent,
-    )
-
-    with pause_on_signals(pause_file.touch):
-        try:
-            return process.wait()
-        finally:
-            if process.poll() is None:
-                process.kill()

@@ -9,13 +9,4 @@ number of processes, where ``det.init()`` returns each rank's context.
 
 from det_estimator.native._init import init
 
-__all__ = ["EstimatorNativeContext", "init"]
-
-
-def __getattr__(name: str):
-    # The context imports TensorFlow; init() alone must not.
-    if name == "EstimatorNativeContext":
-        from det_estimator.native._context import EstimatorNativeContext
-
-        return EstimatorNativeContext
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__all__ = ["init"]

@@ -1,12 +1,14 @@
 """det.init(): the native API, for a script that keeps building its own Estimator."""
 
-import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
-from det_estimator.launcher import SPEC_VARIABLE
+from det_estimator import _info, orchestration
+from det_estimator._run import run_in_this_process
+from det_estimator.config import ExperimentConfig, load_experiment_config
+from det_estimator.store import ExperimentStore
 
 # A native config needs no entrypoint: the script is the entrypoint.
 NATIVE_ENTRYPOINT = "__main__:NativeTrial"
@@ -35,10 +37,12 @@ def init(
 
     Args:
         config: the experiment config as a dict (``entrypoint`` may be left out).
-        local: True trains in this process. False records a tracked experiment in
-            the store and runs ``command`` on ``resources.slots_per_trial``
-            processes (under horovodrun when more than one), showing its progress;
-            this process then exits with the experiment's status.
+        local: True trains in this process, recorded in the experiment store; run
+            again with the same config name and checkpoint storage, it resumes from
+            its latest checkpoint. False records a tracked experiment and runs
+            ``command`` on ``resources.slots_per_trial`` processes (under horovodrun
+            when more than one), showing its progress; this process then exits with
+            the experiment's status.
         test: run the minimal loop: one batch, one validation step, one checkpoint.
         context_dir: the directory the model code runs in (default: the current
             one); it becomes the working directory.
@@ -48,8 +52,8 @@ def init(
             and its Horovod peers, without a remote master.
 
     Returns:
-        An :class:`EstimatorNativeContext`. In a process launched for a tracked
-        experiment, the context of that process's rank.
+        An :class:`~det_estimator.estimator.EstimatorNativeContext`. In a process
+        launched for a tracked experiment, the context of that process's rank.
 
     Raises:
         ValueError: ``master_url`` given; ``context_dir`` not a directory; no
@@ -62,8 +66,8 @@ def init(
             "in this process, or local=False to run a tracked experiment on this machine's processes "
             "(resources.slots_per_trial; see the README for several machines)."
         )
-    launched = os.environ.get(SPEC_VARIABLE)
-    if launched:
+    launched = _info.get_cluster_info()
+    if launched is not None:
         return _context_of_launched_rank(launched)
     if not local:
         command = _command_to_run(command)
@@ -73,16 +77,11 @@ def init(
         os.chdir(context_dir)
     experiment_config = _native_config(config, slots=1 if local else None)
     if local:
-        from det_estimator.native._context import EstimatorNativeContext
-
-        run = {"checkpoint_dir": _local_checkpoint_dir(experiment_config), "test": test}
-        return _make_context(EstimatorNativeContext, experiment_config, None, run)
+        return _local_context(experiment_config, test)
     sys.exit(_run_tracked(experiment_config, test, command))
 
 
-def _native_config(config: Optional[dict[str, Any]], slots: Optional[int]):
-    from det_estimator.config import load_experiment_config
-
+def _native_config(config: Optional[dict[str, Any]], slots: Optional[int]) -> ExperimentConfig:
     if config is not None and not isinstance(config, dict):
         raise TypeError(f"det.init(config=...) takes a dict. Received: {type(config).__name__}")
     raw = dict(config or {})
@@ -106,51 +105,83 @@ def _command_to_run(command: Optional[list[str]]) -> list[str]:
     # The script is found from the context directory the experiment runs in.
     if Path(command[0]).is_file():
         command = [str(Path(command[0]).resolve()), *command[1:]]
-    return command
+    return ["python3", *command]
 
 
-def _local_checkpoint_dir(config) -> str:
-    return str(Path(config.checkpoint_storage.checkpoint_directory).resolve() / (config.name or "native"))
+def _context(config: ExperimentConfig, info: _info.ClusterInfo, distributed, run: Callable):
+    from det_estimator.estimator import EstimatorNativeContext
+    from det_estimator.estimator._controller import seed_everything
 
-
-def _make_context(context_class: type, config, distributed, run: dict[str, Any]):
-    from det_estimator.controller._trial_controller import seed_everything
-
-    seed = config.reproducibility.experiment_seed
+    trial = info.trial
     # Seeded now, before the script builds its model, as the controller does for a trial.
-    seed_everything(seed)
-    return context_class(config, config.sample_hyperparameters(seed), seed, distributed, run)
+    seed_everything(trial.trial_seed)
+    return EstimatorNativeContext(
+        config, trial.hparams, trial.trial_seed, distributed, run, trial.trial_id, trial.experiment_id
+    )
 
 
-def _context_of_launched_rank(spec_path: str):
-    """The context of one rank of a tracked experiment, from the spec its launcher wrote."""
-    from det_estimator import _horovod
-    from det_estimator.config import load_experiment_config
-    from det_estimator.context import DistributedContext
-    from det_estimator.native._context import EstimatorNativeContext
+def _local_context(config: ExperimentConfig, test: bool):
+    """A context whose train_and_evaluate runs the trial in this process, recorded in the default store."""
+    from det_estimator import core
 
-    spec = json.loads(Path(spec_path).read_text(encoding="utf-8"))
-    if not spec.get("native"):
-        raise RuntimeError(f"{SPEC_VARIABLE} names a trial spec for det-estimator's own worker, not for det.init().")
-    _horovod.init()
-    config = load_experiment_config(spec["config"])
-    return _make_context(EstimatorNativeContext, config, DistributedContext.from_horovod(), spec)
-
-
-def _run_tracked(config, test: bool, command: list[str]) -> int:
-    """Records the experiment in the store and runs it to its end; returns the exit status."""
-    from det_estimator.cli._experiments import record_new_experiment, run_and_follow
-    from det_estimator.store import ExperimentStore
-
+    context_dir = os.getcwd()
+    root = orchestration.checkpoint_storage_root(config, context_dir)
+    run_key = f"native:{root.resolve() / (config.name or 'native')}"
     with ExperimentStore() as store:
-        experiment_id, trial_id = record_new_experiment(
-            store,
-            config,
-            Path.cwd(),
-            name=config.name or Path(command[0]).stem,
-            entrypoint=" ".join(command),
-            test=test,
-            command=command,
+        experiment_id = orchestration.find_or_record_experiment(store, run_key, config, context_dir, test=test)
+        trial = store.trials(experiment_id)[0]
+        store_path = str(store.path)
+    preview = _info.ClusterInfo(
+        task_type=_info.TRIAL_TASK,
+        trial=_info.TrialInfo(trial.id, experiment_id, trial.seed, trial.hparams, config.to_dict()),
+        latest_checkpoint=None,
+        user_data=config.data_dict(),
+        store_path=store_path,
+        checkpoint_dir=trial.checkpoint_dir,
+    )
+
+    def run(train: Callable[[core.Context], Any]) -> orchestration.TrialOutcome:
+        with ExperimentStore(store_path) as store:
+            return run_in_this_process(store, experiment_id, train)
+
+    return _context(config, preview, None, run)
+
+
+def _context_of_launched_rank(info: _info.ClusterInfo):
+    """The context of one rank of a tracked experiment, from the info its launcher wrote."""
+    from det_estimator import core
+
+    if info.trial_class is not None:
+        raise RuntimeError(
+            "det.init() was called in a process launched for a trial class; it is for scripts whose experiment "
+            "runs the script itself."
         )
+    import tensorflow as tf
+
+    # As for an EstimatorTrial in a worker process: the reference system's TF1 behaviour.
+    tf.compat.v1.disable_v2_behavior()
+    distributed = core.DummyDistributedContext()
+    if info.slots > 1:
+        from det_estimator import _horovod
+
+        distributed = core.DistributedContext.from_horovod(_horovod.init())
+    config = load_experiment_config(info.trial.config)
+
+    def run(train: Callable[[core.Context], Any]) -> orchestration.TrialOutcome:
+        with core.build_context(info, distributed) as core_context:
+            train(core_context)
+        with ExperimentStore(info.store_path) as store:
+            return orchestration.trial_outcome(store, info.trial.trial_id, info.trial.run_id)
+
+    return _context(config, info, distributed, run)
+
+
+def _run_tracked(config: ExperimentConfig, test: bool, command: list[str]) -> int:
+    """Records the experiment in the store and runs it to its end; returns the exit status."""
+    with ExperimentStore() as store:
+        experiment_id = orchestration.record_experiment(
+            store, config, os.getcwd(), name=config.name or Path(command[1]).stem, test=test, command=command
+        )
+        trial_id = store.trials(experiment_id)[0].id
         print(f"Created experiment {experiment_id} (trial {trial_id}) in {store.path}", flush=True)
-        return run_and_follow(store, experiment_id)
+        return orchestration.run_and_report(store, experiment_id)

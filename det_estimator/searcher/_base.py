@@ -16,13 +16,14 @@ import numbers
 from typing import Any, Union
 
 from det_estimator.config import ExperimentConfig
+from det_estimator.errors import DetEstimatorError
 from det_estimator.searcher._operations import ExitedReason, Operation
 
 # The version of the state_dict layout; a state of another version is refused.
 STATE_VERSION = 1
 
 
-class SearcherError(RuntimeError):
+class SearcherError(DetEstimatorError, RuntimeError):
     """An event a search method cannot accept in its state, or a state it cannot load.
 
     For example a validation for a trial that has no ValidateAfter outstanding,

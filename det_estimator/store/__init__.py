@@ -3,37 +3,51 @@
 One SQLite database (WAL mode) per user by default, at
 ``$XDG_DATA_HOME/det-estimator/store.sqlite``, or where ``--store`` or
 ``DET_ESTIMATOR_STORE`` points: experiments with their configs and states, trials
-with their hyperparameters, training and validation metrics per step, and
-checkpoints (uuid, step, path, size, metadata). Trial logs are kept beside it.
-Checkpoint files themselves live in the experiment's ``checkpoint_storage``; the
-store only records them.
+with their hyperparameters and runs, training and validation metrics per step, and
+checkpoints (uuid, step, path, size, metadata). Trial logs and TensorBoard event files
+are kept beside it. Checkpoint files themselves live in the experiment's
+``checkpoint_storage``; the store only records them. Reads return frozen records.
 """
 
 from det_estimator.store._recorder import StoreRecorder
+from det_estimator.store._records import (
+    BestValidation,
+    CheckpointRecord,
+    ExperimentRecord,
+    MetricKind,
+    MetricRecord,
+    State,
+    TrialRecord,
+    TrialRunRecord,
+    to_json_value,
+)
 from det_estimator.store._schema import SCHEMA_VERSION, StoreError
 from det_estimator.store._store import (
-    ACTIVE,
-    COMPLETED,
-    ERROR,
-    INTERRUPTED,
-    PAUSED,
     STORE_VARIABLE,
+    ExperimentBusyError,
     ExperimentStore,
     UnknownIdError,
     default_store_path,
+    trial_checkpoint_dir,
 )
 
 __all__ = [
-    "ACTIVE",
-    "COMPLETED",
-    "ERROR",
-    "INTERRUPTED",
-    "PAUSED",
     "SCHEMA_VERSION",
     "STORE_VARIABLE",
+    "BestValidation",
+    "CheckpointRecord",
+    "ExperimentBusyError",
+    "ExperimentRecord",
     "ExperimentStore",
+    "MetricKind",
+    "MetricRecord",
+    "State",
     "StoreError",
     "StoreRecorder",
+    "TrialRecord",
+    "TrialRunRecord",
     "UnknownIdError",
     "default_store_path",
+    "to_json_value",
+    "trial_checkpoint_dir",
 ]

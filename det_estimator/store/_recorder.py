@@ -1,10 +1,11 @@
-"""StoreRecorder: the trial controller's progress, written to the store as it happens."""
+"""StoreRecorder: one trial run's progress, metrics and checkpoints, written to the store as they happen."""
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from det_estimator.store._event_files import MetricEventFiles
+from det_estimator.store._records import MetricKind
 from det_estimator.store._store import ExperimentStore
 
 # Checkpoint metadata the store does not repeat: large, and only for resuming.
@@ -12,39 +13,54 @@ _UNRECORDED_METADATA = ("rng_states", "config", "files")
 
 
 class StoreRecorder:
-    """A ``TrialObserver`` that records one trial's metrics and checkpoints in a store.
+    """Records one trial's metrics and checkpoints in a store; the chief process holds it.
 
-    It runs in the chief worker, which may be another process than the command, so it
-    opens the store by path. Metrics also go to TensorBoard event files in the trial's
+    It may run in another process than the command following the experiment, so it opens
+    the store by path. Numeric metrics also go to TensorBoard event files in the trial's
     ``tensorboard_dir``.
 
     Args:
         store_path: the store's database file.
         trial_id: the trial's id in that store.
+        run_id: the trial run the records belong to, if the run was recorded.
     """
 
-    def __init__(self, store_path: str, trial_id: int) -> None:
-        self._store = ExperimentStore(store_path)
-        self._trial_id = trial_id
-        self._event_files = MetricEventFiles(self._store.trial(trial_id)["tensorboard_dir"])
+    def __init__(self, store_path: str, trial_id: int, run_id: Optional[int] = None) -> None:
+        self.store = ExperimentStore(store_path)
+        self.trial_id = trial_id
+        self.run_id = run_id
+        self._event_files = MetricEventFiles(self.store.trial(trial_id).tensorboard_dir)
 
     def on_start(self, batches_done: int, max_batches: int) -> None:
-        self._store.set_progress(self._trial_id, batches_done, max_batches)
+        """Training starts (or resumes) with ``batches_done`` of ``max_batches`` behind it."""
+        self.store.set_progress(self.trial_id, batches_done, max_batches)
 
-    def on_training(self, batches: int, metrics: dict[str, float]) -> None:
-        self._store.record_metrics(self._trial_id, "training", batches, metrics)
-        self._event_files.write("training", batches, metrics)
+    def on_progress(self, batches: int) -> None:
+        """``batches`` batches are trained so far."""
+        self.store.set_progress(self.trial_id, batches)
+
+    def on_training(self, batches: int, metrics: dict[str, Any]) -> None:
+        """A workload ended after ``batches`` batches with these training metrics."""
+        self.store.record_metrics(self.trial_id, MetricKind.TRAINING, batches, metrics, self.run_id)
+        self._event_files.write(MetricKind.TRAINING.value, batches, metrics)
 
     def on_validation(self, batches: int, metrics: dict[str, Any]) -> None:
-        self._store.record_metrics(self._trial_id, "validation", batches, metrics)
-        self._event_files.write("validation", batches, metrics)
+        """A validation after ``batches`` batches gave these metrics."""
+        self.store.record_metrics(self.trial_id, MetricKind.VALIDATION, batches, metrics, self.run_id)
+        self._event_files.write(MetricKind.VALIDATION.value, batches, metrics)
 
     def on_checkpoint(self, uuid: str, batches: int, path: str, metadata: dict[str, Any]) -> None:
+        """A checkpoint was sealed at ``path``."""
         kept = {key: value for key, value in metadata.items() if key not in _UNRECORDED_METADATA}
-        self._store.record_checkpoint(self._trial_id, uuid, batches, path, _size_of(path), kept)
+        self.store.record_checkpoint(self.trial_id, uuid, batches, path, _size_of(path), kept, self.run_id)
 
     def on_checkpoints_deleted(self, uuids: list[str]) -> None:
-        self._store.mark_checkpoints_deleted(uuids)
+        """Retention deleted these checkpoints."""
+        self.store.mark_checkpoints_deleted(uuids)
+
+    def close(self) -> None:
+        self._event_files.close()
+        self.store.close()
 
 
 def _size_of(directory: str) -> int:

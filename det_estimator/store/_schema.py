@@ -8,6 +8,8 @@ takes a store from version ``i`` to ``i + 1``; a store newer than
 import sqlite3
 from typing import Optional
 
+from det_estimator.errors import DetEstimatorError
+
 # Each step is plain statements separated by semicolons (no triggers).
 MIGRATIONS: list[str] = [
     # 0 -> 1: the first schema.
@@ -61,12 +63,34 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX checkpoints_by_trial ON checkpoints (trial_id, batches);
     """,
+    # 1 -> 2: runs of a trial (resumes and restarts), pause requests through the store,
+    # runs found again by key, and the per-experiment tag of the checkpoint layout.
+    """
+    ALTER TABLE experiments ADD COLUMN run_key TEXT;
+    ALTER TABLE experiments ADD COLUMN pause_requested_at REAL;
+    ALTER TABLE experiments ADD COLUMN storage_tag TEXT NOT NULL DEFAULT '';
+    ALTER TABLE experiments ADD COLUMN trial_class TEXT;
+    CREATE INDEX experiments_by_run_key ON experiments (run_key);
+    CREATE TABLE trial_runs (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        trial_id INTEGER NOT NULL REFERENCES trials(id),
+        started_at REAL NOT NULL,
+        ended_at REAL,
+        state TEXT NOT NULL,
+        preempted INTEGER NOT NULL DEFAULT 0,
+        exit_status INTEGER,
+        error TEXT
+    );
+    CREATE INDEX trial_runs_by_trial ON trial_runs (trial_id);
+    ALTER TABLE metrics ADD COLUMN run_id INTEGER;
+    ALTER TABLE checkpoints ADD COLUMN run_id INTEGER;
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
-class StoreError(RuntimeError):
+class StoreError(DetEstimatorError, RuntimeError):
     """The store cannot be used: unreadable, or of a schema this version does not know."""
 
 

@@ -1,8 +1,9 @@
-"""ExperimentStore: experiments, trials, metrics and checkpoints in one SQLite file."""
+"""ExperimentStore: experiments, trials, their runs, metrics and checkpoints in one SQLite file."""
 
 import contextlib
 import json
 import os
+import secrets
 import socket
 import sqlite3
 import time
@@ -10,15 +11,19 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Optional, Union
 
+from det_estimator.store._records import (
+    BestValidation,
+    CheckpointRecord,
+    ExperimentRecord,
+    MetricKind,
+    MetricRecord,
+    State,
+    TrialRecord,
+    TrialRunRecord,
+)
 from det_estimator.store._schema import StoreError, migrate
 
 STORE_VARIABLE = "DET_ESTIMATOR_STORE"
-
-# Experiment and trial states.
-ACTIVE, PAUSED, COMPLETED, ERROR = "ACTIVE", "PAUSED", "COMPLETED", "ERROR"
-# Shown for an ACTIVE experiment whose launcher no longer runs (killed, or its machine
-# went down): it can be resumed from its latest checkpoint.
-INTERRUPTED = "INTERRUPTED"
 
 
 def default_store_path() -> Path:
@@ -33,16 +38,33 @@ def default_store_path() -> Path:
     return Path(data_home) / "det-estimator" / "store.sqlite"
 
 
+def trial_checkpoint_dir(storage_root: Union[str, os.PathLike], experiment_id: int, tag: str, trial_id: int) -> Path:
+    """Where a trial's checkpoints go: ``<storage_root>/experiment-<id>-<tag>/trial-<id>``.
+
+    The one checkpoint layout of every experiment. ``tag`` is random per experiment, so
+    two stores (or a store made anew) sharing a checkpoint storage never resume each
+    other's checkpoints.
+    """
+    return Path(storage_root) / f"experiment-{experiment_id}-{tag}" / f"trial-{trial_id}"
+
+
 class UnknownIdError(StoreError, LookupError):
     """No experiment, trial or checkpoint has the id given."""
+
+
+class ExperimentBusyError(StoreError):
+    """Another live process already runs the experiment."""
 
 
 class ExperimentStore:
     """The record of every experiment run on this store.
 
     SQLite in WAL mode: readers never block the writer, and several processes (two
-    experiments at once, or the ranks' chief and the command) write safely; each write
-    is one short transaction that waits for the others rather than failing.
+    experiments at once, or a trial's chief and the command following it) write
+    safely; each write is one short transaction that waits for the others rather than
+    failing. Beside the database, ``<name>-files/experiments/<id>/trial-<id>/`` holds
+    each trial's output log and TensorBoard event files, so that two stores in one
+    folder never share them.
 
     Args:
         path: the database file (default :func:`default_store_path`); created, with its
@@ -65,9 +87,14 @@ class ExperimentStore:
         except sqlite3.DatabaseError as error:
             raise StoreError(f"Cannot use {self.path} as a det-estimator store: {error}") from error
 
+    @property
+    def files_dir(self) -> Path:
+        """The folder of this store's own files (logs, TensorBoard event files), beside the database."""
+        return self.path.parent / f"{self.path.stem}-files"
+
     def trial_dir(self, experiment_id: int, trial_id: int) -> Path:
-        """Where a trial's output log and TensorBoard event files are kept, beside the database."""
-        return self.path.parent / "experiments" / str(experiment_id) / f"trial-{trial_id}"
+        """Where a trial's output log and TensorBoard event files are kept."""
+        return self.files_dir / "experiments" / str(experiment_id) / f"trial-{trial_id}"
 
     def close(self) -> None:
         self._connection.close()
@@ -88,7 +115,7 @@ class ExperimentStore:
             self._connection.execute("ROLLBACK")
             raise
 
-    # Writing.
+    # Experiments and trials.
 
     def create_experiment(
         self,
@@ -100,21 +127,33 @@ class ExperimentStore:
         test: bool,
         command: Optional[list[str]] = None,
         hosts: Optional[str] = None,
+        run_key: Optional[str] = None,
+        trial_class: Optional[dict[str, Any]] = None,
     ) -> int:
         """Records a new ACTIVE experiment; returns its id.
 
-        ``command`` is the script a native-API experiment runs on each process; None
-        for an ``EstimatorTrial`` experiment, whose ``entrypoint`` names the class.
-        ``hosts`` (``"host1:2,host2:2"``) are the machines its processes run on; None for
-        this one.
+        Args:
+            name: its name.
+            config: its config, defaults filled in.
+            context_dir: the directory its code runs in.
+            entrypoint: ``module:TrialClass`` or the command it runs, as shown.
+            slots: processes per trial.
+            test: one batch, one validation step and one checkpoint.
+            command: the command a script experiment runs on each slot; None when
+                det-estimator's worker runs the ``entrypoint`` trial class.
+            hosts: the machines its processes run on (``"host1:2,host2:2"``); None for this one.
+            run_key: the key a run that resumes by name finds it again by.
+            trial_class: how a worker imports the trial class, when it is not the
+                config's entrypoint (a class handed to ``run_trial``).
         """
         with self._write() as db:
             cursor = db.execute(
                 "INSERT INTO experiments (name, state, config, context_dir, entrypoint, command, slots, hosts,"
-                " test_mode, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " test_mode, created_at, run_key, storage_tag, trial_class)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     name,
-                    ACTIVE,
+                    State.ACTIVE.value,
                     json.dumps(config),
                     context_dir,
                     entrypoint,
@@ -123,6 +162,9 @@ class ExperimentStore:
                     hosts,
                     int(test),
                     time.time(),
+                    run_key,
+                    secrets.token_hex(4),
+                    None if trial_class is None else json.dumps(trial_class),
                 ),
             )
             return int(cursor.lastrowid)
@@ -132,65 +174,192 @@ class ExperimentStore:
         experiment_id: int,
         hparams: dict[str, Any],
         seed: int,
-        checkpoint_dir: str,
+        checkpoint_storage: Union[str, os.PathLike],
         max_batches: Optional[int] = None,
     ) -> int:
-        """Records a new ACTIVE trial of an experiment; returns its id."""
+        """Records a new ACTIVE trial; returns its id.
+
+        Its checkpoints go to :func:`trial_checkpoint_dir` under ``checkpoint_storage``
+        (the config's ``checkpoint_storage`` directory, absolute).
+        """
         with self._write() as db:
+            tag = db.execute("SELECT storage_tag FROM experiments WHERE id = ?", (experiment_id,)).fetchone()
+            if tag is None:
+                raise UnknownIdError(f"There is no experiment {experiment_id} in the store {self.path}.")
             cursor = db.execute(
                 "INSERT INTO trials (experiment_id, state, hparams, seed, checkpoint_dir, log_path, max_batches,"
-                " created_at) VALUES (?, ?, ?, ?, ?, '', ?, ?)",
-                (experiment_id, ACTIVE, json.dumps(hparams), seed, checkpoint_dir, max_batches, time.time()),
+                " created_at) VALUES (?, ?, ?, ?, '', '', ?, ?)",
+                (experiment_id, State.ACTIVE.value, json.dumps(hparams), seed, max_batches, time.time()),
             )
             trial_id = int(cursor.lastrowid)
+            checkpoint_dir = trial_checkpoint_dir(checkpoint_storage, experiment_id, tag[0], trial_id)
             log_path = self.trial_dir(experiment_id, trial_id) / "output.log"
-            db.execute("UPDATE trials SET log_path = ? WHERE id = ?", (str(log_path), trial_id))
+            db.execute(
+                "UPDATE trials SET checkpoint_dir = ?, log_path = ? WHERE id = ?",
+                (str(checkpoint_dir), str(log_path), trial_id),
+            )
         return trial_id
 
+    def claim(self, experiment_id: int, pid: Optional[int] = None) -> None:
+        """Makes process ``pid`` (default: this one) the experiment's launcher, if no live one is.
+
+        One launcher at a time runs an experiment: a second ``experiment resume`` of it,
+        while the first still runs, is refused. A launcher that died (killed, or its
+        machine rebooted) no longer counts, so the claim survives crashes.
+
+        Raises:
+            ExperimentBusyError: another live process runs it (or one on another machine,
+                whose liveness cannot be checked from here).
+        """
+        pid = os.getpid() if pid is None else pid
+        host = socket.gethostname()
+        with self._write() as db:
+            row = db.execute(
+                "SELECT launcher_pid, launcher_host FROM experiments WHERE id = ?", (experiment_id,)
+            ).fetchone()
+            if row is None:
+                raise UnknownIdError(f"There is no experiment {experiment_id} in the store {self.path}.")
+            current, current_host = row["launcher_pid"], row["launcher_host"]
+            if (
+                current is not None
+                and (current, current_host) != (pid, host)
+                and _launcher_alive(current, current_host)
+            ):
+                where = "this machine" if current_host == host else current_host
+                raise ExperimentBusyError(
+                    f"Experiment {experiment_id} is being run by process {current} on {where}; one launcher at a "
+                    "time runs an experiment. Wait for it to end, or pause it first."
+                )
+            db.execute(
+                "UPDATE experiments SET launcher_pid = ?, launcher_host = ?, pause_requested_at = NULL WHERE id = ?",
+                (pid, host, experiment_id),
+            )
+
     def set_launcher(self, experiment_id: int, pid: int) -> None:
-        """Records the process that runs the experiment now, which ``pause`` signals."""
+        """Records the process that runs the experiment now, without checking for another."""
         with self._write() as db:
             db.execute(
                 "UPDATE experiments SET launcher_pid = ?, launcher_host = ? WHERE id = ?",
                 (pid, socket.gethostname(), experiment_id),
             )
 
-    def set_state(self, experiment_id: int, state: str) -> None:
+    def set_state(self, experiment_id: int, state: State) -> None:
         """Sets the state of an experiment and of its trials; a final state records the time."""
-        ended = time.time() if state in (COMPLETED, ERROR, PAUSED) else None
-        with self._write() as db:
-            db.execute("UPDATE experiments SET state = ?, ended_at = ? WHERE id = ?", (state, ended, experiment_id))
-            db.execute(
-                "UPDATE trials SET state = ?, ended_at = ? WHERE experiment_id = ?", (state, ended, experiment_id)
-            )
-
-    def set_progress(self, trial_id: int, batches_trained: int, max_batches: int) -> None:
-        """Records where a trial (re)starts and how many batches it trains in all."""
+        state = State(state)
+        ended = time.time() if state.is_final else None
         with self._write() as db:
             db.execute(
-                "UPDATE trials SET batches_trained = ?, max_batches = ? WHERE id = ?",
-                (batches_trained, max_batches, trial_id),
+                "UPDATE experiments SET state = ?, ended_at = ? WHERE id = ?", (state.value, ended, experiment_id)
+            )
+            db.execute(
+                "UPDATE trials SET state = ?, ended_at = ? WHERE experiment_id = ?", (state.value, ended, experiment_id)
             )
 
-    def record_metrics(self, trial_id: int, kind: str, batches: int, metrics: dict[str, Any]) -> None:
+    def update_experiment(self, experiment_id: int, config: dict[str, Any], slots: int, test: bool) -> None:
+        """Replaces the config of an experiment run again under the same run key (its length may have grown)."""
+        with self._write() as db:
+            db.execute(
+                "UPDATE experiments SET config = ?, slots = ?, test_mode = ? WHERE id = ?",
+                (json.dumps(config), slots, int(test), experiment_id),
+            )
+
+    def set_trial_state(self, trial_id: int, state: State) -> None:
+        """Sets the state of one trial; a final state records the time."""
+        state = State(state)
+        with self._write() as db:
+            db.execute(
+                "UPDATE trials SET state = ?, ended_at = ? WHERE id = ?",
+                (state.value, time.time() if state.is_final else None, trial_id),
+            )
+
+    def request_pause(self, experiment_id: int) -> None:
+        """Asks the experiment's launcher to have its trials checkpoint and stop."""
+        with self._write() as db:
+            db.execute("UPDATE experiments SET pause_requested_at = ? WHERE id = ?", (time.time(), experiment_id))
+
+    def set_progress(self, trial_id: int, batches_trained: int, max_batches: Optional[int] = None) -> None:
+        """Records how far a trial is, and (when given) how many batches it trains in all."""
+        with self._write() as db:
+            if max_batches is None:
+                db.execute("UPDATE trials SET batches_trained = ? WHERE id = ?", (batches_trained, trial_id))
+            else:
+                db.execute(
+                    "UPDATE trials SET batches_trained = ?, max_batches = ? WHERE id = ?",
+                    (batches_trained, max_batches, trial_id),
+                )
+
+    # Runs of a trial.
+
+    def start_run(self, trial_id: int) -> int:
+        """Records that a run of the trial (a launch, resume or restart) starts; returns its id."""
+        with self._write() as db:
+            cursor = db.execute(
+                "INSERT INTO trial_runs (trial_id, started_at, state) VALUES (?, ?, ?)",
+                (trial_id, time.time(), State.ACTIVE.value),
+            )
+            return int(cursor.lastrowid)
+
+    def acknowledge_preemption(self, run_id: int) -> None:
+        """Records that the run stops because it was asked to pause, not because it is done."""
+        with self._write() as db:
+            db.execute("UPDATE trial_runs SET preempted = 1 WHERE id = ?", (run_id,))
+
+    def record_run_error(self, run_id: int, error: dict[str, Any]) -> None:
+        """Records the error that ended a run (the first one recorded wins: later ones are its consequences)."""
+        with self._write() as db:
+            db.execute("UPDATE trial_runs SET error = ? WHERE id = ? AND error IS NULL", (json.dumps(error), run_id))
+
+    def end_run(self, run_id: int, state: State, exit_status: Optional[int] = None) -> None:
+        """Records how a run ended (and its processes' exit status, when they were launched)."""
+        with self._write() as db:
+            db.execute(
+                "UPDATE trial_runs SET state = ?, ended_at = ?, exit_status = ? WHERE id = ?",
+                (State(state).value, time.time(), exit_status, run_id),
+            )
+
+    # Metrics and checkpoints.
+
+    def record_metrics(
+        self,
+        trial_id: int,
+        kind: MetricKind,
+        batches: int,
+        metrics: dict[str, Any],
+        run_id: Optional[int] = None,
+    ) -> None:
         """Records a workload's training metrics (``kind="training"``) or a validation's."""
         with self._write() as db:
             db.execute(
-                "INSERT INTO metrics (trial_id, kind, batches, metrics, recorded_at) VALUES (?, ?, ?, ?, ?)",
-                (trial_id, kind, batches, json.dumps(metrics), time.time()),
+                "INSERT INTO metrics (trial_id, kind, batches, metrics, recorded_at, run_id) VALUES (?, ?, ?, ?, ?, ?)",
+                (trial_id, MetricKind(kind).value, batches, json.dumps(metrics), time.time(), run_id),
             )
             db.execute("UPDATE trials SET batches_trained = MAX(batches_trained, ?) WHERE id = ?", (batches, trial_id))
 
     def record_checkpoint(
-        self, trial_id: int, uuid: str, batches: int, path: str, size_bytes: int, metadata: dict[str, Any]
+        self,
+        trial_id: int,
+        uuid: str,
+        batches: int,
+        path: str,
+        size_bytes: int,
+        metadata: dict[str, Any],
+        run_id: Optional[int] = None,
     ) -> None:
         """Records a sealed checkpoint."""
         with self._write() as db:
             db.execute(
                 "INSERT OR REPLACE INTO checkpoints (uuid, trial_id, batches, path, size_bytes, metadata, state,"
-                " created_at) VALUES (?, ?, ?, ?, ?, ?, 'COMPLETED', ?)",
-                (uuid, trial_id, batches, path, size_bytes, json.dumps(metadata), time.time()),
+                " created_at, run_id) VALUES (?, ?, ?, ?, ?, ?, 'COMPLETED', ?, ?)",
+                (uuid, trial_id, batches, path, size_bytes, json.dumps(metadata), time.time(), run_id),
             )
+
+    def record_checkpoint_validation(self, uuid: str, metrics: dict[str, Any]) -> None:
+        """Adds validation metrics, reported after the checkpoint was recorded, to its metadata."""
+        with self._write() as db:
+            row = db.execute("SELECT metadata FROM checkpoints WHERE uuid = ?", (uuid,)).fetchone()
+            if row is not None:
+                metadata = {**json.loads(row["metadata"]), "validation_metrics": metrics}
+                db.execute("UPDATE checkpoints SET metadata = ? WHERE uuid = ?", (json.dumps(metadata), uuid))
 
     def mark_checkpoints_deleted(self, uuids: list[str]) -> None:
         """Records that retention deleted these checkpoints' files."""
@@ -199,98 +368,225 @@ class ExperimentStore:
 
     # Reading.
 
-    def experiments(self) -> list[dict[str, Any]]:
+    def experiments(self) -> list[ExperimentRecord]:
         """Every experiment, oldest first, with its trials' progress."""
         rows = self._connection.execute(
             "SELECT e.*, COALESCE(SUM(t.batches_trained), 0) AS batches_trained, MAX(t.max_batches) AS max_batches,"
             " COUNT(t.id) AS num_trials FROM experiments e LEFT JOIN trials t ON t.experiment_id = e.id"
             " GROUP BY e.id ORDER BY e.id"
         ).fetchall()
-        return [self._experiment_view(row) for row in rows]
+        return [_experiment_record(row) for row in rows]
 
-    def experiment(self, experiment_id: int) -> dict[str, Any]:
-        """One experiment, with its config and its trials.
+    def experiment(self, experiment_id: int) -> ExperimentRecord:
+        """One experiment.
 
         Raises:
             UnknownIdError: there is no experiment ``experiment_id``.
         """
-        row = self._connection.execute("SELECT * FROM experiments WHERE id = ?", (experiment_id,)).fetchone()
+        row = self._connection.execute(
+            "SELECT e.*, COALESCE(SUM(t.batches_trained), 0) AS batches_trained, MAX(t.max_batches) AS max_batches,"
+            " COUNT(t.id) AS num_trials FROM experiments e LEFT JOIN trials t ON t.experiment_id = e.id"
+            " WHERE e.id = ? GROUP BY e.id",
+            (experiment_id,),
+        ).fetchone()
         if row is None:
             raise UnknownIdError(f"There is no experiment {experiment_id} in the store {self.path}.")
-        view = self._experiment_view(row)
-        view["config"] = json.loads(row["config"])
-        view["trials"] = self.trials(experiment_id)
-        return view
+        return _experiment_record(row)
 
-    def trials(self, experiment_id: int) -> list[dict[str, Any]]:
-        rows = self._connection.execute("SELECT * FROM trials WHERE experiment_id = ? ORDER BY id", (experiment_id,))
-        return [self._trial_view(row) for row in rows.fetchall()]
+    def find_experiment(self, run_key: str) -> Optional[ExperimentRecord]:
+        """The latest experiment recorded with ``run_key``, if any."""
+        row = self._connection.execute(
+            "SELECT id FROM experiments WHERE run_key = ? ORDER BY id DESC LIMIT 1", (run_key,)
+        ).fetchone()
+        return None if row is None else self.experiment(row["id"])
 
-    def trial(self, trial_id: int) -> dict[str, Any]:
+    def trials(self, experiment_id: int) -> list[TrialRecord]:
+        """An experiment's trials, oldest first."""
+        rows = self._connection.execute(
+            "SELECT t.*, e.launcher_pid, e.launcher_host FROM trials t JOIN experiments e ON e.id = t.experiment_id"
+            " WHERE t.experiment_id = ? ORDER BY t.id",
+            (experiment_id,),
+        )
+        return [_trial_record(row) for row in rows.fetchall()]
+
+    def trial(self, trial_id: int) -> TrialRecord:
         """One trial.
 
         Raises:
             UnknownIdError: there is no trial ``trial_id``.
         """
-        row = self._connection.execute("SELECT * FROM trials WHERE id = ?", (trial_id,)).fetchone()
+        row = self._connection.execute(
+            "SELECT t.*, e.launcher_pid, e.launcher_host FROM trials t JOIN experiments e ON e.id = t.experiment_id"
+            " WHERE t.id = ?",
+            (trial_id,),
+        ).fetchone()
         if row is None:
             raise UnknownIdError(f"There is no trial {trial_id} in the store {self.path}.")
-        return self._trial_view(row)
+        return _trial_record(row)
 
-    def metrics(self, trial_id: int, kind: str) -> list[dict[str, Any]]:
-        """A trial's training or validation metrics, in the order of the batches."""
-        rows = self._connection.execute(
-            "SELECT batches, metrics FROM metrics WHERE trial_id = ? AND kind = ? ORDER BY batches, rowid",
-            (trial_id, kind),
-        )
-        return [{"batches": row["batches"], "metrics": json.loads(row["metrics"])} for row in rows.fetchall()]
+    def trial_runs(self, trial_id: int) -> list[TrialRunRecord]:
+        """A trial's runs, oldest first."""
+        rows = self._connection.execute("SELECT * FROM trial_runs WHERE trial_id = ? ORDER BY id", (trial_id,))
+        return [_run_record(row) for row in rows.fetchall()]
 
-    def checkpoints(self, experiment_id: int, include_deleted: bool = False) -> list[dict[str, Any]]:
-        """An experiment's checkpoints, oldest first: only those still on disk unless asked."""
+    def trial_run(self, run_id: int) -> TrialRunRecord:
+        """One run of a trial."""
+        row = self._connection.execute("SELECT * FROM trial_runs WHERE id = ?", (run_id,)).fetchone()
+        if row is None:
+            raise UnknownIdError(f"There is no trial run {run_id} in the store {self.path}.")
+        return _run_record(row)
+
+    def metrics(
+        self, trial_id: int, kind: MetricKind, run_id: Optional[int] = None, after_id: int = 0
+    ) -> list[MetricRecord]:
+        """A trial's training or validation metrics, in the order of the batches.
+
+        Args:
+            trial_id: the trial.
+            kind: training or validation metrics.
+            run_id: only those of this run of the trial.
+            after_id: only those recorded after the metric record with this id (for
+                following a run as it goes).
+        """
+        query = "SELECT rowid AS id, * FROM metrics WHERE trial_id = ? AND kind = ? AND rowid > ?"
+        parameters: list[Any] = [trial_id, MetricKind(kind).value, after_id]
+        if run_id is not None:
+            query += " AND run_id = ?"
+            parameters.append(run_id)
+        rows = self._connection.execute(query + " ORDER BY batches, rowid", parameters)
+        return [_metric_record(row) for row in rows.fetchall()]
+
+    def checkpoints(
+        self, experiment_id: int, include_deleted: bool = False, trial_id: Optional[int] = None
+    ) -> list[CheckpointRecord]:
+        """An experiment's checkpoints (or one trial's), oldest first: only those still on disk unless asked."""
+        query = "SELECT c.* FROM checkpoints c JOIN trials t ON c.trial_id = t.id WHERE t.experiment_id = ?"
+        parameters: list[Any] = [experiment_id]
+        if trial_id is not None:
+            query += " AND c.trial_id = ?"
+            parameters.append(trial_id)
+        if not include_deleted:
+            query += " AND c.state = 'COMPLETED'"
+        rows = self._connection.execute(query + " ORDER BY c.batches, c.created_at", parameters)
+        return [_checkpoint_record(row) for row in rows.fetchall()]
+
+    def checkpoint(self, uuid: str) -> CheckpointRecord:
+        """One checkpoint, by its uuid.
+
+        Raises:
+            UnknownIdError: the store records no checkpoint ``uuid``.
+        """
+        row = self._connection.execute("SELECT * FROM checkpoints WHERE uuid = ?", (uuid,)).fetchone()
+        if row is None:
+            raise UnknownIdError(f"There is no checkpoint {uuid} in the store {self.path}.")
+        return _checkpoint_record(row)
+
+    def best_validation(self, experiment_id: int) -> Optional[BestValidation]:
+        """The best value of the experiment's searcher metric over all its trials' validations."""
+        experiment = self.experiment(experiment_id)
+        metric, smaller = experiment.searcher_metric, experiment.smaller_is_better
+        best: Optional[BestValidation] = None
+        # Parsed here, not with SQLite's JSON functions, which refuse the NaN a metric may hold.
         rows = self._connection.execute(
-            "SELECT c.* FROM checkpoints c JOIN trials t ON c.trial_id = t.id WHERE t.experiment_id = ?"
-            + ("" if include_deleted else " AND c.state = 'COMPLETED'")
-            + " ORDER BY c.batches, c.created_at",
+            "SELECT m.trial_id, m.batches, m.metrics FROM metrics m JOIN trials t ON t.id = m.trial_id"
+            " WHERE t.experiment_id = ? AND m.kind = 'validation' ORDER BY m.rowid",
             (experiment_id,),
         )
-        checkpoints = []
         for row in rows.fetchall():
-            metadata = json.loads(row["metadata"])
-            checkpoints.append(
-                {
-                    "uuid": row["uuid"],
-                    "trial_id": row["trial_id"],
-                    "batches": row["batches"],
-                    "state": row["state"],
-                    "validation_metrics": metadata.get("validation_metrics"),
-                    "size_bytes": row["size_bytes"],
-                    "path": row["path"],
-                }
-            )
-        return checkpoints
+            value = json.loads(row["metrics"]).get(metric)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or value != value:  # NaN
+                continue
+            if best is None or (value < best.value if smaller else value > best.value):
+                best = BestValidation(metric, float(value), row["batches"], row["trial_id"])
+        return best
 
-    def _experiment_view(self, row: sqlite3.Row) -> dict[str, Any]:
-        view = {
-            key: row[key]
-            for key in ("id", "name", "state", "context_dir", "entrypoint", "slots", "hosts", "created_at", "ended_at")
-            + ("launcher_pid", "launcher_host")
-        }
-        view["test"] = bool(row["test_mode"])
-        view["command"] = None if row["command"] is None else json.loads(row["command"])
-        if view["state"] == ACTIVE and not _launcher_alive(row["launcher_pid"], row["launcher_host"]):
-            view["state"] = INTERRUPTED
-        record = dict(row)
-        for key in ("batches_trained", "max_batches", "num_trials"):
-            if key in record:
-                view[key] = record[key]
-        return view
 
-    @staticmethod
-    def _trial_view(row: sqlite3.Row) -> dict[str, Any]:
-        view = dict(row)
-        view["hparams"] = json.loads(view["hparams"])
-        view["tensorboard_dir"] = str(Path(view["log_path"]).parent / "tensorboard")
-        return view
+def _experiment_record(row: sqlite3.Row) -> ExperimentRecord:
+    state = State(row["state"])
+    if state == State.ACTIVE and not _launcher_alive(row["launcher_pid"], row["launcher_host"]):
+        state = State.INTERRUPTED
+    return ExperimentRecord(
+        id=row["id"],
+        name=row["name"],
+        state=state,
+        config=json.loads(row["config"]),
+        context_dir=row["context_dir"],
+        entrypoint=row["entrypoint"],
+        command=None if row["command"] is None else json.loads(row["command"]),
+        slots=row["slots"],
+        hosts=row["hosts"],
+        test=bool(row["test_mode"]),
+        created_at=row["created_at"],
+        ended_at=row["ended_at"],
+        launcher_pid=row["launcher_pid"],
+        launcher_host=row["launcher_host"],
+        run_key=row["run_key"],
+        pause_requested_at=row["pause_requested_at"],
+        trial_class=None if row["trial_class"] is None else json.loads(row["trial_class"]),
+        batches_trained=row["batches_trained"],
+        max_batches=row["max_batches"],
+        num_trials=row["num_trials"],
+    )
+
+
+def _trial_record(row: sqlite3.Row) -> TrialRecord:
+    state = State(row["state"])
+    if state == State.ACTIVE and not _launcher_alive(row["launcher_pid"], row["launcher_host"]):
+        state = State.INTERRUPTED
+    return TrialRecord(
+        id=row["id"],
+        experiment_id=row["experiment_id"],
+        state=state,
+        hparams=json.loads(row["hparams"]),
+        seed=row["seed"],
+        checkpoint_dir=row["checkpoint_dir"],
+        log_path=row["log_path"],
+        batches_trained=row["batches_trained"],
+        max_batches=row["max_batches"],
+        created_at=row["created_at"],
+        ended_at=row["ended_at"],
+    )
+
+
+def _metric_record(row: sqlite3.Row) -> MetricRecord:
+    return MetricRecord(
+        id=row["id"],
+        trial_id=row["trial_id"],
+        kind=MetricKind(row["kind"]),
+        batches=row["batches"],
+        metrics=json.loads(row["metrics"]),
+        recorded_at=row["recorded_at"],
+        run_id=row["run_id"],
+    )
+
+
+def _checkpoint_record(row: sqlite3.Row) -> CheckpointRecord:
+    metadata = json.loads(row["metadata"])
+    return CheckpointRecord(
+        uuid=row["uuid"],
+        trial_id=row["trial_id"],
+        batches=row["batches"],
+        state=row["state"],
+        validation_metrics=metadata.get("validation_metrics"),
+        size_bytes=row["size_bytes"],
+        path=row["path"],
+        created_at=row["created_at"],
+        run_id=row["run_id"],
+        metadata=metadata,
+    )
+
+
+def _run_record(row: sqlite3.Row) -> TrialRunRecord:
+    return TrialRunRecord(
+        id=row["id"],
+        trial_id=row["trial_id"],
+        started_at=row["started_at"],
+        ended_at=row["ended_at"],
+        state=State(row["state"]),
+        preempted=bool(row["preempted"]),
+        exit_status=row["exit_status"],
+        error=None if row["error"] is None else json.loads(row["error"]),
+    )
 
 
 def _enable_wal(connection: sqlite3.Connection, deadline: float) -> None:

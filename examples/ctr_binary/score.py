@@ -34,7 +34,7 @@ def main() -> None:
         parser.error("give a CHECKPOINT directory or --experiment, not both")
     checkpoint = args.checkpoint or best_checkpoint(args.store, args.experiment)
 
-    model = det.load_estimator_from_checkpoint_path(checkpoint, serving_name="raw")
+    model = det.estimator.load_estimator_from_checkpoint_path(checkpoint, serving_name="raw")
     score = model.signatures["serving_default"]
     features, labels = synthetic_clicks(args.rows, seed=3)  # rows the model never saw
     probabilities = np.concatenate(
@@ -50,13 +50,12 @@ def best_checkpoint(store_path, experiment: str) -> str:
     from det_estimator.store import ExperimentStore
 
     with ExperimentStore(store_path) as store:
-        experiment_id = store.experiments()[-1]["id"] if experiment == "latest" else int(experiment)
-        searcher = store.experiment(experiment_id)["config"]["searcher"]
-        validated = [c for c in store.checkpoints(experiment_id) if c["validation_metrics"]]
-        sign = 1 if searcher["smaller_is_better"] else -1
-        best = min(validated, key=lambda c: sign * c["validation_metrics"][searcher["metric"]])
-    print(f"experiment {experiment_id}: best checkpoint {best['uuid']} (after {best['batches']} batches)")
-    return best["path"]
+        record = store.experiments()[-1] if experiment == "latest" else store.experiment(int(experiment))
+        validated = [c for c in store.checkpoints(record.id) if c.validation_metrics]
+        sign = 1 if record.smaller_is_better else -1
+        best = min(validated, key=lambda c: sign * c.validation_metrics[record.searcher_metric])
+    print(f"experiment {record.id}: best checkpoint {best.uuid} (after {best.batches} batches)")
+    return best.path
 
 
 if __name__ == "__main__":

@@ -43,7 +43,7 @@ def main() -> None:
         )
     for checkpoint in outcome.checkpoints:
         print(f"checkpoint after {checkpoint['batches']} batches: {checkpoint['path']}")
-        print(f"  SavedModel: {Path(checkpoint['path']) / 'saved_models' / 'raw'}")
+        print(f"  SavedModel: {Path(checkpoint['path']) / 'raw'}")
     if outcome.checkpoints:
         print(f"\nscore new rows with: .venv/bin/python {HERE / 'score.py'} {outcome.checkpoints[-1]['path']}")
 

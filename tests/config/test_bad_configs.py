@@ -9,7 +9,7 @@ from det_estimator.config import ConfigError, load_experiment_config
 REMOVE = object()
 
 TOP_LEVEL_KEYS = (
-    "checkpoint_policy, checkpoint_storage, data, description, entrypoint, hyperparameters, labels, "
+    "checkpoint_policy, checkpoint_storage, data, description, entrypoint, entrypoint_script, hyperparameters, labels, "
     "min_checkpoint_period, min_validation_period, name, optimizations, perform_initial_validation, "
     "records_per_epoch, reproducibility, resources, scheduling_unit, searcher"
 )
@@ -58,20 +58,25 @@ CASES = [
     (
         "missing entrypoint",
         config(entrypoint=REMOVE),
-        'experiment config: missing required key `entrypoint`, which must be "module:TrialClass", '
-        'e.g. "model_def:MyTrial".',
+        'experiment config: missing required key `entrypoint`, which must be "module:TrialClass" '
+        '(e.g. "model_def:MyTrial") or a command (e.g. "python3 train.py").',
     ),
     (
         "entrypoint without a colon",
         config(entrypoint="model_def.MyTrial"),
-        'experiment config: `entrypoint` must be "module:TrialClass", e.g. "model_def:MyTrial". '
-        "Received: 'model_def.MyTrial' (str)",
+        'experiment config: `entrypoint` must be "module:TrialClass" (e.g. "model_def:MyTrial") or a command '
+        "(e.g. \"python3 train.py\"). Received: 'model_def.MyTrial' (str)",
     ),
     (
-        "entrypoint as a command",
-        config(entrypoint="python3 train.py"),
-        'experiment config: `entrypoint` must be "module:TrialClass", e.g. "model_def:MyTrial". '
-        "Received: 'python3 train.py' (str)",
+        "entrypoint and entrypoint_script",
+        config(entrypoint_script="python3 train.py"),
+        "experiment config: give either `entrypoint` or `entrypoint_script`, not both. "
+        "Received: entrypoint='model_def:MyTrial' (str), entrypoint_script='python3 train.py' (str)",
+    ),
+    (
+        "entrypoint_script that is not a command",
+        config(entrypoint=REMOVE, entrypoint_script=""),
+        "experiment config: `entrypoint_script` must be a command, e.g. \"python3 train.py\". Received: '' (str)",
     ),
     (
         "missing global_batch_size",

@@ -229,3 +229,34 @@ def test_per_slot_batch_size_rejects_fewer_records_than_slots():
 def test_source_of_another_type_is_a_type_error():
     with pytest.raises(TypeError, match="path to a YAML file or a dict"):
         load_experiment_config(42)
+
+
+@pytest.mark.parametrize(
+    "entrypoint",
+    [
+        {"entrypoint": "python3 train.py --epochs 3"},
+        {"entrypoint": ["python3", "train.py", "--epochs", "3"]},
+        {"entrypoint_script": "python3 train.py --epochs 3"},
+    ],
+)
+def test_a_command_entrypoint_runs_a_script_which_may_go_without_a_global_batch_size(entrypoint):
+    config = load_experiment_config(
+        {**entrypoint, "searcher": {"name": "single", "metric": "loss", "max_length": {"batches": 5}}}
+    )
+    assert config.is_script and config.entrypoint_command == ("python3", "train.py", "--epochs", "3")
+    assert config.entrypoint == "python3 train.py --epochs 3"
+    assert (config.entrypoint_module, config.entrypoint_class) == ("", "")
+    assert config.sample_hyperparameters(1) == {}
+    again = load_experiment_config(config.to_dict())
+    assert again == config and again.to_dict()["entrypoint"] == ["python3", "train.py", "--epochs", "3"]
+
+
+def test_a_trial_class_entrypoint_is_not_a_script():
+    config = load_experiment_config(
+        {
+            "entrypoint": "model_def:MyTrial",
+            "hyperparameters": {"global_batch_size": 4},
+            "searcher": {"name": "single", "metric": "loss", "max_length": {"batches": 5}},
+        }
+    )
+    assert not config.is_script and config.entrypoint_command == ()

@@ -14,6 +14,8 @@ from typing import Callable
 
 import pytest
 
+from det_estimator.launcher import free_port
+
 WORKERS_DIR = Path(__file__).parent / "workers"
 DEFAULT_TIMEOUT_SECONDS = 180
 
@@ -43,7 +45,8 @@ def run_under_horovod(
     command: list[str] = [sys.executable, str(WORKERS_DIR / worker), *args]
     if num_processes > 1:
         command = [_horovodrun(), "-np", str(num_processes), "-H", f"localhost:{num_processes}", "--gloo", *command]
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
+    # The chief of the job's DistributedContext listens on a port free now, as det-estimator's launcher sets it.
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1", DET_CHIEF_PORT=str(free_port()))
     process = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True
     )

@@ -3,6 +3,7 @@
 import json
 import time
 
+import numpy as np
 import pytest
 
 import det_estimator as det
@@ -40,6 +41,28 @@ def test_two_processes_follow_the_closed_form_across_a_resume(analytic, tmp_path
         "on_checkpoint_end"
     ] * 2 + ["on_trial_close"]
     assert rank_events(tmp_path, 1) == ["on_trial_close", "on_checkpoint_load", "on_trial_close"]
+    # Worker processes run EstimatorTrial code with TensorFlow's V2 behaviour disabled, as the reference.
+    assert analytic.tf_behaviour(tmp_path / "events") == {
+        "0": {"resource_variables": False},
+        "1": {"resource_variables": False},
+    }
+
+
+def test_without_average_training_metrics_the_chief_reports_its_own_loss(analytic, tmp_path):
+    config = analytic.make_config(tmp_path, 5, optimizations={"average_training_metrics": False})
+    outcome = det.run_trial(analytic.AnalyticTrial, config, slots=2)
+    # The chief holds records 0, 2, 4, ... of each global batch: the loss of its half only.
+    weight, losses = 0.0, []
+    for step in range(5):
+        start = (step % (analytic.NUM_RECORDS // GLOBAL_BATCH)) * GLOBAL_BATCH
+        x = analytic.FEATURES[start : start + GLOBAL_BATCH].astype(float)
+        y = analytic.TARGETS[start : start + GLOBAL_BATCH].astype(float)
+        losses.append(np.mean((weight * x[0::2] - y[0::2]) ** 2))
+        weight -= LEARNING_RATE * np.mean(2.0 * (weight * x - y) * x)
+    (training,) = outcome.training
+    assert training["metrics"]["loss"] == pytest.approx(np.mean(losses), rel=1e-5)
+    averaged = analytic.expected_workload_losses(5, 5, LEARNING_RATE, GLOBAL_BATCH)[0]
+    assert abs(training["metrics"]["loss"] - averaged) > 1e-3, "the data must tell the chief's loss from the mean"
 
 
 def test_a_job_killed_at_a_random_batch_resumes_to_the_uninterrupted_result(analytic, runs, tmp_path):
@@ -90,7 +113,7 @@ def test_killing_the_launcher_leaves_no_worker_running(runs, tmp_path):
     process = runs.start(tmp_path, 100_000, slots=2, seconds_per_batch=0.05)  # hours, unless killed
     runs.wait_for_line(process, "checkpoint")
     job = psutil.Process(process.pid).children(recursive=True)
-    assert any("det_estimator.launcher.worker" in " ".join(p.cmdline()) for p in job)
+    assert any("det_estimator.worker" in " ".join(p.cmdline()) for p in job)
     process.kill()  # the launcher alone
     process.wait(timeout=30)
     gone, alive = psutil.wait_procs(job, timeout=30)

@@ -21,7 +21,7 @@ def test_train_in_test_mode_then_score_with_its_saved_model(tmp_path):
     auc = float(re.search(r"ROC AUC ([0-9.]+)", trained.stdout).group(1))
     assert 0.0 <= auc <= 1.0
     checkpoint = re.search(r"^checkpoint after 1 batches: (.+)$", trained.stdout, re.MULTILINE).group(1)
-    assert (tmp_path / checkpoint / "saved_models" / "raw" / "saved_model.pb").exists()
+    assert (tmp_path / checkpoint / "raw" / "saved_model.pb").exists()
 
     scored = run(str(EXAMPLE / "score.py"), checkpoint, "--rows", "1000", cwd=tmp_path)
     assert scored.returncode == 0, scored.stderr[-3000:]

@@ -23,9 +23,17 @@ def test_local_test_mode_trains_one_batch_in_the_scripts_process(tmp_path, examp
     assert result.returncode == 0, result.stderr[-3000:]
     assert "COMPLETED after 1 batches" in result.stdout
     checkpoint = Path(re.search(r"checkpoint after 1 batches: (.+)", result.stdout).group(1))
-    assert checkpoint.parent == tmp_path / "ctr-native"  # local runs are named after the config
-    assert (checkpoint / "saved_models" / "raw" / "saved_model.pb").exists()
-    assert not (tmp_path / "store.sqlite").exists(), "a local run is not tracked"
+    assert checkpoint.parent.parent.parent == tmp_path  # the config's checkpoint storage
+    assert (checkpoint / "raw" / "saved_model.pb").exists()
+    # A local run is recorded in the store too, so the command lists and describes it.
+    listed = subprocess.run(
+        [COMMAND, "--store", str(tmp_path / "store.sqlite"), "experiment", "list", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    (experiment,) = json.loads(listed.stdout)
+    assert experiment["name"] == "ctr-native" and experiment["state"] == "COMPLETED"
 
 
 def test_without_local_the_script_becomes_a_tracked_experiment(tmp_path, example_config):
@@ -39,7 +47,7 @@ def test_without_local_the_script_becomes_a_tracked_experiment(tmp_path, example
         timeout=120,
     )
     experiment = json.loads(listed.stdout)
-    assert experiment["command"][0] == str(SCRIPT) and experiment["slots"] == 1
+    assert experiment["command"][:2] == ["python3", str(SCRIPT)] and experiment["slots"] == 1
     (trial,) = experiment["trials"]
     assert [v["batches"] for v in trial["validations"]] == [1]
     assert "auc" in trial["validations"][0]["metrics"]

@@ -3,12 +3,14 @@
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import det_estimator as det
+from det_estimator.store import ExperimentStore
 
 
 def config(tmp_path, batches=3):
@@ -30,6 +32,8 @@ def linear_run(context):
 
     def model_fn(features, labels, mode):
         weight = tf.compat.v1.get_variable("w", [], initializer=tf.compat.v1.zeros_initializer())
+        if mode == tf.estimator.ModeKeys.PREDICT:
+            return tf.estimator.EstimatorSpec(mode, predictions={"y": weight * features})
         loss = tf.reduce_mean(tf.square(weight * features - labels))
         train_op = optimizer.minimize(loss, global_step=tf.compat.v1.train.get_global_step())
         return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
@@ -48,7 +52,12 @@ def test_local_mode_trains_in_this_process_with_the_configs_hyperparameters(tmp_
     outcome = context.train_and_evaluate(*linear_run(context))
     assert (outcome.state, outcome.batches_trained) == ("COMPLETED", 3)
     assert [v["batches"] for v in outcome.validations] == [1, 2, 3]
-    assert outcome.checkpoints[-1]["path"].startswith(str(tmp_path / "checkpoints" / "native-linear"))
+    # The one checkpoint layout: <storage>/experiment-<id>-<tag>/trial-<id>/<uuid>, recorded in the store.
+    checkpoint = Path(outcome.checkpoints[-1]["path"])
+    assert checkpoint.parent.parent.parent == tmp_path / "checkpoints"
+    with ExperimentStore() as store:
+        assert store.checkpoint(checkpoint.name).path == str(checkpoint)
+        assert store.experiment(outcome.experiment_id).state == "COMPLETED"
     with pytest.raises(RuntimeError, match=r"train_and_evaluate\(\) runs once per det.init\(\)"):
         context.train_and_evaluate(*linear_run(context))
     # Run again, a local run resumes from its latest checkpoint and trains on to the new length.
@@ -97,3 +106,18 @@ def test_a_bad_config_is_rejected_before_anything_runs(tmp_path):
     broken["searcher"]["max_length"] = {"minutes": 3}
     with pytest.raises(ValueError, match="searcher.max_length"):
         det.init(broken, local=True)
+
+
+def test_serving_functions_set_on_the_context_are_exported_as_the_reference_does(tmp_path):
+    context = det.experimental.estimator.init(config(tmp_path, batches=1), local=True)
+
+    def raw_features():
+        x = tf.compat.v1.placeholder(tf.float32, [None], name="x")
+        return tf.estimator.export.TensorServingInputReceiver(x, x)
+
+    context.serving_input_receiver_fns = {"raw": raw_features}
+    outcome = context.train_and_evaluate(*linear_run(context))
+    checkpoint = Path(outcome.checkpoints[-1]["path"])
+    assert (checkpoint / "raw" / "saved_model.pb").is_file()
+    loaded = det.estimator.load_estimator_from_checkpoint_path(str(checkpoint))
+    assert "serving_default" in loaded.signatures

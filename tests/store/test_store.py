@@ -17,23 +17,32 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from det_estimator.store import (
-    ACTIVE,
-    COMPLETED,
-    ERROR,
-    INTERRUPTED,
-    PAUSED,
     SCHEMA_VERSION,
     STORE_VARIABLE,
+    CheckpointRecord,
+    ExperimentBusyError,
     ExperimentStore,
+    MetricKind,
+    State,
     StoreError,
     StoreRecorder,
     UnknownIdError,
     default_store_path,
+    to_json_value,
+    trial_checkpoint_dir,
 )
-from det_estimator.store._schema import migrate
+from det_estimator.store._schema import MIGRATIONS, migrate
 
-CONFIG = {"hyperparameters": {"lr": 0.1}, "searcher": {"max_length": {"batches": 100}}}
-TABLES = ["checkpoints", "experiments", "metrics", "sqlite_sequence", "trials"]
+ACTIVE, PAUSED, COMPLETED, ERROR, INTERRUPTED = (
+    State.ACTIVE,
+    State.PAUSED,
+    State.COMPLETED,
+    State.ERROR,
+    State.INTERRUPTED,
+)
+TRAINING, VALIDATION = MetricKind.TRAINING, MetricKind.VALIDATION
+CONFIG = {"hyperparameters": {"lr": 0.1}, "searcher": {"metric": "loss", "max_length": {"batches": 100}}}
+TABLES = ["checkpoints", "experiments", "metrics", "sqlite_sequence", "trial_runs", "trials"]
 
 
 @pytest.fixture
@@ -42,8 +51,8 @@ def store(tmp_path):
         yield store
 
 
-def new_experiment(store, name="mnist", test=False):
-    return store.create_experiment(name, CONFIG, "/context", "model_def:Trial", 2, test)
+def new_experiment(store, name="mnist", test=False, config=CONFIG):
+    return store.create_experiment(name, config, "/context", "model_def:Trial", 2, test)
 
 
 def raw(path):
@@ -57,132 +66,163 @@ def dead_pid():
     return process.pid
 
 
+def plain(records):
+    """Metric records as (batches, metrics) pairs."""
+    return [(record.batches, record.metrics) for record in records]
+
+
 # Recording and reading back.
 
 
 def test_round_trip_of_an_experiment_its_trials_metrics_and_checkpoints(tmp_path, store):
     experiment_id = new_experiment(store, test=True)
-    trial_id = store.create_trial(experiment_id, {"lr": 0.1, "layers": [3, 4]}, 7, "/checkpoints/first")
-    other_trial_id = store.create_trial(experiment_id, {"lr": 0.2, "layers": [5]}, 8, "/checkpoints/second", 80)
+    trial_id = store.create_trial(experiment_id, {"lr": 0.1, "layers": [3, 4]}, 7, "/checkpoints")
+    other_trial_id = store.create_trial(experiment_id, {"lr": 0.2, "layers": [5]}, 8, "/checkpoints", 80)
     store.set_progress(trial_id, 0, 100)
     store.set_progress(other_trial_id, 5, 80)
     for batches, loss in [(20, 0.5), (10, 0.9), (30, 0.25)]:
-        store.record_metrics(trial_id, "training", batches, {"loss": loss})
-    store.record_metrics(trial_id, "validation", 20, {"accuracy": 0.75, "names": ["a", "b"]})
-    store.record_metrics(trial_id, "validation", 10, {"accuracy": 0.5, "names": []})
+        store.record_metrics(trial_id, TRAINING, batches, {"loss": loss})
+    store.record_metrics(trial_id, VALIDATION, 20, {"accuracy": 0.75, "names": ["a", "b"]})
+    store.record_metrics(trial_id, VALIDATION, 10, {"accuracy": 0.5, "names": []})
     for uuid, batches in [("uuid-10", 10), ("uuid-20", 20), ("uuid-30", 30)]:
         store.record_checkpoint(
             trial_id, uuid, batches, f"/checkpoints/first/{uuid}", batches * 100, {"validation_metrics": {"b": batches}}
         )
     store.mark_checkpoints_deleted(["uuid-10", "uuid-20"])
 
-    assert store.metrics(trial_id, "training") == [
-        {"batches": 10, "metrics": {"loss": 0.9}},
-        {"batches": 20, "metrics": {"loss": 0.5}},
-        {"batches": 30, "metrics": {"loss": 0.25}},
+    assert plain(store.metrics(trial_id, TRAINING)) == [(10, {"loss": 0.9}), (20, {"loss": 0.5}), (30, {"loss": 0.25})]
+    assert plain(store.metrics(trial_id, VALIDATION)) == [
+        (10, {"accuracy": 0.5, "names": []}),
+        (20, {"accuracy": 0.75, "names": ["a", "b"]}),
     ]
-    assert store.metrics(trial_id, "validation") == [
-        {"batches": 10, "metrics": {"accuracy": 0.5, "names": []}},
-        {"batches": 20, "metrics": {"accuracy": 0.75, "names": ["a", "b"]}},
-    ]
-    assert store.metrics(other_trial_id, "training") == []
+    assert store.metrics(other_trial_id, TRAINING) == []
 
     [listed] = store.experiments()
-    assert listed["id"] == experiment_id and listed["name"] == "mnist" and listed["state"] == ACTIVE
-    assert listed["test"] is True and listed["slots"] == 2
+    assert listed.id == experiment_id and listed.name == "mnist" and listed.state == ACTIVE
+    assert listed.test is True and listed.slots == 2
     # The trials' batches add up (30 recorded + 5 of progress); max_batches is the largest.
-    assert (listed["batches_trained"], listed["max_batches"], listed["num_trials"]) == (35, 100, 2)
-    assert "config" not in listed and "trials" not in listed
+    assert (listed.batches_trained, listed.max_batches, listed.num_trials) == (35, 100, 2)
 
     shown = store.experiment(experiment_id)
-    assert shown["config"] == CONFIG
-    assert shown["context_dir"] == "/context" and shown["entrypoint"] == "model_def:Trial"
-    assert [trial["id"] for trial in shown["trials"]] == [trial_id, other_trial_id]
+    assert shown.config == CONFIG
+    assert shown.context_dir == "/context" and shown.entrypoint == "model_def:Trial"
+    assert [trial.id for trial in store.trials(experiment_id)] == [trial_id, other_trial_id]
 
-    assert [c["uuid"] for c in store.checkpoints(experiment_id)] == ["uuid-30"]
-    assert store.checkpoints(experiment_id, include_deleted=True) == [
-        {
-            "uuid": uuid,
-            "trial_id": trial_id,
-            "batches": batches,
-            "state": state,
-            "validation_metrics": {"b": batches},
-            "size_bytes": batches * 100,
-            "path": f"/checkpoints/first/{uuid}",
-        }
+    assert [c.uuid for c in store.checkpoints(experiment_id)] == ["uuid-30"]
+    every = store.checkpoints(experiment_id, include_deleted=True)
+    assert [(c.uuid, c.trial_id, c.batches, c.state, c.validation_metrics, c.size_bytes, c.path) for c in every] == [
+        (uuid, trial_id, batches, state, {"b": batches}, batches * 100, f"/checkpoints/first/{uuid}")
         for uuid, batches, state in [
             ("uuid-10", 10, "DELETED"),
             ("uuid-20", 20, "DELETED"),
             ("uuid-30", 30, "COMPLETED"),
         ]
     ]
+    assert isinstance(every[0], CheckpointRecord) and store.checkpoint("uuid-20") == every[1]
 
     trial = store.trial(trial_id)
-    assert trial == shown["trials"][0]
-    assert trial["hparams"] == {"lr": 0.1, "layers": [3, 4]}
-    assert (trial["seed"], trial["checkpoint_dir"], trial["state"]) == (7, "/checkpoints/first", ACTIVE)
-    assert (trial["batches_trained"], trial["max_batches"]) == (30, 100)
-    trial_dir = tmp_path / "experiments" / str(experiment_id) / f"trial-{trial_id}"
-    assert trial["log_path"] == str(trial_dir / "output.log")
-    assert trial["tensorboard_dir"] == str(trial_dir / "tensorboard")
+    assert trial == store.trials(experiment_id)[0]
+    assert trial.hparams == {"lr": 0.1, "layers": [3, 4]}
+    assert (trial.seed, trial.state) == (7, ACTIVE)
+    assert (trial.batches_trained, trial.max_batches) == (30, 100)
+    tag = Path(trial.checkpoint_dir).parent.name.removeprefix(f"experiment-{experiment_id}-")
+    assert trial.checkpoint_dir == str(trial_checkpoint_dir("/checkpoints", experiment_id, tag, trial_id))
+    assert store.trial(other_trial_id).checkpoint_dir == str(Path("/checkpoints") / f"experiment-1-{tag}" / "trial-2")
+    trial_dir = tmp_path / "store-files" / "experiments" / str(experiment_id) / f"trial-{trial_id}"
+    assert trial.log_path == str(trial_dir / "output.log")
+    assert trial.tensorboard_dir == str(trial_dir / "tensorboard")
     assert store.trial_dir(experiment_id, trial_id) == trial_dir
+
+
+def test_each_experiment_gets_its_own_random_checkpoint_directory(store):
+    first = store.create_trial(new_experiment(store), {}, 0, "/storage")
+    second = store.create_trial(new_experiment(store), {}, 0, "/storage")
+    directories = {Path(store.trial(trial_id).checkpoint_dir).parent.name for trial_id in (first, second)}
+    assert len(directories) == 2 and all(name.startswith("experiment-") for name in directories)
+
+
+def test_two_stores_in_one_folder_keep_their_files_apart(tmp_path):
+    with ExperimentStore(tmp_path / "a.sqlite") as first, ExperimentStore(tmp_path / "b.sqlite") as second:
+        first_trial = first.create_trial(new_experiment(first), {}, 0, "/storage")
+        second_trial = second.create_trial(new_experiment(second), {}, 0, "/storage")
+        assert first_trial == second_trial == 1
+        assert first.trial(1).log_path != second.trial(1).log_path
+        assert Path(first.trial(1).log_path).is_relative_to(tmp_path / "a-files")
+        assert Path(second.trial(1).log_path).is_relative_to(tmp_path / "b-files")
 
 
 def test_reopened_store_shows_what_was_recorded(tmp_path):
     with ExperimentStore(tmp_path / "store.sqlite") as store:
         experiment_id = new_experiment(store)
         trial_id = store.create_trial(experiment_id, {"lr": 0.1}, 1, "/checkpoints")
-        store.record_metrics(trial_id, "training", 4, {"loss": 1.5})
+        store.record_metrics(trial_id, TRAINING, 4, {"loss": 1.5})
         store.record_checkpoint(trial_id, "uuid", 4, "/checkpoints/uuid", 10, {})
 
     with ExperimentStore(tmp_path / "store.sqlite") as store:
-        assert store.experiment(experiment_id)["trials"][0]["hparams"] == {"lr": 0.1}
-        assert store.metrics(trial_id, "training") == [{"batches": 4, "metrics": {"loss": 1.5}}]
-        assert [c["uuid"] for c in store.checkpoints(experiment_id)] == ["uuid"]
+        assert store.trials(experiment_id)[0].hparams == {"lr": 0.1}
+        assert plain(store.metrics(trial_id, TRAINING)) == [(4, {"loss": 1.5})]
+        assert [c.uuid for c in store.checkpoints(experiment_id)] == ["uuid"]
 
 
 def test_metrics_at_the_same_batches_keep_the_order_they_were_recorded_in(store):
     trial_id = store.create_trial(new_experiment(store), {}, 0, "/checkpoints")
-    store.record_metrics(trial_id, "validation", 10, {"run": "second workload"})
-    store.record_metrics(trial_id, "validation", 5, {"run": "first workload"})
-    store.record_metrics(trial_id, "validation", 10, {"run": "after a resume"})
+    store.record_metrics(trial_id, VALIDATION, 10, {"run": "second workload"})
+    store.record_metrics(trial_id, VALIDATION, 5, {"run": "first workload"})
+    store.record_metrics(trial_id, VALIDATION, 10, {"run": "after a resume"})
 
-    assert [row["metrics"]["run"] for row in store.metrics(trial_id, "validation")] == [
+    assert [row.metrics["run"] for row in store.metrics(trial_id, VALIDATION)] == [
         "first workload",
         "second workload",
         "after a resume",
     ]
 
 
+def test_metrics_of_one_run_and_after_a_record_can_be_read_alone(store):
+    trial_id = store.create_trial(new_experiment(store), {}, 0, "/checkpoints")
+    first_run, second_run = store.start_run(trial_id), store.start_run(trial_id)
+    store.record_metrics(trial_id, TRAINING, 5, {"loss": 2.0}, first_run)
+    store.record_metrics(trial_id, TRAINING, 10, {"loss": 1.0}, second_run)
+    store.record_metrics(trial_id, TRAINING, 15, {"loss": 0.5}, second_run)
+
+    assert plain(store.metrics(trial_id, TRAINING, run_id=second_run)) == [(10, {"loss": 1.0}), (15, {"loss": 0.5})]
+    first_of_second = store.metrics(trial_id, TRAINING, run_id=second_run)[0]
+    assert plain(store.metrics(trial_id, TRAINING, after_id=first_of_second.id)) == [(15, {"loss": 0.5})]
+
+
 def test_batches_trained_only_grows_with_metrics_but_set_progress_sets_it(store):
     trial_id = store.create_trial(new_experiment(store), {}, 0, "/checkpoints")
-    store.record_metrics(trial_id, "training", 50, {"loss": 1.0})
-    store.record_metrics(trial_id, "validation", 40, {"loss": 1.0})
-    assert store.trial(trial_id)["batches_trained"] == 50
+    store.record_metrics(trial_id, TRAINING, 50, {"loss": 1.0})
+    store.record_metrics(trial_id, VALIDATION, 40, {"loss": 1.0})
+    assert store.trial(trial_id).batches_trained == 50
 
     store.set_progress(trial_id, 30, 60)  # a resume from the checkpoint at 30 batches
-    assert (store.trial(trial_id)["batches_trained"], store.trial(trial_id)["max_batches"]) == (30, 60)
+    assert (store.trial(trial_id).batches_trained, store.trial(trial_id).max_batches) == (30, 60)
+    store.set_progress(trial_id, 35)  # progress without a new length keeps the length
+    assert (store.trial(trial_id).batches_trained, store.trial(trial_id).max_batches) == (35, 60)
 
 
 def test_experiment_without_trials_is_listed_with_no_progress(store):
     experiment_id = new_experiment(store)
 
     [listed] = store.experiments()
-    assert listed["id"] == experiment_id
-    assert (listed["batches_trained"], listed["max_batches"], listed["num_trials"]) == (0, None, 0)
-    assert store.experiment(experiment_id)["trials"] == []
+    assert listed.id == experiment_id
+    assert (listed.batches_trained, listed.max_batches, listed.num_trials) == (0, None, 0)
+    assert store.trials(experiment_id) == []
     assert store.checkpoints(experiment_id) == []
 
 
-def test_checkpoints_are_per_experiment(store):
+def test_checkpoints_are_per_experiment_and_per_trial(store):
     first, second = new_experiment(store, "first"), new_experiment(store, "second")
     first_trial = store.create_trial(first, {}, 0, "/first")
+    other_trial = store.create_trial(first, {}, 1, "/first")
     second_trial = store.create_trial(second, {}, 0, "/second")
     store.record_checkpoint(first_trial, "first-uuid", 10, "/first/uuid", 1, {})
+    store.record_checkpoint(other_trial, "other-uuid", 10, "/first/other", 1, {})
     store.record_checkpoint(second_trial, "second-uuid", 5, "/second/uuid", 1, {})
 
-    assert [c["uuid"] for c in store.checkpoints(first)] == ["first-uuid"]
-    assert [c["uuid"] for c in store.checkpoints(second)] == ["second-uuid"]
+    assert [c.uuid for c in store.checkpoints(first)] == ["first-uuid", "other-uuid"]
+    assert [c.uuid for c in store.checkpoints(first, trial_id=other_trial)] == ["other-uuid"]
+    assert [c.uuid for c in store.checkpoints(second)] == ["second-uuid"]
 
 
 def test_recording_a_checkpoint_again_replaces_it(store):
@@ -193,8 +233,53 @@ def test_recording_a_checkpoint_again_replaces_it(store):
     store.record_checkpoint(trial_id, "uuid", 10, "/checkpoints/uuid", 120, {"validation_metrics": {"loss": 0.5}})
 
     [checkpoint] = store.checkpoints(experiment_id, include_deleted=True)
-    assert checkpoint["state"] == "COMPLETED"
-    assert checkpoint["size_bytes"] == 120 and checkpoint["validation_metrics"] == {"loss": 0.5}
+    assert checkpoint.state == "COMPLETED"
+    assert checkpoint.size_bytes == 120 and checkpoint.validation_metrics == {"loss": 0.5}
+
+
+def test_validation_metrics_reported_after_a_checkpoint_join_its_metadata(store):
+    experiment_id = new_experiment(store)
+    trial_id = store.create_trial(experiment_id, {}, 0, "/checkpoints")
+    store.record_checkpoint(trial_id, "uuid", 10, "/checkpoints/uuid", 100, {"steps_completed": 10})
+
+    store.record_checkpoint_validation("uuid", {"loss": 0.25})
+    store.record_checkpoint_validation("no-such-uuid", {"loss": 0.5})  # nothing to update: no error
+
+    [checkpoint] = store.checkpoints(experiment_id)
+    assert checkpoint.validation_metrics == {"loss": 0.25}
+    assert checkpoint.metadata == {"steps_completed": 10, "validation_metrics": {"loss": 0.25}}
+
+
+def test_best_validation_follows_the_searcher_metric_and_its_direction(store):
+    smaller = new_experiment(store, config=CONFIG)
+    larger = new_experiment(store, config={"searcher": {"metric": "auc", "smaller_is_better": False}})
+    trials = {
+        experiment_id: [store.create_trial(experiment_id, {}, seed, "/c") for seed in range(2)]
+        for experiment_id in (smaller, larger)
+    }
+    assert store.best_validation(smaller) is None
+    for experiment_id, metric in ((smaller, "loss"), (larger, "auc")):
+        first, second = trials[experiment_id]
+        store.record_metrics(first, VALIDATION, 5, {metric: 0.5, "other": 0.0})
+        store.record_metrics(second, VALIDATION, 5, {metric: float("nan")})
+        store.record_metrics(second, VALIDATION, 10, {metric: 0.25})
+        store.record_metrics(first, VALIDATION, 15, {metric: 0.75})
+        store.record_metrics(first, VALIDATION, 20, {"other": 1.0})
+
+    best = store.best_validation(smaller)
+    assert (best.metric, best.value, best.batches, best.trial_id) == ("loss", 0.25, 10, trials[smaller][1])
+    best = store.best_validation(larger)
+    assert (best.metric, best.value, best.batches, best.trial_id) == ("auc", 0.75, 15, trials[larger][0])
+
+
+def test_records_as_json_have_null_for_nan_and_names_for_states(store):
+    trial_id = store.create_trial(new_experiment(store), {}, 0, "/checkpoints")
+    store.record_metrics(trial_id, VALIDATION, 5, {"auc": float("nan"), "loss": float("inf"), "n": 3})
+
+    [record] = store.metrics(trial_id, VALIDATION)
+    shown = json.loads(json.dumps(to_json_value([record, store.trial(trial_id)]), allow_nan=False))
+    assert shown[0]["metrics"] == {"auc": None, "loss": None, "n": 3}
+    assert shown[0]["kind"] == "validation" and shown[1]["state"] == "ACTIVE"
 
 
 def test_unknown_ids_raise_unknown_id_error_naming_the_store(store):
@@ -203,6 +288,67 @@ def test_unknown_ids_raise_unknown_id_error_naming_the_store(store):
     assert isinstance(raised.value, LookupError) and isinstance(raised.value, StoreError)
     with pytest.raises(UnknownIdError, match="There is no trial 7 in the store"):
         store.trial(7)
+    with pytest.raises(UnknownIdError, match="There is no checkpoint abc in the store"):
+        store.checkpoint("abc")
+    with pytest.raises(UnknownIdError, match="There is no experiment 3 in the store"):
+        store.create_trial(3, {}, 0, "/checkpoints")
+
+
+def test_experiments_are_found_again_by_their_run_key(store):
+    assert store.find_experiment("run_trial:/storage/analytic") is None
+    first = store.create_experiment("a", CONFIG, "/c", "m:T", 1, False, run_key="run_trial:/storage/analytic")
+    new_experiment(store)
+    second = store.create_experiment("a", CONFIG, "/c", "m:T", 1, False, run_key="run_trial:/storage/analytic")
+
+    assert store.find_experiment("run_trial:/storage/analytic").id == second != first
+    store.update_experiment(second, {"searcher": {"max_length": {"batches": 200}}}, 2, True)
+    found = store.experiment(second)
+    assert (found.config["searcher"]["max_length"], found.slots, found.test) == ({"batches": 200}, 2, True)
+
+
+# Runs, claims and pause requests.
+
+
+def test_a_run_records_its_end_its_preemption_and_its_first_error(store):
+    trial_id = store.create_trial(new_experiment(store), {}, 0, "/checkpoints")
+    run_id = store.start_run(trial_id)
+    assert store.trial_run(run_id).state == ACTIVE and store.trial_run(run_id).ended_at is None
+
+    store.acknowledge_preemption(run_id)
+    store.record_run_error(run_id, {"rank": 1, "type": "ValueError", "message": "first"})
+    store.record_run_error(run_id, {"rank": 0, "type": "PeerGoneError", "message": "its consequence"})
+    store.end_run(run_id, ERROR, exit_status=1)
+
+    (run,) = store.trial_runs(trial_id)
+    assert (run.state, run.preempted, run.exit_status) == (ERROR, True, 1)
+    assert run.error == {"rank": 1, "type": "ValueError", "message": "first"} and run.ended_at is not None
+
+
+def test_one_live_launcher_at_a_time_claims_an_experiment(store):
+    experiment_id = new_experiment(store)
+    store.claim(experiment_id)
+    store.claim(experiment_id)  # the same process claims again: fine
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        with pytest.raises(ExperimentBusyError, match=f"being run by process {os.getpid()} on this machine"):
+            store.claim(experiment_id, pid=sleeper.pid)
+        store.set_launcher(experiment_id, sleeper.pid)
+        with pytest.raises(ExperimentBusyError, match=f"Experiment {experiment_id} is being run by process"):
+            store.claim(experiment_id)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    store.claim(experiment_id)  # its launcher died: the claim survives crashes
+    assert store.experiment(experiment_id).launcher_pid == os.getpid()
+
+
+def test_a_pause_request_is_recorded_and_cleared_by_the_next_claim(store):
+    experiment_id = new_experiment(store)
+    assert store.experiment(experiment_id).pause_requested_at is None
+    store.request_pause(experiment_id)
+    assert store.experiment(experiment_id).pause_requested_at is not None
+    store.claim(experiment_id)
+    assert store.experiment(experiment_id).pause_requested_at is None
 
 
 # States.
@@ -215,28 +361,29 @@ def test_final_state_sets_ended_at_and_active_clears_it(store, final_state):
     bystander = new_experiment(store, "bystander")
     bystander_trial = store.create_trial(bystander, {}, 0, "/checkpoints")
     shown = store.experiment(experiment_id)
-    assert shown["state"] == ACTIVE and shown["ended_at"] is None
+    assert shown.state == ACTIVE and shown.ended_at is None
 
     store.set_state(experiment_id, final_state)
     shown = store.experiment(experiment_id)
-    assert shown["state"] == final_state and shown["ended_at"] is not None
-    assert [(t["id"], t["state"]) for t in shown["trials"]] == [(trial_id, final_state) for trial_id in trial_ids]
-    assert all(t["ended_at"] is not None for t in shown["trials"])
-    assert [e["state"] for e in store.experiments()] == [final_state, ACTIVE]
-    assert store.trial(bystander_trial)["state"] == ACTIVE and store.trial(bystander_trial)["ended_at"] is None
+    assert shown.state == final_state and shown.ended_at is not None
+    trials = store.trials(experiment_id)
+    assert [(t.id, t.state) for t in trials] == [(trial_id, final_state) for trial_id in trial_ids]
+    assert all(t.ended_at is not None for t in trials)
+    assert [e.state for e in store.experiments()] == [final_state, ACTIVE]
+    assert store.trial(bystander_trial).state == ACTIVE and store.trial(bystander_trial).ended_at is None
 
     store.set_state(experiment_id, ACTIVE)
     shown = store.experiment(experiment_id)
-    assert shown["state"] == ACTIVE and shown["ended_at"] is None
-    assert [(t["state"], t["ended_at"]) for t in shown["trials"]] == [(ACTIVE, None), (ACTIVE, None)]
+    assert shown.state == ACTIVE and shown.ended_at is None
+    assert [(t.state, t.ended_at) for t in store.trials(experiment_id)] == [(ACTIVE, None), (ACTIVE, None)]
 
 
 def test_active_experiment_whose_launcher_died_reads_as_interrupted(store):
     experiment_id = new_experiment(store)
     store.set_launcher(experiment_id, dead_pid())
 
-    assert store.experiment(experiment_id)["state"] == INTERRUPTED
-    assert [e["state"] for e in store.experiments()] == [INTERRUPTED]
+    assert store.experiment(experiment_id).state == INTERRUPTED
+    assert [e.state for e in store.experiments()] == [INTERRUPTED]
     # Only the view changes: the record stays ACTIVE, so a resume can take it over.
     with raw(store.path) as connection:
         assert connection.execute("SELECT state FROM experiments").fetchone() == (ACTIVE,)
@@ -247,9 +394,9 @@ def test_active_experiment_with_a_live_launcher_reads_as_active(store):
     store.set_launcher(experiment_id, os.getpid())
 
     shown = store.experiment(experiment_id)
-    assert shown["state"] == ACTIVE
-    assert shown["launcher_pid"] == os.getpid()
-    assert [e["state"] for e in store.experiments()] == [ACTIVE]
+    assert shown.state == ACTIVE
+    assert shown.launcher_pid == os.getpid()
+    assert [e.state for e in store.experiments()] == [ACTIVE]
 
 
 def test_launcher_on_another_host_is_assumed_alive(store):
@@ -258,7 +405,7 @@ def test_launcher_on_another_host_is_assumed_alive(store):
     with raw(store.path) as connection:
         connection.execute("UPDATE experiments SET launcher_host = 'another-machine'")
 
-    assert store.experiment(experiment_id)["state"] == ACTIVE
+    assert store.experiment(experiment_id).state == ACTIVE
 
 
 def test_finished_experiment_with_a_dead_launcher_keeps_its_state(store):
@@ -266,7 +413,7 @@ def test_finished_experiment_with_a_dead_launcher_keeps_its_state(store):
     store.set_launcher(experiment_id, dead_pid())
     store.set_state(experiment_id, PAUSED)
 
-    assert store.experiment(experiment_id)["state"] == PAUSED
+    assert store.experiment(experiment_id).state == PAUSED
 
 
 # The file.
@@ -386,6 +533,29 @@ def test_migration_refuses_a_store_of_a_newer_schema(tmp_path, connection):
     assert connection.execute("SELECT name FROM sqlite_master").fetchall() == []
 
 
+def test_a_store_of_the_first_schema_is_migrated_with_its_records(tmp_path):
+    path = tmp_path / "old.sqlite"
+    with raw(path) as connection:
+        migrate(connection, str(path), MIGRATIONS[:1])
+        connection.execute(
+            "INSERT INTO experiments (name, state, config, context_dir, entrypoint, slots, test_mode, created_at)"
+            " VALUES ('old', 'PAUSED', '{}', '/c', 'm:T', 1, 0, 1.0)"
+        )
+        connection.execute(
+            "INSERT INTO trials (experiment_id, state, hparams, seed, checkpoint_dir, log_path, created_at)"
+            " VALUES (1, 'PAUSED', '{}', 3, '/old/checkpoints', '/old/output.log', 1.0)"
+        )
+        connection.execute(
+            "INSERT INTO metrics (trial_id, kind, batches, metrics, recorded_at) VALUES (1, 'training', 5, '{}', 2.0)"
+        )
+
+    with ExperimentStore(path) as store:
+        assert store.experiment(1).name == "old" and store.experiment(1).state == PAUSED
+        assert store.trial(1).checkpoint_dir == "/old/checkpoints" and store.trial(1).log_path == "/old/output.log"
+        assert plain(store.metrics(1, TRAINING)) == [(5, {})]
+        assert store.trial_runs(1) == [] and store.experiment(1).run_key is None
+
+
 def test_experiment_store_refuses_a_store_of_a_newer_schema(tmp_path):
     path = tmp_path / "future.sqlite"
     with raw(path) as connection:
@@ -499,7 +669,7 @@ def test_processes_opening_a_new_store_at_once_all_succeed(tmp_path):
             tables = connection.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
             assert [name for (name,) in tables] == TABLES
         with ExperimentStore(path) as store:
-            assert sorted(e["name"] for e in store.experiments()) == names
+            assert sorted(e.name for e in store.experiments()) == names
 
 
 def test_opening_a_new_store_waits_for_a_process_that_holds_its_write_lock(tmp_path):
@@ -535,16 +705,16 @@ def test_processes_writing_at_once_lose_nothing(tmp_path):
         assert connection.execute("SELECT COUNT(*) FROM metrics").fetchone() == (600,)
         assert connection.execute("SELECT COUNT(*) FROM checkpoints").fetchone() == (40,)
     with ExperimentStore(path) as store:
-        assert sorted(e["name"] for e in store.experiments()) == ["left", "right"]
+        assert sorted(e.name for e in store.experiments()) == ["left", "right"]
         for name, recorded in ids.items():
-            assert store.metrics(recorded["trial"], "training") == [
-                {"batches": batches, "metrics": {"owner": name, "loss": 1.0 / batches}} for batches in range(1, 301)
+            assert plain(store.metrics(recorded["trial"], TRAINING)) == [
+                (batches, {"owner": name, "loss": 1.0 / batches}) for batches in range(1, 301)
             ]
             checkpoints = store.checkpoints(recorded["experiment"])
-            assert [c["uuid"] for c in checkpoints] == [f"{name}-{batches}" for batches in range(15, 301, 15)]
-            assert {c["trial_id"] for c in checkpoints} == {recorded["trial"]}
-            assert store.experiment(recorded["experiment"])["config"] == {"owner": name}
-            assert store.trial(recorded["trial"])["batches_trained"] == 300
+            assert [c.uuid for c in checkpoints] == [f"{name}-{batches}" for batches in range(15, 301, 15)]
+            assert {c.trial_id for c in checkpoints} == {recorded["trial"]}
+            assert store.experiment(recorded["experiment"]).config == {"owner": name}
+            assert store.trial(recorded["trial"]).batches_trained == 300
 
 
 # The recorder.
@@ -569,25 +739,29 @@ def scalar_tags(directory):
     return sorted(accumulator.Tags()["scalars"])
 
 
-def test_recorder_records_progress_and_metrics_in_the_store(store, recorded_trial):
+def test_recorder_records_progress_and_metrics_of_its_run_in_the_store(store, recorded_trial):
     _, trial_id = recorded_trial
-    recorder = StoreRecorder(str(store.path), trial_id)
+    run_id = store.start_run(trial_id)
+    recorder = StoreRecorder(str(store.path), trial_id, run_id)
 
     recorder.on_start(20, 200)
-    assert (store.trial(trial_id)["batches_trained"], store.trial(trial_id)["max_batches"]) == (20, 200)
+    assert (store.trial(trial_id).batches_trained, store.trial(trial_id).max_batches) == (20, 200)
+    recorder.on_progress(25)
+    assert (store.trial(trial_id).batches_trained, store.trial(trial_id).max_batches) == (25, 200)
 
     recorder.on_training(30, {"loss": 0.5, "note": "warm", "flag": True})
     recorder.on_training(40, {"loss": 0.25})
     recorder.on_validation(40, {"accuracy": 0.75, "per_class": [0.5, 1.0]})
 
-    assert store.metrics(trial_id, "training") == [
-        {"batches": 30, "metrics": {"loss": 0.5, "note": "warm", "flag": True}},
-        {"batches": 40, "metrics": {"loss": 0.25}},
+    assert plain(store.metrics(trial_id, TRAINING)) == [
+        (30, {"loss": 0.5, "note": "warm", "flag": True}),
+        (40, {"loss": 0.25}),
     ]
-    assert store.metrics(trial_id, "validation") == [
-        {"batches": 40, "metrics": {"accuracy": 0.75, "per_class": [0.5, 1.0]}}
+    assert plain(store.metrics(trial_id, VALIDATION, run_id=run_id)) == [
+        (40, {"accuracy": 0.75, "per_class": [0.5, 1.0]})
     ]
-    assert store.trial(trial_id)["batches_trained"] == 40
+    assert store.trial(trial_id).batches_trained == 40
+    recorder.close()
 
 
 def test_recorder_writes_numeric_metrics_to_tensorboard_event_files(store, recorded_trial):
@@ -600,7 +774,7 @@ def test_recorder_writes_numeric_metrics_to_tensorboard_event_files(store, recor
     recorder.on_validation(30, {"comment": "nothing numeric"})
     recorder.on_validation(40, {"accuracy": 0.875})
 
-    tensorboard_dir = Path(store.trial(trial_id)["tensorboard_dir"])
+    tensorboard_dir = Path(store.trial(trial_id).tensorboard_dir)
     assert sorted(path.name for path in tensorboard_dir.iterdir()) == ["training", "validation"]
     assert scalar_tags(tensorboard_dir / "training") == ["learning_rate", "loss"]
     assert scalars(tensorboard_dir / "training", "loss") == [(10, 0.5), (20, 0.25)]
@@ -615,8 +789,8 @@ def test_recorder_creates_no_event_file_for_metrics_with_nothing_numeric(store, 
 
     recorder.on_validation(10, {"comment": "text", "done": True})
 
-    assert store.metrics(trial_id, "validation") == [{"batches": 10, "metrics": {"comment": "text", "done": True}}]
-    assert not Path(store.trial(trial_id)["tensorboard_dir"]).exists()
+    assert plain(store.metrics(trial_id, VALIDATION)) == [(10, {"comment": "text", "done": True})]
+    assert not Path(store.trial(trial_id).tensorboard_dir).exists()
 
 
 def test_recorder_records_checkpoints_with_their_size_and_lean_metadata(tmp_path, store, recorded_trial):
@@ -642,24 +816,17 @@ def test_recorder_records_checkpoints_with_their_size_and_lean_metadata(tmp_path
     recorder.on_checkpoint("uuid-2", 20, str(checkpoint), {"steps_completed": 20})
 
     [first, second] = store.checkpoints(experiment_id)
-    assert first == {
-        "uuid": "uuid-1",
-        "trial_id": trial_id,
-        "batches": 10,
-        "state": "COMPLETED",
-        "validation_metrics": {"loss": 0.5},
-        "size_bytes": 1234,
-        "path": str(checkpoint),
-    }
-    assert second["uuid"] == "uuid-2" and second["validation_metrics"] is None
+    assert (first.uuid, first.trial_id, first.batches, first.state) == ("uuid-1", trial_id, 10, "COMPLETED")
+    assert (first.validation_metrics, first.size_bytes, first.path) == ({"loss": 0.5}, 1234, str(checkpoint))
+    assert second.uuid == "uuid-2" and second.validation_metrics is None
     with raw(store.path) as connection:
         [(stored,)] = connection.execute("SELECT metadata FROM checkpoints WHERE uuid = 'uuid-1'").fetchall()
     assert json.loads(stored) == {"steps_completed": 10, "validation_metrics": {"loss": 0.5}, "hparams": {"lr": 0.1}}
     assert "rng_states" in metadata  # the caller's dictionary is left alone
 
     recorder.on_checkpoints_deleted(["uuid-1"])
-    assert [c["uuid"] for c in store.checkpoints(experiment_id)] == ["uuid-2"]
-    assert [(c["uuid"], c["state"]) for c in store.checkpoints(experiment_id, include_deleted=True)] == [
+    assert [c.uuid for c in store.checkpoints(experiment_id)] == ["uuid-2"]
+    assert [(c.uuid, c.state) for c in store.checkpoints(experiment_id, include_deleted=True)] == [
         ("uuid-1", "DELETED"),
         ("uuid-2", "COMPLETED"),
     ]

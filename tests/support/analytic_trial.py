@@ -10,6 +10,7 @@ is the same on any number of processes: :func:`expected_weight` computes it.
 import json
 import os
 import time
+from pathlib import Path
 
 import numpy as np
 import tensorflow as tf
@@ -107,8 +108,20 @@ class RecordingHook(det.RunHook):
         self._record("on_trial_close")
 
 
+def tf_behaviour(events_dir) -> dict:
+    """What each rank recorded of TensorFlow's behaviour when it built its estimator, by rank."""
+    found = {}
+    for path in sorted(Path(events_dir).glob("tf-behaviour-rank*.json")):
+        found[path.stem.removeprefix("tf-behaviour-rank")] = json.loads(path.read_text())
+    return found
+
+
 class AnalyticTrial(det.EstimatorTrial):
     def build_estimator(self) -> tf.estimator.Estimator:
+        events_dir = Path(self.context.get_hparam("events_dir"))
+        events_dir.mkdir(parents=True, exist_ok=True)
+        behaviour = {"resource_variables": tf.compat.v1.resource_variables_enabled()}
+        (events_dir / f"tf-behaviour-rank{self.context.distributed.rank}.json").write_text(json.dumps(behaviour))
         optimizer = tf.compat.v1.train.GradientDescentOptimizer(self.context.get_hparam("learning_rate"))
         if self.context.get_hparams().get("wrap_optimizer", True):
             optimizer = self.context.wrap_optimizer(optimizer)

@@ -20,8 +20,7 @@ def main() -> None:
 
     # Both ranks share this machine's dataset cache, as processes of one job do.
     os.environ["XDG_CACHE_HOME"] = os.path.join(args.output_dir, "cache")
-    _horovod.init()
-    distributed = det.DistributedContext.from_horovod()
+    distributed = det.core.DistributedContext.from_horovod(_horovod.init())
     rank = distributed.rank
     report = {
         "ranks": [distributed.rank, distributed.size, distributed.local_rank, distributed.local_size],

@@ -1,0 +1,291 @@
+"""CheckpointContext: writing, reading and deleting a trial's checkpoints; ``core_context.checkpoint``."""
+
+import contextlib
+import enum
+import logging
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional, Union
+
+from det_estimator.checkpoint import Checkpoint, TrialCheckpoints, read_checkpoint
+from det_estimator.core._distributed import DistributedContext
+from det_estimator.errors import DetEstimatorError
+from det_estimator.store import ExperimentStore, StoreRecorder, UnknownIdError
+
+logger = logging.getLogger("det_estimator.core")
+
+STEPS_COMPLETED = "steps_completed"
+
+
+class DownloadMode(enum.Enum):
+    """How processes of one machine share a checkpoint they read.
+
+    Checkpoints live on a file system every process sees, so nothing is downloaded and
+    both modes read the checkpoint in place; the enum exists for compatibility.
+    """
+
+    LocalWorkersShareDownload = "LOCAL_WORKERS_SHARE_DOWNLOAD"
+    NoSharedDownload = "NO_SHARED_DOWNLOAD"
+
+
+class CheckpointError(DetEstimatorError, RuntimeError):
+    """A checkpoint could not be written, found or read."""
+
+
+@dataclass(frozen=True)
+class RetentionPolicy:
+    """Which checkpoints to keep, from the config's ``checkpoint_storage`` and ``searcher``.
+
+    Attributes:
+        save_trial_latest: the most recent checkpoints of the trial to keep (at least 1
+            while it trains, so that it can resume).
+        save_trial_best: the trial's best checkpoints by the searcher metric to keep.
+        save_experiment_best: the experiment's best checkpoints (over all its trials) to keep.
+        metric: the searcher metric.
+        smaller_is_better: how it compares.
+    """
+
+    save_trial_latest: int = 1
+    save_trial_best: int = 1
+    save_experiment_best: int = 0
+    metric: Optional[str] = None
+    smaller_is_better: bool = True
+
+
+class CheckpointContext:
+    """A trial's checkpoints: ``core_context.checkpoint``.
+
+    A checkpoint is a directory, sealed atomically with a sha256 of every file once it
+    is written (a crash never leaves a half-written checkpoint that looks whole), and
+    named by its ``storage_id`` (a uuid) in the trial's checkpoint directory on a file
+    system every process sees. Each new checkpoint is recorded in the experiment store,
+    and the retention policy of the config (``save_trial_latest``, ``save_trial_best``,
+    ``save_experiment_best``) deletes the ones it does not keep.
+
+    Args:
+        distributed: this process's place in the job.
+        checkpoint_dir: the trial's checkpoint directory.
+        recorder: the chief's store recorder (None elsewhere, or off an experiment).
+        retention: which checkpoints to keep.
+        store_path: the experiment store, where checkpoints of other trials are found.
+    """
+
+    def __init__(
+        self,
+        distributed: DistributedContext,
+        checkpoint_dir: Union[str, Path],
+        recorder: Optional[StoreRecorder] = None,
+        retention: RetentionPolicy = RetentionPolicy(),
+        store_path: Optional[str] = None,
+    ) -> None:
+        self._distributed = distributed
+        self._checkpoints = TrialCheckpoints(checkpoint_dir)
+        self._recorder = recorder if distributed.rank == 0 else None
+        self._retention = retention
+        self._store_path = store_path
+        self._validations: dict[int, dict[str, Any]] = {}
+        self._written: dict[int, Checkpoint] = {}
+
+    @property
+    def directory(self) -> Path:
+        """The trial's checkpoint directory."""
+        return self._checkpoints.directory
+
+    @contextlib.contextmanager
+    def store_path(
+        self, metadata: Optional[dict[str, Any]] = None, *, shard: bool = False
+    ) -> Iterator[tuple[Path, str]]:
+        """Yields ``(path, storage_id)``: a directory to write a checkpoint into, sealed when the block ends.
+
+        Write every file of the checkpoint into ``path``. When the block ends without an
+        exception the checkpoint is sealed (hashed, fsynced and renamed into place) and
+        recorded; if it raises, nothing is kept. ``path`` is a temporary name: after the
+        block the checkpoint is at ``<checkpoint directory>/<storage_id>``.
+
+        Args:
+            metadata: JSON values stored in the checkpoint's ``metadata.json``; must hold
+                ``steps_completed``, the batches trained so far.
+            shard: False: only the chief calls it. True: every process calls it at the
+                same time, each writing its own files into the same directory.
+
+        Example:
+            ::
+
+                if core_context.distributed.rank == 0:
+                    with core_context.checkpoint.store_path({"steps_completed": step}) as (path, storage_id):
+                        save_my_model(path / "model.npz")
+
+        Raises:
+            ValueError: ``steps_completed`` is missing from ``metadata``.
+            CheckpointError: ``shard=False`` on another process than the chief.
+        """
+        metadata = dict(metadata or {})
+        if not isinstance(metadata.get(STEPS_COMPLETED), int) or isinstance(metadata[STEPS_COMPLETED], bool):
+            raise ValueError(
+                f"Checkpoint metadata must hold `{STEPS_COMPLETED}`, the batches trained so far, as an int. "
+                f"Received: {metadata!r}"
+            )
+        steps = metadata[STEPS_COMPLETED]
+        if steps in self._validations and "validation_metrics" not in metadata:
+            metadata["validation_metrics"] = self._validations[steps]
+        if not shard:
+            if self._distributed.rank != 0:
+                raise CheckpointError(
+                    f"store_path(shard=False) is for the chief only; process {self._distributed.rank} called it. "
+                    "Call it under `if core_context.distributed.rank == 0:`, or pass shard=True on every process."
+                )
+            with self._checkpoints.write(metadata) as pending:
+                yield pending.path, pending.uuid
+            self._sealed(pending.checkpoint)
+            return
+        yield from self._store_sharded(metadata)
+
+    def _store_sharded(self, metadata: dict[str, Any]) -> Iterator[tuple[Path, str]]:
+        writer = pending = None
+        if self._distributed.rank == 0:
+            writer = self._checkpoints.write(metadata)
+            pending = writer.__enter__()
+        path, storage_id = self._distributed.broadcast(None if pending is None else (str(pending.path), pending.uuid))
+        failure: Optional[BaseException] = None
+        try:
+            yield Path(path), storage_id
+        except BaseException as error:  # every process must reach the barrier below
+            failure = error
+        succeeded = self._distributed.allgather(failure is None)
+        if writer is not None:
+            if all(succeeded):
+                writer.__exit__(None, None, None)
+                self._sealed(pending.checkpoint)
+            else:
+                writer.__exit__(CheckpointError, CheckpointError("a process failed"), None)
+        if failure is not None:
+            raise failure
+        if not all(succeeded):
+            failed = [rank for rank, ok in enumerate(succeeded) if not ok]
+            raise CheckpointError(f"Processes {failed} failed to write their part of checkpoint {storage_id}.")
+
+    def _sealed(self, checkpoint: Checkpoint) -> None:
+        """Records a sealed checkpoint, then deletes what retention does not keep."""
+        self._written[checkpoint.steps_completed] = checkpoint
+        if self._recorder is not None:
+            self._recorder.on_checkpoint(
+                checkpoint.uuid, checkpoint.steps_completed, str(checkpoint.path), dict(checkpoint.metadata)
+            )
+        self._prune()
+
+    def _prune(self) -> None:
+        policy = self._retention
+        deleted = self._checkpoints.prune(
+            save_latest=max(policy.save_trial_latest, 1),
+            save_best=policy.save_trial_best if policy.metric else 0,
+            metric=policy.metric,
+            smaller_is_better=policy.smaller_is_better,
+            keep=self._experiment_best(),
+        )
+        if deleted and self._recorder is not None:
+            self._recorder.on_checkpoints_deleted([checkpoint.uuid for checkpoint in deleted])
+        for checkpoint in deleted:
+            self._written.pop(checkpoint.steps_completed, None)
+
+    def _experiment_best(self) -> set[str]:
+        """The uuids of the experiment's ``save_experiment_best`` best checkpoints, over all its trials."""
+        policy = self._retention
+        if not policy.save_experiment_best or not policy.metric or self._recorder is None:
+            return set()
+        store = self._recorder.store
+        experiment_id = store.trial(self._recorder.trial_id).experiment_id
+        ranked = []
+        for record in store.checkpoints(experiment_id):
+            value = (record.validation_metrics or {}).get(policy.metric)
+            if isinstance(value, (int, float)) and value == value:
+                ranked.append((value if policy.smaller_is_better else -value, -record.created_at, record.uuid))
+        return {uuid for _, _, uuid in sorted(ranked)[: policy.save_experiment_best]}
+
+    def _on_validation(self, steps_completed: int, metrics: dict[str, Any]) -> None:
+        """Stores validation metrics in the checkpoint of the same step, now or when it is written."""
+        self._validations = {steps_completed: metrics}
+        checkpoint = self._written.get(steps_completed)
+        if checkpoint is None or checkpoint.validation_metrics:
+            return
+        try:
+            self._written[steps_completed] = self._checkpoints.record_validation(checkpoint, metrics)
+        except (TypeError, ValueError) as error:
+            logger.warning("validation metrics not stored in checkpoint %s: %s", checkpoint.uuid, error)
+            return
+        if self._recorder is not None:
+            self._recorder.store.record_checkpoint_validation(checkpoint.uuid, metrics)
+        self._prune()
+
+    def upload(
+        self, ckpt_dir: Optional[Union[str, Path]], metadata: Optional[dict[str, Any]] = None, *, shard: bool = False
+    ) -> str:
+        """Copies the contents of ``ckpt_dir`` into a new checkpoint; returns its ``storage_id``.
+
+        Same rules as :meth:`store_path`; with ``shard=True`` a process with nothing to
+        add passes ``ckpt_dir=None``.
+        """
+        with self.store_path(metadata, shard=shard) as (path, storage_id):
+            if ckpt_dir is not None:
+                shutil.copytree(ckpt_dir, path, dirs_exist_ok=True)
+        return storage_id
+
+    def download(
+        self,
+        storage_id: str,
+        ckpt_dir: Union[str, Path],
+        download_mode: DownloadMode = DownloadMode.LocalWorkersShareDownload,
+        *,
+        selector: Optional[Callable[[str], bool]] = None,
+    ) -> None:
+        """Copies a checkpoint's files into ``ckpt_dir`` (created if missing).
+
+        ``selector``, given a file's path relative to the checkpoint, says whether to copy it.
+        """
+        source = self._locate(storage_id)
+        destination = Path(ckpt_dir)
+        for file in sorted(path for path in source.rglob("*") if path.is_file()):
+            relative = file.relative_to(source).as_posix()
+            if selector is None or selector(relative):
+                (destination / relative).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(file, destination / relative)
+
+    @contextlib.contextmanager
+    def restore_path(
+        self, storage_id: str, download_mode: DownloadMode = DownloadMode.LocalWorkersShareDownload
+    ) -> Iterator[Path]:
+        """Yields the directory of checkpoint ``storage_id``, to read it (do not write into it).
+
+        The checkpoint may belong to this trial or to any trial of the experiment store.
+
+        Raises:
+            CheckpointError: no checkpoint has that id.
+        """
+        yield self._locate(storage_id)
+
+    def get_metadata(self, storage_id: str) -> dict[str, Any]:
+        """The checkpoint's metadata: what was given to :meth:`store_path`, plus its uuid, time and files."""
+        return dict(read_checkpoint(self._locate(storage_id)).metadata)
+
+    def delete(self, storage_ids: list[str]) -> None:
+        """Deletes checkpoints of this trial (chief only); the store marks them deleted."""
+        for storage_id in storage_ids:
+            self._checkpoints.delete(read_checkpoint(self._locate(storage_id)))
+        if self._recorder is not None:
+            self._recorder.on_checkpoints_deleted(list(storage_ids))
+
+    def _locate(self, storage_id: str) -> Path:
+        own = self._checkpoints.directory / storage_id
+        if own.is_dir():
+            return own
+        if self._store_path is not None:
+            with ExperimentStore(self._store_path) as store, contextlib.suppress(UnknownIdError):
+                path = Path(store.checkpoint(storage_id).path)
+                if path.is_dir():
+                    return path
+        raise CheckpointError(
+            f"There is no checkpoint {storage_id!r} in {self._checkpoints.directory}"
+            + (f" or in the store {self._store_path}" if self._store_path else "")
+            + ": it was deleted by retention, or the id is wrong."
+        )

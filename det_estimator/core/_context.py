@@ -1,0 +1,298 @@
+"""core.init() and core.Context: the one context every trial type and training script reports through."""
+
+import contextlib
+import logging
+import os
+import sys
+import threading
+import types
+from pathlib import Path
+from typing import Any, Optional, Union
+
+from det_estimator import _info
+from det_estimator.config import ExperimentConfig, Length, LengthUnit, load_experiment_config
+from det_estimator.core._checkpoint import CheckpointContext, RetentionPolicy
+from det_estimator.core._distributed import DistributedContext, DummyDistributedContext
+from det_estimator.core._preempt import PauseWatcher, PreemptContext, PreemptMode
+from det_estimator.core._searcher import FixedLengths, SearcherContext, Unit
+from det_estimator.core._train import EarlyExitReason, TrainContext
+from det_estimator.errors import DetEstimatorError, InvalidHP, error_record
+from det_estimator.store import ExperimentStore, State, StoreRecorder
+
+logger = logging.getLogger("det_estimator.core")
+
+_UNITS = {LengthUnit.BATCHES: Unit.BATCHES, LengthUnit.RECORDS: Unit.RECORDS, LengthUnit.EPOCHS: Unit.EPOCHS}
+
+
+class Context:
+    """The Core API: ``distributed``, ``train``, ``checkpoint``, ``preempt`` and ``searcher``, with ``info``.
+
+    Made by :func:`init`; use it as a context manager, and do all the training inside
+    the ``with`` block::
+
+        with det.core.init() as core_context:
+            ...
+
+    Attributes:
+        distributed: this process's place in the job (:class:`DistributedContext`).
+        train: metrics and progress (:class:`TrainContext`).
+        checkpoint: checkpoints (:class:`CheckpointContext`).
+        preempt: pause requests (:class:`PreemptContext`).
+        searcher: how long to train (:class:`SearcherContext`).
+        info: the :class:`~det_estimator.ClusterInfo` of the trial.
+    """
+
+    def __init__(
+        self,
+        distributed: DistributedContext,
+        train: TrainContext,
+        checkpoint: CheckpointContext,
+        preempt: PreemptContext,
+        searcher: SearcherContext,
+        info: _info.ClusterInfo,
+        watcher: PauseWatcher,
+        recorder: Optional[StoreRecorder] = None,
+        owned_run: Optional[int] = None,
+    ) -> None:
+        self.distributed = distributed
+        self.train = train
+        self.checkpoint = checkpoint
+        self.preempt = preempt
+        self.searcher = searcher
+        self.info = info
+        self._watcher = watcher
+        self._recorder = recorder
+        self._owned_run = owned_run
+        self._exits = contextlib.ExitStack()
+
+    def start(self) -> "Context":
+        """Starts watching for pause requests; SIGTERM and SIGINT ask for a pause while it runs.
+
+        A run this context recorded itself (a plain script's) is, while it lasts, what
+        ``det.get_cluster_info()`` returns.
+        """
+        self._watcher.start()
+        self._exits.enter_context(self._watcher.on_signals())
+        if self._owned_run is not None:
+            _info.set_in_process(self.info)
+            self._exits.callback(_info.set_in_process, None)
+        return self
+
+    def close(
+        self,
+        exc_type: Optional[type] = None,
+        exc_val: Optional[BaseException] = None,
+        exc_tb: Optional[types.TracebackType] = None,
+    ) -> None:
+        """Stops watching, closes the connections to the other processes, and ends a run this context owns."""
+        self._exits.close()
+        self._watcher.close()
+        self.train.flush()
+        self.distributed.close()
+        if self._owned_run is not None and self._recorder is not None:
+            store = self._recorder.store
+            if exc_val is not None and not isinstance(exc_val, InvalidHP):
+                state = State.ERROR
+                store.record_run_error(self._owned_run, error_record(exc_val, self.distributed.rank))
+            elif self.preempt.acknowledged:
+                state = State.PAUSED
+            else:
+                state = State.COMPLETED
+            store.end_run(self._owned_run, state)
+            store.set_state(self.info.trial.experiment_id, state)
+        if self._recorder is not None:
+            self._recorder.close()
+
+    def __enter__(self) -> "Context":
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: Optional[type],
+        exc_val: Optional[BaseException],
+        exc_tb: Optional[types.TracebackType],
+    ) -> Optional[bool]:
+        self.close(exc_type, exc_val, exc_tb)
+        if isinstance(exc_val, InvalidHP):
+            self.train.report_early_exit(EarlyExitReason.INVALID_HP)
+            logger.info("InvalidHP raised: the trial ends without counting as failed (%s)", exc_val)
+            return True
+        return None
+
+
+def init(
+    *,
+    distributed: Optional[DistributedContext] = None,
+    checkpoint_storage: Optional[Union[str, os.PathLike]] = None,
+    preempt_mode: PreemptMode = PreemptMode.WorkersAskChief,
+    tensorboard_mode: Any = None,
+    config: Optional[dict[str, Any]] = None,
+) -> Context:
+    """Builds the :class:`Context` of this process, on or off a launched experiment.
+
+    In a process launched for an experiment (``det-estimator experiment create``, a
+    resume, ``run_trial``) it is the context of that experiment's trial. In a plain
+    ``python train.py`` it records a new experiment in the default store (the
+    ``DET_ESTIMATOR_STORE`` variable, else ``~/.local/share/det-estimator``) with this
+    process as its only one, so that the run can be listed, plotted and resumed with
+    ``det-estimator experiment resume``.
+
+    Args:
+        distributed: this process's place in a job of several processes; by default it
+            is read from the launch (horovodrun's or ``TF_CONFIG``'s variables), or a
+            single-process context.
+        checkpoint_storage: off an experiment, the directory for checkpoints (default:
+            ``config``'s ``checkpoint_storage``, else ``checkpoints`` in the current
+            directory); ignored in a launched experiment.
+        preempt_mode: how :meth:`PreemptContext.should_preempt` is called.
+        tensorboard_mode: accepted for compatibility; metrics always go to TensorBoard
+            event files beside the store.
+        config: off an experiment, the experiment config (a dict) to record; by
+            default the run has no hyperparameters and its searcher gives one operation
+            of length 1. A launched experiment has its own config, and this one is
+            ignored there, so a script may pass the config it is launched with.
+
+    Returns:
+        The context; enter it with ``with``.
+    """
+    info = _info.get_cluster_info()
+    owned_run = None
+    if info is None:
+        info, owned_run = _record_script_run(config, checkpoint_storage)
+    if distributed is None:
+        distributed = DistributedContext.from_environment() if info.slots > 1 else DummyDistributedContext()
+    return build_context(info, distributed, preempt_mode, owned_run=owned_run, strict_metric=owned_run is None)
+
+
+def build_context(
+    info: _info.ClusterInfo,
+    distributed: DistributedContext,
+    preempt_mode: PreemptMode = PreemptMode.WorkersAskChief,
+    owned_run: Optional[int] = None,
+    strict_metric: bool = True,
+) -> Context:
+    """The core context of trial ``info`` for this process (det-estimator's controllers build theirs here)."""
+    trial = info.trial
+    if trial is None:
+        raise DetEstimatorError(f"core.init() needs a trial; the task is a {info.task_type}.")
+    config = load_experiment_config(trial.config)
+    recorder = StoreRecorder(info.store_path, trial.trial_id, trial.run_id) if distributed.rank == 0 else None
+    searcher_config = config.searcher
+    checkpoint = CheckpointContext(
+        distributed,
+        info.checkpoint_dir,
+        recorder,
+        RetentionPolicy(
+            save_trial_latest=config.checkpoint_storage.save_trial_latest,
+            save_trial_best=config.checkpoint_storage.save_trial_best,
+            save_experiment_best=config.checkpoint_storage.save_experiment_best,
+            metric=searcher_config.metric,
+            smaller_is_better=searcher_config.smaller_is_better,
+        ),
+        store_path=info.store_path,
+    )
+    max_batches = _length_in_batches(config, trial.hparams, searcher_config.max_length.value)
+    train = TrainContext(
+        distributed,
+        recorder,
+        searcher_metric=searcher_config.metric if strict_metric else None,
+        smaller_is_better=searcher_config.smaller_is_better,
+        max_batches=lambda: max_batches,
+        on_validation=checkpoint._on_validation,
+        experiment=(info.store_path, trial.experiment_id),
+        tensorboard_dir=None if recorder is None else recorder.store.trial(trial.trial_id).tensorboard_dir,
+    )
+    watcher = PauseWatcher(
+        info.pause_file, _StorePauseRequest(info.store_path, trial.experiment_id) if recorder else None
+    )
+    acknowledge = (lambda: recorder.store.acknowledge_preemption(trial.run_id)) if recorder else (lambda: None)
+    preempt = PreemptContext(distributed, watcher, acknowledge, preempt_mode)
+
+    def report_batches(batches: int) -> None:
+        train.report_batches(batches)
+
+    searcher = SearcherContext(
+        distributed,
+        FixedLengths([searcher_config.max_length.value]),
+        _UNITS[searcher_config.max_length.unit],
+        report_batches=report_batches,
+        to_batches=lambda length: _length_in_batches(config, trial.hparams, length) or round(length),
+    )
+    if recorder is not None and max_batches is not None:
+        recorder.store.set_progress(trial.trial_id, recorder.store.trial(trial.trial_id).batches_trained, max_batches)
+    return Context(distributed, train, checkpoint, preempt, searcher, info, watcher, recorder, owned_run)
+
+
+def _length_in_batches(config: ExperimentConfig, hparams: dict[str, Any], length: float) -> Optional[int]:
+    """``length`` in the unit of ``searcher.max_length``, in batches; None when it cannot be known.
+
+    Records and epochs need the ``global_batch_size`` hyperparameter, which a script
+    may not have.
+    """
+    unit = config.searcher.max_length.unit
+    if unit == LengthUnit.BATCHES:
+        return round(length)
+    global_batch_size = hparams.get("global_batch_size")
+    if not isinstance(global_batch_size, int) or global_batch_size < 1:
+        return None
+    return Length(unit, round(length)).to_batches(global_batch_size, config.records_per_epoch)
+
+
+class _StorePauseRequest:
+    """Whether ``experiment pause`` recorded a request; polled from the watcher's own thread."""
+
+    def __init__(self, store_path: str, experiment_id: int) -> None:
+        self._store_path = store_path
+        self._experiment_id = experiment_id
+        self._local = threading.local()
+
+    def __call__(self) -> bool:
+        store = getattr(self._local, "store", None)
+        if store is None:
+            store = self._local.store = ExperimentStore(self._store_path)
+        return store.experiment(self._experiment_id).pause_requested_at is not None
+
+
+def _record_script_run(
+    config: Optional[dict[str, Any]], checkpoint_storage: Optional[Union[str, os.PathLike]]
+) -> tuple[_info.ClusterInfo, int]:
+    """Records a plain script's run as a new experiment of one trial; returns its info and run id."""
+    command = [os.path.basename(sys.executable), *sys.argv] if sys.argv and sys.argv[0] else None
+    script = Path(sys.argv[0]).stem if sys.argv and sys.argv[0] else "script"
+    raw = dict(config or {})
+    raw.setdefault("name", script)
+    raw.setdefault("entrypoint", " ".join(command) if command else "python3")
+    raw.setdefault("searcher", {"name": "single", "metric": "loss", "max_length": {"batches": 1}})
+    if checkpoint_storage is not None:
+        raw["checkpoint_storage"] = {"type": "shared_fs", "host_path": str(Path(checkpoint_storage).resolve())}
+    raw.setdefault("checkpoint_storage", {"type": "shared_fs", "host_path": str(Path("checkpoints").resolve())})
+    experiment_config = load_experiment_config(raw)
+    seed = experiment_config.reproducibility.experiment_seed
+    hparams = experiment_config.sample_hyperparameters(seed)
+    with ExperimentStore() as store:
+        experiment_id = store.create_experiment(
+            name=experiment_config.name,
+            config=experiment_config.to_dict(),
+            context_dir=os.getcwd(),
+            entrypoint=experiment_config.entrypoint,
+            slots=1,
+            test=False,
+            command=command,
+        )
+        store.claim(experiment_id)
+        storage = Path(experiment_config.checkpoint_storage.checkpoint_directory)
+        trial_id = store.create_trial(
+            experiment_id, hparams, seed, storage if storage.is_absolute() else storage.resolve()
+        )
+        run_id = store.start_run(trial_id)
+        trial = store.trial(trial_id)
+        store_path = str(store.path)
+    info = _info.ClusterInfo(
+        task_type=_info.TRIAL_TASK,
+        trial=_info.TrialInfo(trial_id, experiment_id, seed, hparams, experiment_config.to_dict(), run_id),
+        latest_checkpoint=None,
+        user_data=experiment_config.data_dict(),
+        store_path=store_path,
+        checkpoint_dir=trial.checkpoint_dir,
+    )
+    return info, run_id

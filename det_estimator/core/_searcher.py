@@ -1,0 +1,161 @@
+"""SearcherContext: how long a trial trains before it validates and reports; ``core_context.searcher``."""
+
+import enum
+from collections.abc import Iterator
+from typing import Any, Callable, Optional, Protocol
+
+from det_estimator.core._distributed import DistributedContext
+from det_estimator.errors import DetEstimatorError
+
+
+class Unit(enum.Enum):
+    """The unit of ``searcher.max_length``, and so of every operation's length."""
+
+    EPOCHS = "EPOCHS"
+    RECORDS = "RECORDS"
+    BATCHES = "BATCHES"
+
+
+class SearcherMode(enum.Enum):
+    """Who iterates :meth:`SearcherContext.operations`: every process in step (default), or the chief alone."""
+
+    WorkersAskChief = "WORKERS_ASK_CHIEF"
+    ChiefOnly = "CHIEF_ONLY"
+
+
+class OperationSource(Protocol):
+    """Where the chief's operations come from: the config's ``max_length``, or a hyperparameter search."""
+
+    def next_length(self, completed: Optional[tuple[int, Any]]) -> Optional[int]:
+        """The length of the next operation, or None when there is none.
+
+        Args:
+            completed: ``(length, searcher_metric)`` of the operation just completed; None
+                before the first.
+        """
+
+
+class FixedLengths:
+    """Operations of given lengths, one after the other (the ``single`` searcher: one of ``max_length``)."""
+
+    def __init__(self, lengths: list[int]) -> None:
+        self._lengths = list(lengths)
+
+    def next_length(self, completed: Optional[tuple[int, Any]]) -> Optional[int]:
+        return self._lengths.pop(0) if self._lengths else None
+
+
+class SearcherOperation:
+    """A request to train until ``length`` in total, validate, and report the searcher metric.
+
+    ``length`` is absolute and in the unit of ``searcher.max_length`` (see
+    :meth:`SearcherContext.get_configured_units`): a trial resumed after 300 of 1000
+    batches gets the same operation of 1000 and trains the 700 left.
+    """
+
+    def __init__(self, length: int, is_chief: bool, on_progress: Callable[[float], None]) -> None:
+        self._length = length
+        self._is_chief = is_chief
+        self._on_progress = on_progress
+        self._completed = False
+        self._metric: Any = None
+
+    @property
+    def length(self) -> int:
+        """The total training, in the configured unit, to reach before validating."""
+        return self._length
+
+    def report_progress(self, length: float) -> None:
+        """Records training progress, in the unit of :attr:`length` (chief only; cheap to call often)."""
+        if not self._is_chief:
+            raise DetEstimatorError("op.report_progress() is for the chief (rank 0) only.")
+        self._on_progress(length)
+
+    def report_completed(self, searcher_metric: Any) -> None:
+        """Completes the operation with the value of the searcher metric (chief only, once)."""
+        if not self._is_chief:
+            raise DetEstimatorError("op.report_completed() is for the chief (rank 0) only.")
+        if self._completed:
+            raise DetEstimatorError("op.report_completed() may be called only once per operation.")
+        self._completed = True
+        self._metric = searcher_metric
+
+
+class SearcherContext:
+    """The searcher's operations for this trial: ``core_context.searcher``.
+
+    The ``single`` searcher gives one operation of ``searcher.max_length``; a
+    hyperparameter search may give several (each longer than the last) or stop a trial
+    early.
+
+    Example:
+        ::
+
+            for op in core_context.searcher.operations():
+                while batches < op.length:
+                    train_one_batch()
+                    batches += 1
+                    if core_context.distributed.rank == 0:
+                        op.report_progress(batches)
+                metrics = validate()
+                core_context.train.report_validation_metrics(batches, metrics)
+                if core_context.distributed.rank == 0:
+                    op.report_completed(metrics["loss"])
+
+    Args:
+        distributed: this process's place in the job.
+        source: where the chief's operations come from.
+        units: the unit of ``searcher.max_length``.
+        report_batches: records progress in batches (for the live display).
+        to_batches: converts a length in ``units`` to batches.
+    """
+
+    def __init__(
+        self,
+        distributed: DistributedContext,
+        source: OperationSource,
+        units: Optional[Unit],
+        report_batches: Callable[[int], None] = lambda batches: None,
+        to_batches: Callable[[float], int] = round,
+    ) -> None:
+        self._distributed = distributed
+        self._source = source
+        self._units = units
+        self._report_batches = report_batches
+        self._to_batches = to_batches
+
+    def operations(
+        self, searcher_mode: SearcherMode = SearcherMode.WorkersAskChief, auto_ack: bool = True
+    ) -> Iterator[SearcherOperation]:
+        """Yields the trial's operations; complete each with ``op.report_completed()`` on the chief.
+
+        With the default mode every process iterates in step (the chief shares each
+        operation with the others).
+        """
+        mode = SearcherMode(searcher_mode)
+        is_chief = self._distributed.rank == 0
+        if not is_chief and mode == SearcherMode.ChiefOnly:
+            raise DetEstimatorError("searcher.operations(searcher_mode=ChiefOnly) is for the chief only.")
+        share = mode == SearcherMode.WorkersAskChief
+        completed: Optional[tuple[int, Any]] = None
+        while True:
+            length = self._source.next_length(completed) if is_chief else None
+            if share:
+                length = self._distributed.broadcast(length)
+            if length is None:
+                return
+            op = SearcherOperation(length, is_chief, lambda done: self._report_batches(self._to_batches(done)))
+            yield op
+            if is_chief:
+                if not op._completed:
+                    raise DetEstimatorError(
+                        "Call op.report_completed(searcher_metric) on each operation, on the chief."
+                    )
+                completed = (length, op._metric)
+
+    def get_configured_units(self) -> Optional[Unit]:
+        """The unit of ``searcher.max_length`` (batches, records or epochs)."""
+        return self._units
+
+    def acknowledge_out_of_ops(self) -> None:
+        """Accepted for compatibility; nothing to do."""

@@ -1,0 +1,35 @@
+"""The base class of det-estimator's own errors, and the errors users raise on purpose.
+
+Every error det-estimator raises for a reason of its own (an invalid config, a store
+it cannot use, a trial used in a way the harness cannot run) is a
+:class:`DetEstimatorError`, so that one ``except det.DetEstimatorError`` catches them
+all. Most also derive from the built-in class that describes them (``ValueError`` for
+a bad config, ``RuntimeError`` for misuse of a lifecycle), so code that catches those
+keeps working.
+
+This module imports nothing else of det-estimator: every layer may use it.
+"""
+
+
+class DetEstimatorError(Exception):
+    """An error raised by det-estimator itself; its message says what was wrong and what is expected."""
+
+
+class InvalidHP(DetEstimatorError):  # noqa: N818 -- the reference system's name
+    """Raised by a trial whose hyperparameters cannot work (an impossible combination, say).
+
+    The trial ends without counting as failed: a random or TPE search replaces it with
+    another trial, and no traceback is shown.
+    """
+
+
+def error_record(error: BaseException, rank: int) -> dict:
+    """What a failing process records of its error: its rank, the exception and its whole traceback."""
+    import traceback
+
+    return {
+        "rank": rank,
+        "type": type(error).__name__,
+        "message": str(error),
+        "traceback": "".join(traceback.format_exception(type(error), error, error.__traceback__)),
+    }

@@ -1,0 +1,25 @@
+"""The tf.estimator trial type: ``EstimatorTrial``, its contexts and its controller, on the Core API.
+
+Names follow the reference system's ``determined.estimator`` module, so a trial that
+used ``det.estimator.EstimatorTrial`` ports by changing ``import determined as det``
+to ``import det_estimator as det``.
+"""
+
+from det_estimator.estimator._context import EstimatorContext, EstimatorExperimentalContext
+from det_estimator.estimator._native_context import EstimatorNativeContext
+from det_estimator.estimator._serving import load_estimator_from_checkpoint_path
+from det_estimator.estimator._trial import EstimatorTrial
+from det_estimator.estimator._trial_context import EstimatorTrialContext
+from det_estimator.hooks import RunHook
+from det_estimator.reducers import MetricReducer
+
+__all__ = [
+    "EstimatorContext",
+    "EstimatorExperimentalContext",
+    "EstimatorNativeContext",
+    "EstimatorTrial",
+    "EstimatorTrialContext",
+    "MetricReducer",
+    "RunHook",
+    "load_estimator_from_checkpoint_path",
+]

@@ -1,0 +1,403 @@
+"""EstimatorTrialController: runs one EstimatorTrial on this process, as one rank of the job, on the Core API."""
+
+import random
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+import tensorflow as tf
+
+from det_estimator import __version__, core
+from det_estimator.checkpoint import read_checkpoint
+from det_estimator.config import ExperimentConfig, Length, load_experiment_config
+from det_estimator.errors import DetEstimatorError
+from det_estimator.estimator._checkpointing import check_serving_names, restore_into, write_checkpoint_files
+from det_estimator.estimator._estimator_setup import EXAMPLES_KEY, GraphRecorder, rebuild_estimator
+from det_estimator.estimator._inputs import training_input_fn, validation_input_fn
+from det_estimator.estimator._trial import EstimatorTrial
+from det_estimator.estimator._trial_context import EstimatorTrialContext
+from det_estimator.hooks import RunHook
+from det_estimator.hooks._workload_control import WorkloadControlHook
+from det_estimator.store import State
+
+# EvalSpec's defaults; other values ask for something the harness does not do.
+_DEFAULT_THROTTLE_SECS, _DEFAULT_START_DELAY_SECS = 600, 120
+
+
+class TrialLifecycleError(DetEstimatorError, RuntimeError):
+    """The trial was built or used in a way the harness cannot run."""
+
+
+class EstimatorTrialController:
+    """Trains, validates and checkpoints one ``EstimatorTrial`` on this process.
+
+    Every rank of the job runs one controller; rank 0 (the chief) alone writes
+    checkpoints. All ranks take the same decisions from the same inputs: batch counts,
+    metrics reduced over all ranks, and a pause flag summed over all ranks. Metrics,
+    checkpoints, pauses and lengths all go through the trial's core context.
+
+    Training runs in one long-lived ``estimator.train()`` session, driven by a control
+    hook placed last among the training hooks, which hands control back after every
+    workload of ``scheduling_unit`` batches, so that the controller validates (with
+    ``estimator.evaluate`` on a checkpoint of the live session) and checkpoints without
+    rebuilding the graph.
+
+    Args:
+        trial_class: the user's ``EstimatorTrial`` subclass.
+        core_context: the trial's core context on this process.
+        context: the trial's context, when it exists before the trial (the native API
+            builds the model with it first); by default a new one.
+    """
+
+    def __init__(
+        self,
+        trial_class: type,
+        core_context: core.Context,
+        context: Optional[EstimatorTrialContext] = None,
+    ) -> None:
+        if not (isinstance(trial_class, type) and issubclass(trial_class, EstimatorTrial)):
+            raise TypeError(f"Argument `trial_class` must be a subclass of EstimatorTrial. Received: {trial_class!r}")
+        info = core_context.info
+        self._trial_class = trial_class
+        self._core = core_context
+        self._distributed = core_context.distributed
+        self._config: ExperimentConfig = load_experiment_config(info.trial.config)
+        self._hparams = info.trial.hparams
+        self._seed = info.trial.trial_seed
+        self._test = info.test_mode
+        self._latest_checkpoint = info.latest_checkpoint
+        self.context = context or EstimatorTrialContext(
+            self._config,
+            self._hparams,
+            self._seed,
+            self._distributed,
+            trial_id=info.trial.trial_id,
+            experiment_id=info.trial.experiment_id,
+        )
+        self._recorder = GraphRecorder()
+        self._run_hooks: list[RunHook] = []
+        self._state = State.COMPLETED
+        self._batches = 0
+        self._best_metric: Optional[float] = None
+        self._last_validation = -1
+        self._last_checkpoint = -1
+        self._last_metrics: Optional[dict[str, Any]] = None
+        self._improved = False
+        self._operations: Optional[Iterator[core.SearcherOperation]] = None
+        self._operation: Optional[core.SearcherOperation] = None
+
+    @property
+    def _is_chief(self) -> bool:
+        return self._distributed.rank == 0
+
+    def run(self) -> State:
+        """Runs the trial to its end (or to a pause); returns COMPLETED or PAUSED."""
+        seed_everything(self._seed)
+        trial = self._trial_class(self.context)
+        try:
+            user_estimator = trial.build_estimator()
+            train_spec, eval_spec = _checked_specs(trial)
+            self._serving_fns = self._serving_input_receiver_fns(trial)
+            self._run_hooks = [hook for hook in train_spec.hooks if isinstance(hook, RunHook)]
+            self._eval_spec = eval_spec
+            with tempfile.TemporaryDirectory(prefix=f"det-estimator-rank{self._distributed.rank}-") as model_dir:
+                self._model_dir = model_dir
+                self._estimator = rebuild_estimator(
+                    user_estimator, model_dir, self._seed, self._distributed, self._recorder
+                )
+                self._resume()
+                self._operations = iter(self._core.searcher.operations())
+                self._operation = next(self._operations, None)
+                if self._operation is not None:
+                    max_batches = self._target(self._operation)
+                    self._core.train.report_start(self._batches, max_batches)
+                    if self._batches < max_batches:
+                        self._train(train_spec, max_batches)
+                    else:
+                        self._complete_operations_already_done()
+        finally:
+            for hook in self._run_hooks:
+                hook.on_trial_close()
+        return self._state
+
+    def _serving_input_receiver_fns(self, trial: EstimatorTrial) -> dict[str, Any]:
+        # The native API sets them on its context, as the reference's does.
+        serving_fns = getattr(self.context, "serving_input_receiver_fns", None) or {}
+        serving_fns = {**serving_fns, **(trial.build_serving_input_receiver_fns() or {})}
+        check_serving_names(serving_fns)
+        return serving_fns
+
+    def _target(self, operation: core.SearcherOperation) -> int:
+        """The batches to train in all before ``operation`` is done (one more than now, in test mode)."""
+        if self._test:
+            return self._batches + 1
+        length = Length(self._config.searcher.max_length.unit, operation.length)
+        return length.to_batches(self.context.get_global_batch_size(), self._config.records_per_epoch)
+
+    def _resume(self) -> None:
+        if self._latest_checkpoint is None:
+            return
+        with self._core.checkpoint.restore_path(self._latest_checkpoint) as path:
+            checkpoint = read_checkpoint(path)
+            restore_into(path, self._model_dir)
+            metadata = checkpoint.metadata
+            self._batches = self._last_checkpoint = int(metadata["batches_trained"])
+            self._best_metric = metadata.get("best_validation_metric")
+            _restore_rng(metadata.get("rng_states", []), self._distributed.rank)
+            for hook in self._run_hooks:
+                hook.on_checkpoint_load(str(path))
+
+    def _complete_operations_already_done(self) -> None:
+        """A trial resumed at or past its length: its operations complete at once, with the last metric."""
+        while self._operation is not None:
+            if self._is_chief:
+                self._operation.report_completed(self._best_metric)
+            self._operation = next(self._operations, None)
+
+    def _train(self, train_spec: tf.estimator.TrainSpec, max_batches: int) -> None:
+        hooks = list(train_spec.hooks)
+        if self._distributed.size > 1:
+            from det_estimator import _horovod
+
+            hooks.append(_horovod.broadcast_variables_hook(0))
+        self._control = WorkloadControlHook(
+            self,
+            batches_done=self._batches,
+            max_batches=max_batches,
+            scheduling_unit=1 if self._test else self._config.scheduling_unit,
+            pause_requested=self._core.preempt.requested_locally,
+            loss_accumulators=lambda: (self._recorder.loss_sum, self._recorder.loss_batches),
+        )
+        hooks.append(self._control)  # last, so that it sees any other hook's request_stop()
+        self._estimator.train(training_input_fn(train_spec.input_fn, self._batches), hooks=hooks)
+
+    # The WorkloadListener interface, called by the control hook from inside the session.
+
+    def on_session_start(self, session: tf.compat.v1.Session, saver: tf.compat.v1.train.Saver) -> None:
+        """Checks the trial's use of the wrappers, and validates before training if asked."""
+        self._check_wrappers()
+        if self._config.perform_initial_validation and self._batches == 0 and not self._test:
+            self._validate(self._save_local(session, saver))
+
+    def on_batch_end(self, batches: int) -> None:
+        """Reports progress (the core context writes it at most once a second)."""
+        self._core.train.report_batches(batches)
+
+    def on_workload_end(
+        self, session: tf.compat.v1.Session, saver: tf.compat.v1.train.Saver, batches: int, stopping: str
+    ) -> bool:
+        """Reports the workload, validates and checkpoints as the config asks; returns whether training stops."""
+        self._batches = batches
+        self._report_training()
+        validate = stopping in ("end", "request_stop") or self._period_elapsed(
+            self._config.min_validation_period, self._last_validation
+        )
+        local_checkpoint = self._save_local(session, saver) if validate else None
+        metrics = self._validate(local_checkpoint) if validate else None
+        if stopping or self._checkpoint_due(metrics):
+            local_checkpoint = local_checkpoint or self._save_local(session, saver)
+            self._checkpoint(local_checkpoint, metrics)
+        if stopping == "end":
+            return self._next_operation()
+        if stopping == "pause":
+            self._state = State.PAUSED
+            self._core.preempt.acknowledge_preemption_signal()
+        return bool(stopping)
+
+    def _next_operation(self) -> bool:
+        """Completes the searcher's operation; returns True (stop) unless another one follows."""
+        if self._is_chief:
+            self._operation.report_completed(self._searcher_metric())
+        self._operation = next(self._operations, None)
+        if self._operation is None:
+            return True
+        self._control.max_batches = self._target(self._operation)
+        self._core.train.report_start(self._batches, self._control.max_batches)
+        return self._batches >= self._control.max_batches
+
+    def _searcher_metric(self) -> Optional[float]:
+        value = (self._last_metrics or {}).get(self._config.searcher.metric)
+        return value if isinstance(value, (int, float)) else None
+
+    def _check_wrappers(self) -> None:
+        if self._distributed.size == 1:
+            return
+        missing = [
+            call
+            for call, count in (
+                ("context.wrap_optimizer(optimizer)", self.context.wrapped_optimizers),
+                ("context.wrap_dataset(dataset)", self.context.wrapped_datasets),
+            )
+            if count == 0
+        ]
+        if missing:
+            raise TrialLifecycleError(
+                f"The trial never called {' or '.join(missing)}. With {self._distributed.size} processes, "
+                "wrap the optimizer in build_estimator() so that gradients are averaged across processes, and "
+                "wrap each dataset in its input_fn, before batching, so that each process reads its own share."
+            )
+
+    def _period_elapsed(self, period: Optional[Length], since: int) -> bool:
+        if period is None:
+            return False
+        batches = period.to_batches(self.context.get_global_batch_size(), self._config.records_per_epoch)
+        return self._batches - max(since, 0) >= batches
+
+    def _checkpoint_due(self, metrics: Optional[dict[str, Any]]) -> bool:
+        if self._period_elapsed(self._config.min_checkpoint_period, self._last_checkpoint):
+            return True
+        policy = self._config.checkpoint_policy
+        return metrics is not None and (policy == "all" or (policy == "best" and self._improved))
+
+    def _save_local(self, session: tf.compat.v1.Session, saver: tf.compat.v1.train.Saver) -> str:
+        """A TF checkpoint of the live session in this process's model_dir, for evaluate and export."""
+        prefix = str(Path(self._model_dir) / "model.ckpt")
+        return saver.save(session, prefix, global_step=self._batches, write_meta_graph=False)
+
+    def _validate(self, local_checkpoint: str) -> dict[str, Any]:
+        spec = self._eval_spec
+        raw = self._estimator.evaluate(
+            validation_input_fn(spec.input_fn),
+            steps=1 if self._test else spec.steps,
+            hooks=spec.hooks,
+            checkpoint_path=local_checkpoint,
+            name=spec.name,
+        )
+        metrics = self._combine_across_ranks(raw)
+        self._last_validation = self._batches
+        self._improved = self._is_improvement(metrics)
+        self._last_metrics = metrics
+        self._core.train.report_validation_metrics(self._batches, metrics)
+        return metrics
+
+    def _combine_across_ranks(self, raw: dict[str, Any]) -> dict[str, Any]:
+        """Per-rank metrics averaged, weighted by the examples each rank evaluated."""
+        local = {key: _to_json(value) for key, value in raw.items()}
+        examples = int(local.pop(EXAMPLES_KEY))
+        per_rank = self._distributed.allgather((examples, local))
+        total = sum(count for count, _ in per_rank)
+        if total == 0:
+            raise TrialLifecycleError("Validation saw no example on any process: check build_validation_spec().")
+        combined = {}
+        for key, value in local.items():
+            if key in self._recorder.global_metric_keys or key == "global_step" or not isinstance(value, float):
+                combined[key] = value  # already the same on every rank
+            else:
+                combined[key] = sum(count * metrics[key] for count, metrics in per_rank if count) / total
+        return combined
+
+    def _is_improvement(self, metrics: dict[str, Any]) -> bool:
+        searcher = self._config.searcher
+        if searcher.metric not in metrics:
+            raise core.SearcherMetricError(
+                f"searcher.metric {searcher.metric!r} is not among the validation metrics: "
+                f"{', '.join(sorted(metrics))}. Name one of them in the experiment config."
+            )
+        value = metrics[searcher.metric]
+        best = self._best_metric
+        improved = best is None or (value < best if searcher.smaller_is_better else value > best)
+        if improved:
+            self._best_metric = value
+        return improved
+
+    def _checkpoint(self, local_checkpoint: str, metrics: Optional[dict[str, Any]]) -> None:
+        rng_states = self._distributed.allgather(_rng_state())
+        self._last_checkpoint = self._batches
+        if not self._is_chief:
+            return
+        metadata = {
+            "steps_completed": self._batches,
+            "batches_trained": self._batches,
+            "train_batches_consumed_per_rank": self._batches,
+            "trial_seed": self._seed,
+            "hparams": self._hparams,
+            "config": self._config.to_dict(),
+            "rng_states": rng_states,
+            "best_validation_metric": self._best_metric,
+            "framework": {"det_estimator": __version__, "tensorflow": tf.__version__},
+        }
+        if metrics is not None:
+            metadata["validation_metrics"] = metrics
+        with self._core.checkpoint.store_path(metadata) as (path, _):
+            write_checkpoint_files(path, local_checkpoint, self._estimator, self._serving_fns, self._run_hooks)
+
+    def _report_training(self) -> None:
+        """Records the workload's loss and scalar summaries, averaged over all ranks (or the chief's alone).
+
+        The loss is the workload's mean; a scalar summary is its value at the workload's
+        last batch. Estimator's own "loss" summary (last batch only) is left out in favour
+        of the mean. With ``optimizations.average_training_metrics: false`` the chief
+        reports its own values and no collective is made.
+        """
+        summaries = {tag: value for tag, value in self._control.workload_summaries.items() if tag != "loss"}
+        mine = (self._control.workload_loss, summaries)
+        per_rank = self._distributed.allgather(mine) if self._config.optimizations.average_training_metrics else [mine]
+        metrics = {"loss": float(np.mean([loss for loss, _ in per_rank]))}
+        for tag in sorted(summaries):
+            metrics[tag] = float(np.mean([rank_summaries[tag] for _, rank_summaries in per_rank]))
+        self._core.train.report_training_metrics(self._batches, metrics)
+
+
+def _checked_specs(trial: EstimatorTrial) -> tuple[tf.estimator.TrainSpec, tf.estimator.EvalSpec]:
+    train_spec = trial.build_train_spec()
+    if not isinstance(train_spec, tf.estimator.TrainSpec):
+        raise TypeError(f"build_train_spec() must return a tf.estimator.TrainSpec. Received: {type(train_spec)}")
+    eval_spec = trial.build_validation_spec()
+    if not isinstance(eval_spec, tf.estimator.EvalSpec):
+        raise TypeError(f"build_validation_spec() must return a tf.estimator.EvalSpec. Received: {type(eval_spec)}")
+    _check_eval_spec(eval_spec)
+    return train_spec, eval_spec
+
+
+def _check_eval_spec(eval_spec: tf.estimator.EvalSpec) -> None:
+    """Refuses the EvalSpec settings the harness would otherwise silently ignore."""
+    if eval_spec.exporters:
+        raise TypeError(
+            "The EvalSpec has exporters, which det-estimator does not run. Return the serving input receiver "
+            "functions from build_serving_input_receiver_fns() instead: every checkpoint then holds one SavedModel "
+            f"per function. Received: exporters={list(eval_spec.exporters)!r}"
+        )
+    for name, default, instead in (
+        ("throttle_secs", _DEFAULT_THROTTLE_SECS, "min_validation_period"),
+        ("start_delay_secs", _DEFAULT_START_DELAY_SECS, "perform_initial_validation / min_validation_period"),
+    ):
+        value = getattr(eval_spec, name)
+        if value != default:
+            raise ValueError(
+                f"EvalSpec({name}={value}) is not used: det-estimator validates on the experiment config's "
+                f"{instead}, counted in batches, records or epochs. Leave {name} at its default ({default})."
+            )
+
+
+def seed_everything(seed: int) -> None:
+    """Seeds Python's, NumPy's and TensorFlow's global random generators."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    tf.random.set_seed(seed)
+
+
+def _rng_state() -> dict[str, Any]:
+    version, state, gauss = random.getstate()
+    name, keys, position, has_gauss, cached = np.random.get_state()
+    return {
+        "python": [version, list(state), gauss],
+        "numpy": [name, keys.tolist(), int(position), int(has_gauss), float(cached)],
+    }
+
+
+def _restore_rng(states: list[dict[str, Any]], rank: int) -> None:
+    if rank >= len(states):
+        return
+    version, state, gauss = states[rank]["python"]
+    random.setstate((version, tuple(state), gauss))
+    name, keys, position, has_gauss, cached = states[rank]["numpy"]
+    np.random.set_state((name, np.array(keys, dtype=np.uint32), position, has_gauss, cached))
+
+
+def _to_json(value: Any) -> Any:
+    array = np.asarray(value)
+    if array.ndim == 0:
+        return array.item() if array.dtype.kind in "iub" else float(array)
+    return array.tolist()

@@ -1,0 +1,72 @@
+"""Orchestration: record an experiment, run its trial, follow it, record how it ended.
+
+The one layer between the front ends (the ``det-estimator`` command, ``run_trial``,
+``det.init()``) and the launcher. It imports no TensorFlow: a trial runs either in
+processes the launcher starts (``python -m det_estimator.worker``, or the user's
+script), or in the caller's own process, inside :func:`in_process_run`.
+"""
+
+from det_estimator.orchestration._display import (
+    BarDisplay,
+    Display,
+    PlainDisplay,
+    display_for,
+    format_metrics,
+    format_value,
+)
+from det_estimator.orchestration._experiment import (
+    find_or_record_experiment,
+    first_traceback,
+    in_process_run,
+    record_experiment,
+    run_experiment,
+)
+from det_estimator.orchestration._follow import (
+    CheckpointSaved,
+    Event,
+    MetricsReported,
+    Progress,
+    StoreFollower,
+    TrialEnded,
+    TrialStarted,
+)
+from det_estimator.orchestration._outcome import ExperimentSummary, TrialOutcome, summarize, trial_outcome
+from det_estimator.orchestration._report import (
+    print_failure,
+    print_json,
+    print_summary,
+    run_and_report,
+    summary_as_json,
+)
+from det_estimator.orchestration._runs import checkpoint_storage_root
+
+__all__ = [
+    "BarDisplay",
+    "CheckpointSaved",
+    "Display",
+    "Event",
+    "ExperimentSummary",
+    "MetricsReported",
+    "PlainDisplay",
+    "Progress",
+    "StoreFollower",
+    "TrialEnded",
+    "TrialOutcome",
+    "TrialStarted",
+    "checkpoint_storage_root",
+    "display_for",
+    "find_or_record_experiment",
+    "first_traceback",
+    "format_metrics",
+    "format_value",
+    "in_process_run",
+    "print_failure",
+    "print_json",
+    "print_summary",
+    "record_experiment",
+    "run_and_report",
+    "run_experiment",
+    "summarize",
+    "summary_as_json",
+    "trial_outcome",
+]

@@ -1,0 +1,216 @@
+"""Showing an experiment's progress: a live bar on a terminal, plain lines anywhere else.
+
+Both displays take the follower's events; nothing here reads the trial's output.
+"""
+
+import sys
+from typing import Any, Optional, Protocol, TextIO
+
+from det_estimator.orchestration._follow import (
+    CheckpointSaved,
+    Event,
+    MetricsReported,
+    Progress,
+    TrialEnded,
+    TrialStarted,
+)
+from det_estimator.store import MetricKind
+
+
+class Display(Protocol):
+    """Shows events as they come, and lines of the trial's output when asked to."""
+
+    def show(self, event: Event) -> None:
+        """Shows one event."""
+
+    def echo(self, line: str) -> None:
+        """Shows a line of the trial's own output (``--verbose``)."""
+
+    def message(self, text: str) -> None:
+        """Shows a message of the launcher's (pausing, restarting, ...)."""
+
+    def close(self) -> None:
+        """Ends the display (a bar is left at its last state)."""
+
+
+def format_value(value: Any) -> str:
+    """A metric value as the displays and tables show it."""
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return "-" if value is None else str(value)
+
+
+def format_metrics(metrics: dict[str, Any]) -> str:
+    """``name value`` pairs, sorted by name."""
+    return "  ".join(f"{name} {format_value(value)}" for name, value in sorted(metrics.items()))
+
+
+class _Rates:
+    """Batches per second of each trial, from the times its reports were recorded."""
+
+    def __init__(self) -> None:
+        self._last: dict[int, tuple[float, int]] = {}
+        self.rate: dict[int, float] = {}
+
+    def update(self, trial_id: int, batches: int, now: float) -> None:
+        if trial_id in self._last:
+            then, before = self._last[trial_id]
+            if batches > before and now > then:
+                self.rate[trial_id] = (batches - before) / (now - then)
+        self._last[trial_id] = (now, batches)
+
+
+class PlainDisplay:
+    """One line per workload, validation and checkpoint: for logs, pipes and CI.
+
+    Args:
+        stream: where to write (default: standard output).
+        multi_trial: prefix every line with its trial (an experiment of several trials).
+    """
+
+    def __init__(self, stream: Optional[TextIO] = None, multi_trial: bool = False) -> None:
+        self._stream = stream
+        self._multi_trial = multi_trial
+        self._max_batches: dict[int, Optional[int]] = {}
+        self._rates = _Rates()
+
+    def _write(self, trial_id: Optional[int], text: str) -> None:
+        prefix = f"trial {trial_id}: " if self._multi_trial and trial_id is not None else ""
+        stream = self._stream or sys.stdout
+        stream.write(prefix + text + "\n")
+        stream.flush()
+
+    def show(self, event: Event) -> None:
+        if isinstance(event, TrialStarted):
+            self._max_batches[event.trial_id] = event.max_batches
+            if event.batches_done:
+                self._write(event.trial_id, f"resumed after {event.batches_done} batches")
+        elif isinstance(event, Progress):
+            self._max_batches[event.trial_id] = event.max_batches
+        elif isinstance(event, MetricsReported) and event.kind == MetricKind.TRAINING:
+            self._rates.update(event.trial_id, event.batches, event.at)
+            self._write(event.trial_id, self._training_line(event))
+        elif isinstance(event, MetricsReported):
+            self._write(event.trial_id, f"validation after {event.batches} batches: {format_metrics(event.metrics)}")
+        elif isinstance(event, CheckpointSaved):
+            self._write(event.trial_id, f"checkpoint {event.uuid} after {event.batches} batches")
+        elif isinstance(event, TrialEnded) and self._multi_trial:
+            self._write(event.trial_id, f"{event.state}")
+
+    def _training_line(self, event: MetricsReported) -> str:
+        total = self._max_batches.get(event.trial_id)
+        rate = self._rates.rate.get(event.trial_id)
+        parts = []
+        if total:
+            done = min(event.batches / total, 1.0)
+            filled = round(20 * done)
+            parts.append(f"[{'#' * filled}{'.' * (20 - filled)}] batches {event.batches}/{total} ({done:.0%})")
+        else:
+            parts.append(f"batches {event.batches}")
+        parts.append(format_metrics(event.metrics))
+        if rate:
+            parts.append(f"{rate:.1f} batches/s")
+            if total:
+                parts.append(f"about {max(total - event.batches, 0) / rate:.0f} s left")
+        return "  ".join(part for part in parts if part)
+
+    def echo(self, line: str) -> None:
+        stream = self._stream or sys.stdout
+        stream.write(line if line.endswith("\n") else line + "\n")
+        stream.flush()
+
+    def message(self, text: str) -> None:
+        self._write(None, text)
+
+    def close(self) -> None:
+        pass
+
+
+class BarDisplay:
+    """A progress bar per running trial, redrawn in place, with validations and checkpoints printed above it.
+
+    Uses tqdm, which computes the throughput and the time left from the progress it is
+    given. For terminals; :class:`PlainDisplay` is for everything else.
+
+    Args:
+        stream: the terminal to draw on.
+        multi_trial: name each bar after its trial.
+    """
+
+    def __init__(self, stream: Optional[TextIO] = None, multi_trial: bool = False) -> None:
+        self._stream = stream or sys.stdout
+        self._multi_trial = multi_trial
+        self._bars: dict[int, Any] = {}
+
+    def _bar(self, trial_id: int, total: Optional[int], initial: int = 0) -> Any:
+        from tqdm import tqdm
+
+        bar = self._bars.get(trial_id)
+        if bar is None:
+            bar = self._bars[trial_id] = tqdm(
+                total=total,
+                initial=initial,
+                desc=f"trial {trial_id}" if self._multi_trial else "batches",
+                unit="batch",
+                file=self._stream,
+                dynamic_ncols=True,
+                leave=True,
+                position=len(self._bars) if self._multi_trial else None,
+                bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}, "
+                "{rate_fmt}]{postfix}",
+            )
+        elif total is not None and bar.total != total:
+            bar.total = total
+            bar.refresh()
+        return bar
+
+    def _write(self, trial_id: Optional[int], text: str) -> None:
+        from tqdm import tqdm
+
+        prefix = f"trial {trial_id}: " if self._multi_trial and trial_id is not None else ""
+        tqdm.write(prefix + text, file=self._stream)
+
+    def show(self, event: Event) -> None:
+        if isinstance(event, TrialStarted):
+            if event.batches_done:
+                self._write(event.trial_id, f"resumed after {event.batches_done} batches")
+            self._bar(event.trial_id, event.max_batches, event.batches_done)
+        elif isinstance(event, Progress):
+            self._advance(event.trial_id, event.batches, event.max_batches)
+        elif isinstance(event, MetricsReported) and event.kind == MetricKind.TRAINING:
+            bar = self._advance(event.trial_id, event.batches, None)
+            bar.set_postfix_str(format_metrics(event.metrics), refresh=True)
+        elif isinstance(event, MetricsReported):
+            self._write(event.trial_id, f"validation after {event.batches} batches: {format_metrics(event.metrics)}")
+        elif isinstance(event, CheckpointSaved):
+            self._write(event.trial_id, f"checkpoint {event.uuid} after {event.batches} batches")
+        elif isinstance(event, TrialEnded):
+            bar = self._bars.pop(event.trial_id, None)
+            if bar is not None:
+                bar.close()
+            if self._multi_trial:
+                self._write(event.trial_id, f"{event.state}")
+
+    def _advance(self, trial_id: int, batches: int, total: Optional[int]) -> Any:
+        bar = self._bar(trial_id, total)
+        if batches > bar.n:
+            bar.update(batches - bar.n)
+        return bar
+
+    def echo(self, line: str) -> None:
+        self._write(None, line.rstrip("\n"))
+
+    def message(self, text: str) -> None:
+        self._write(None, text)
+
+    def close(self) -> None:
+        for bar in self._bars.values():
+            bar.close()
+        self._bars.clear()
+
+
+def display_for(stream: TextIO, multi_trial: bool = False) -> Display:
+    """A live bar when ``stream`` is a terminal, plain lines otherwise."""
+    if stream.isatty():
+        return BarDisplay(stream, multi_trial)
+    return PlainDisplay(stream, multi_trial)

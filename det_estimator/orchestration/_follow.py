@@ -1,0 +1,135 @@
+"""Following an experiment as it runs: typed events read from the store, whichever process wrote them.
+
+The store is the one channel from the trial's processes to whoever watches: the chief
+records progress, metrics and checkpoints there, on this machine or another, and the
+follower turns what is new since its last look into events. The same events drive the
+live display on one slot, on several and on several hosts.
+"""
+
+import time
+from dataclasses import dataclass
+from typing import Any, Optional, Union
+
+from det_estimator.store import ExperimentStore, MetricKind, State
+
+
+@dataclass(frozen=True)
+class TrialStarted:
+    """A trial's run started training, with ``batches_done`` of ``max_batches`` behind it."""
+
+    trial_id: int
+    batches_done: int
+    max_batches: Optional[int]
+    at: float
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A trial has trained ``batches`` of ``max_batches``."""
+
+    trial_id: int
+    batches: int
+    max_batches: Optional[int]
+    at: float
+
+
+@dataclass(frozen=True)
+class MetricsReported:
+    """A trial reported training metrics (after a workload) or a validation."""
+
+    trial_id: int
+    kind: MetricKind
+    batches: int
+    metrics: dict[str, Any]
+    at: float
+
+
+@dataclass(frozen=True)
+class CheckpointSaved:
+    """A trial sealed a checkpoint."""
+
+    trial_id: int
+    uuid: str
+    batches: int
+    path: str
+    at: float
+
+
+@dataclass(frozen=True)
+class TrialEnded:
+    """A trial's run ended in ``state``."""
+
+    trial_id: int
+    state: State
+    at: float
+
+
+Event = Union[TrialStarted, Progress, MetricsReported, CheckpointSaved, TrialEnded]
+
+
+class StoreFollower:
+    """Reads what is new about an experiment's trials each time :meth:`poll` is called.
+
+    Args:
+        store: the store (a connection of the thread that polls).
+        experiment_id: the experiment to follow.
+        since: only what was recorded after this time (the start of the runs followed).
+    """
+
+    def __init__(self, store: ExperimentStore, experiment_id: int, since: float) -> None:
+        self._store = store
+        self._experiment_id = experiment_id
+        self._since = since
+        self._last_metric: dict[tuple[int, MetricKind], int] = {}
+        self._seen_checkpoints: set[str] = set()
+        self._progress: dict[int, tuple[int, Optional[int]]] = {}
+        self._states: dict[int, State] = {}
+
+    def poll(self) -> list[Event]:
+        """The events since the last call, in the order they were recorded (``at``)."""
+        events: list[Event] = []
+        for trial in self._store.trials(self._experiment_id):
+            events.extend(self._trial_events(trial))
+        return sorted(events, key=lambda event: event.at)
+
+    def _trial_events(self, trial: Any) -> list[Event]:
+        events: list[Event] = []
+        runs = [run for run in self._store.trial_runs(trial.id) if run.started_at >= self._since]
+        if not runs:
+            return events
+        now = time.time()
+        progress = (trial.batches_trained, trial.max_batches)
+        if trial.id not in self._progress and trial.max_batches is not None:
+            events.append(TrialStarted(trial.id, trial.batches_trained, trial.max_batches, runs[-1].started_at))
+            self._progress[trial.id] = progress
+        for kind in (MetricKind.TRAINING, MetricKind.VALIDATION):
+            events.extend(self._new_metrics(trial.id, kind, [run.id for run in runs]))
+        for checkpoint in self._store.checkpoints(trial.experiment_id, include_deleted=True, trial_id=trial.id):
+            if checkpoint.uuid not in self._seen_checkpoints and checkpoint.created_at >= self._since:
+                self._seen_checkpoints.add(checkpoint.uuid)
+                events.append(
+                    CheckpointSaved(
+                        trial.id, checkpoint.uuid, checkpoint.batches, checkpoint.path, checkpoint.created_at
+                    )
+                )
+        if trial.id in self._progress and self._progress[trial.id] != progress:
+            self._progress[trial.id] = progress
+            events.append(Progress(trial.id, *progress, now))
+        latest = runs[-1]
+        if latest.state.is_final and self._states.get(trial.id) != latest.state:
+            self._states[trial.id] = latest.state
+            events.append(TrialEnded(trial.id, latest.state, latest.ended_at or now))
+        return events
+
+    def _new_metrics(self, trial_id: int, kind: MetricKind, run_ids: list[int]) -> list[Event]:
+        key = (trial_id, kind)
+        records = [
+            record
+            for record in self._store.metrics(trial_id, kind, after_id=self._last_metric.get(key, 0))
+            if record.run_id in run_ids
+        ]
+        if records:
+            self._last_metric[key] = max(record.id for record in records)
+        return [
+            MetricsReported(trial_id, kind, record.batches, record.metrics, record.recorded_at) for record in records
+        ]

@@ -1,0 +1,100 @@
+"""Running an experiment for a person at a terminal (or a script reading JSON), and telling how it ended."""
+
+import json
+import sys
+from typing import Any, Optional, TextIO
+
+from det_estimator.orchestration._display import display_for
+from det_estimator.orchestration._experiment import run_experiment
+from det_estimator.orchestration._outcome import ExperimentSummary, summarize
+from det_estimator.store import ExperimentStore, State, to_json_value
+
+
+def run_and_report(
+    store: ExperimentStore,
+    experiment_id: int,
+    json_output: bool = False,
+    verbose: bool = False,
+    stdout: Optional[TextIO] = None,
+    stderr: Optional[TextIO] = None,
+) -> int:
+    """Runs the experiment with a live display, then prints its summary or its error.
+
+    Progress goes to standard output (to standard error with ``json_output``, where
+    standard output gets the summary as JSON).
+
+    Returns:
+        The exit status for a command: 0 when the experiment completed or paused, 1
+        when it failed.
+    """
+    stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
+    shown = stderr if json_output else stdout
+    display = display_for(shown, multi_trial=store.experiment(experiment_id).num_trials > 1)
+    try:
+        state = run_experiment(store, experiment_id, display, verbose)
+    finally:
+        display.close()
+    if state == State.ERROR:
+        print_failure(store, experiment_id, stderr)
+        return 1
+    summary = summarize(store, experiment_id)
+    if json_output:
+        print_json(summary_as_json(summary), stdout)
+    else:
+        print_summary(summary, shown)
+    return 0
+
+
+def print_json(value: Any, stream: TextIO) -> None:
+    """Pretty JSON: NaN and infinities as ``null`` (JSON has neither), enums as their names."""
+    json.dump(to_json_value(value), stream, indent=2, sort_keys=True, allow_nan=False, default=str)
+    stream.write("\n")
+
+
+def summary_as_json(summary: ExperimentSummary) -> dict[str, Any]:
+    """The summary's fields for ``--json``."""
+    experiment = summary.experiment
+    return {
+        "id": experiment.id,
+        "state": experiment.state,
+        "batches_trained": experiment.batches_trained,
+        "max_batches": experiment.max_batches,
+        "best_validation": summary.best_validation,
+        "checkpoints": [
+            {**to_json_value(checkpoint), "saved_models": summary.saved_models.get(checkpoint.uuid, {})}
+            for checkpoint in summary.checkpoints
+        ],
+    }
+
+
+def print_summary(summary: ExperimentSummary, stream: TextIO) -> None:
+    """The end of a run, for people: state, best validation, kept checkpoints and their SavedModels."""
+    experiment, best = summary.experiment, summary.best_validation
+    lines = [f"\nExperiment {experiment.id} {experiment.state} after {experiment.batches_trained} batches."]
+    if best is not None:
+        lines.append(f"Best validation: {best.metric} {best.value:.6g} after {best.batches} batches.")
+    lines.append(f"Checkpoints kept ({len(summary.checkpoints)}):")
+    for checkpoint in summary.checkpoints:
+        lines.append(f"  {checkpoint.uuid}  batches {checkpoint.batches}  {checkpoint.path}")
+        for name, path in summary.saved_models.get(checkpoint.uuid, {}).items():
+            lines.append(f"    SavedModel {name!r}: {path}")
+    if experiment.state == State.PAUSED:
+        lines.append(f"Resume with: det-estimator experiment resume {experiment.id}")
+    stream.write("\n".join(lines) + "\n")
+    stream.flush()
+
+
+def print_failure(store: ExperimentStore, experiment_id: int, stream: TextIO) -> None:
+    """The cause of a failed run: the failing process's error with its traceback, and where the whole log is."""
+    experiment = store.experiment(experiment_id)
+    for trial in store.trials(experiment_id):
+        runs = store.trial_runs(trial.id)
+        error = runs[-1].error if runs else None
+        if error is not None:
+            where = "" if error.get("rank") is None else f" on rank {error['rank']}"
+            stream.write(f"The trial failed{where}:\n{error.get('traceback') or error.get('message')}\n")
+        stream.write(
+            f"Experiment {experiment_id} failed ({experiment.state}). Its whole output: "
+            f"det-estimator trial logs {trial.id}  ({trial.log_path})\n"
+        )
+    stream.flush()

@@ -1,0 +1,102 @@
+"""One run of a trial: where it resumes from, the info its processes get, and how its end is recorded."""
+
+import logging
+from pathlib import Path
+from typing import Optional
+
+from det_estimator._info import TRIAL_TASK, ClusterInfo, TrialClassSpec, TrialInfo
+from det_estimator.checkpoint import TrialCheckpoints
+from det_estimator.config import ExperimentConfig
+from det_estimator.store import ExperimentRecord, ExperimentStore, State, TrialRecord
+
+logger = logging.getLogger("det_estimator.orchestration")
+
+
+def resume_point(store: ExperimentStore, trial: TrialRecord) -> Optional[str]:
+    """The uuid of the checkpoint a new run of ``trial`` resumes from, or None to start afresh.
+
+    What interrupted writes left is removed, and the latest checkpoint whose checksums
+    hold is chosen. Newer ones failed verification: they are moved aside
+    (``.corrupt-<uuid>``, files kept) so that they are never resumed from nor counted by
+    retention, where a corrupt checkpoint with more batches could otherwise get the
+    valid ones written after it deleted.
+    """
+    checkpoints = TrialCheckpoints(trial.checkpoint_dir)
+    checkpoints.remove_partials()
+    latest = checkpoints.latest_valid()
+    listed = checkpoints.list()
+    newer = listed[listed.index(latest) + 1 :] if latest is not None else listed
+    for checkpoint in newer:
+        moved = checkpoints.quarantine(checkpoint)
+        logger.warning("checkpoint %s failed verification; moved to %s", checkpoint.uuid, moved)
+    if newer:
+        store.mark_checkpoints_deleted([checkpoint.uuid for checkpoint in newer])
+    return None if latest is None else latest.uuid
+
+
+def begin_run(
+    store: ExperimentStore,
+    experiment: ExperimentRecord,
+    trial: TrialRecord,
+    pause_file: Optional[str] = None,
+    container_addrs: tuple[str, ...] = ("localhost",),
+) -> ClusterInfo:
+    """Records a new run of ``trial`` and returns the info its processes get."""
+    latest = resume_point(store, trial)
+    run_id = store.start_run(trial.id)
+    store.set_trial_state(trial.id, State.ACTIVE)
+    config = experiment.config
+    return ClusterInfo(
+        task_type=TRIAL_TASK,
+        trial=TrialInfo(trial.id, experiment.id, trial.seed, trial.hparams, config, run_id),
+        latest_checkpoint=latest,
+        user_data=dict(config.get("data") or {}),
+        store_path=str(store.path),
+        checkpoint_dir=trial.checkpoint_dir,
+        test_mode=experiment.test,
+        pause_file=pause_file,
+        trial_class=trial_class_of(experiment),
+        slots=experiment.slots,
+        container_addrs=container_addrs,
+    )
+
+
+def trial_class_of(experiment: ExperimentRecord) -> Optional[TrialClassSpec]:
+    """How a worker imports the experiment's trial class; None for a script experiment."""
+    if experiment.command is not None:
+        return None
+    if experiment.trial_class is not None:
+        spec = experiment.trial_class
+        return TrialClassSpec(spec["module"], spec["qualname"], spec.get("file"), tuple(spec.get("sys_path", ())))
+    module, qualname = experiment.entrypoint.split(":")
+    return TrialClassSpec(module, qualname, None, (experiment.context_dir,))
+
+
+def end_run(store: ExperimentStore, info: ClusterInfo, failed: bool, exit_status: Optional[int] = None) -> State:
+    """Records how a run ended: ERROR if it failed, PAUSED if it obeyed a pause, else COMPLETED.
+
+    A run that did not complete leaves its trial's progress at its latest checkpoint.
+    """
+    run_id = info.trial.run_id
+    run = store.trial_run(run_id)
+    if failed:
+        state = State.ERROR
+    elif run.preempted:
+        state = State.PAUSED
+    else:
+        state = State.COMPLETED
+    store.end_run(run_id, state, exit_status)
+    store.set_trial_state(info.trial.trial_id, state)
+    if state != State.COMPLETED:
+        # What counts now is where a resume continues: batches trained since the last
+        # checkpoint are lost with the run.
+        trial_id = info.trial.trial_id
+        kept = store.checkpoints(info.trial.experiment_id, trial_id=trial_id)
+        store.set_progress(trial_id, max((checkpoint.batches for checkpoint in kept), default=0))
+    return state
+
+
+def checkpoint_storage_root(config: ExperimentConfig, context_dir: str) -> Path:
+    """The config's checkpoint storage directory; a relative one is relative to the context directory."""
+    root = Path(config.checkpoint_storage.checkpoint_directory)
+    return root if root.is_absolute() else Path(context_dir) / root

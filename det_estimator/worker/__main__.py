@@ -1,0 +1,66 @@
+"""One launched process of a trial: ``python -m det_estimator.worker`` (under horovodrun on several slots).
+
+Reads the run's info named by ``DET_CLUSTER_INFO``, joins the job, and runs the trial
+class with the controller of its type. An exception is recorded in the store as the
+run's error (with this process's rank) and ends the process with a non-zero status,
+upon which horovodrun ends the others.
+"""
+
+import sys
+
+from det_estimator import _info
+
+
+def main() -> int:
+    """Runs this process's share of the trial; returns the exit status."""
+    info = _info.get_cluster_info()
+    if info is None or info.trial_class is None:
+        print(
+            f"{_info.INFO_VARIABLE} is not set or names no trial class: this module is started by det-estimator's "
+            "launcher.",
+            file=sys.stderr,
+        )
+        return 2
+    from det_estimator import core
+    from det_estimator.errors import error_record
+    from det_estimator.store import ExperimentStore
+    from det_estimator.worker._run import run_trial_class
+
+    rank = 0
+    try:
+        distributed = _join_job(info)
+        rank = distributed.rank
+        trial_class = info.trial_class.load()
+        _disable_v2_behavior_for_estimators(trial_class)
+        with core.build_context(info, distributed) as core_context:
+            run_trial_class(trial_class, core_context)
+    except BaseException as error:
+        with ExperimentStore(info.store_path) as store:
+            store.record_run_error(info.trial.run_id, error_record(error, rank))
+        raise
+    return 0
+
+
+def _join_job(info: _info.ClusterInfo):
+    """This process's DistributedContext: Horovod's ranks on several slots (for the gradients too)."""
+    from det_estimator import core
+
+    if info.slots == 1:
+        return core.DummyDistributedContext()
+    from det_estimator import _horovod
+
+    return core.DistributedContext.from_horovod(_horovod.init())
+
+
+def _disable_v2_behavior_for_estimators(trial_class: type) -> None:
+    """EstimatorTrial code runs with TensorFlow's V2 behaviour disabled, as in the reference system."""
+    from det_estimator.estimator import EstimatorTrial
+
+    if isinstance(trial_class, type) and issubclass(trial_class, EstimatorTrial):
+        import tensorflow as tf
+
+        tf.compat.v1.disable_v2_behavior()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

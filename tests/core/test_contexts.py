@@ -1,0 +1,264 @@
+"""The Core API's train, checkpoint, preempt and searcher contexts, on a trial recorded in a store of the test's own."""
+
+import multiprocessing
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from det_estimator import _info, core
+from det_estimator.checkpoint import TrialCheckpoints
+from det_estimator.config import load_experiment_config
+from det_estimator.errors import DetEstimatorError
+from det_estimator.launcher import free_port
+from det_estimator.store import ExperimentStore, MetricKind, State
+
+_FORK = multiprocessing.get_context("fork")
+
+
+def make_config(tmp_path, **checkpoint_storage):
+    return load_experiment_config(
+        {
+            "name": "core",
+            "entrypoint": "python3 train.py",
+            "hyperparameters": {"global_batch_size": 4, "lr": 0.5},
+            "searcher": {"name": "single", "metric": "loss", "max_length": {"records": 40}},
+            "checkpoint_storage": {
+                "type": "shared_fs",
+                "host_path": str(tmp_path / "checkpoints"),
+                **checkpoint_storage,
+            },
+            "reproducibility": {"experiment_seed": 3},
+        }
+    )
+
+
+def record_trial(store, config, tmp_path, trials=1, pause_file=None):
+    """Records an experiment with ``trials`` trials; returns the info of a run of the last one."""
+    experiment_id = store.create_experiment("core", config.to_dict(), str(tmp_path), config.entrypoint, 1, False)
+    for _ in range(trials):
+        trial_id = store.create_trial(experiment_id, {"global_batch_size": 4, "lr": 0.5}, 3, tmp_path / "checkpoints")
+    run_id = store.start_run(trial_id)
+    trial = store.trial(trial_id)
+    return _info.ClusterInfo(
+        task_type="TRIAL",
+        trial=_info.TrialInfo(trial_id, experiment_id, 3, trial.hparams, config.to_dict(), run_id),
+        latest_checkpoint=None,
+        user_data={},
+        store_path=str(store.path),
+        checkpoint_dir=trial.checkpoint_dir,
+        pause_file=pause_file,
+    )
+
+
+@pytest.fixture
+def store(tmp_path):
+    with ExperimentStore(tmp_path / "store.sqlite") as opened:
+        yield opened
+
+
+@pytest.fixture
+def info(store, tmp_path):
+    return record_trial(store, make_config(tmp_path), tmp_path)
+
+
+def save(core_context, steps, content="weights", **metadata):
+    with core_context.checkpoint.store_path({"steps_completed": steps, **metadata}) as (path, storage_id):
+        (path / "model.txt").write_text(content)
+    return storage_id
+
+
+def test_metrics_and_progress_reach_the_store(store, info):
+    with core.build_context(info, core.DummyDistributedContext()) as core_context:
+        # records 40 at a global batch size of 4: 10 batches
+        assert store.trial(info.trial.trial_id).max_batches == 10
+        core_context.train.report_training_metrics(5, {"loss": 0.5})
+        core_context.train.report_validation_metrics(5, {"loss": 0.25, "accuracy": 0.75})
+        core_context.train.report_progress(0.7)  # held back: written at most once a second
+        core_context.train.report_progress(0.8)
+        assert store.trial(info.trial.trial_id).batches_trained == 5
+        assert core_context.train.get_experiment_best_validation() == 0.25
+        assert Path(core_context.train.get_tensorboard_path()) == Path(store.trial(info.trial.trial_id).tensorboard_dir)
+    assert store.trial(info.trial.trial_id).batches_trained == 8  # the last value, written on close
+    records = store.metrics(info.trial.trial_id, MetricKind.VALIDATION, run_id=info.trial.run_id)
+    assert [(r.batches, r.metrics) for r in records] == [(5, {"loss": 0.25, "accuracy": 0.75})]
+
+
+def test_a_validation_without_the_searcher_metric_names_the_metrics_it_has(info):
+    with (
+        core.build_context(info, core.DummyDistributedContext()) as core_context,
+        pytest.raises(core.SearcherMetricError) as raised,
+    ):
+        core_context.train.report_validation_metrics(5, {"val_loss": 0.2, "accuracy": 0.5})
+    assert str(raised.value) == (
+        "searcher.metric 'loss' is not among the validation metrics: accuracy, val_loss. "
+        "Name one of them in the experiment config."
+    )
+
+
+def test_checkpoints_are_sealed_recorded_found_and_deleted(store, info):
+    with core.build_context(info, core.DummyDistributedContext()) as core_context:
+        first = save(core_context, 5, "first")
+        core_context.train.report_validation_metrics(5, {"loss": 0.5})  # after the checkpoint: joins it
+        with core_context.checkpoint.restore_path(first) as path:
+            assert (path / "model.txt").read_text() == "first"
+        metadata = core_context.checkpoint.get_metadata(first)
+        assert metadata["steps_completed"] == 5 and metadata["validation_metrics"] == {"loss": 0.5}
+        copied = Path(info.checkpoint_dir).parent / "copy"
+        core_context.checkpoint.download(first, copied)
+        assert (copied / "model.txt").read_text() == "first"
+        with pytest.raises(ValueError, match="must hold `steps_completed`"):
+            save(core_context, None)
+        with (
+            pytest.raises(RuntimeError, match="nothing kept"),
+            core_context.checkpoint.store_path({"steps_completed": 6}) as (path, _),
+        ):
+            (path / "half.txt").write_text("half")
+            raise RuntimeError("a crash in the middle: nothing kept")
+        second = save(core_context, 10)
+        core_context.checkpoint.delete([second])
+    (record,) = [c for c in store.checkpoints(info.trial.experiment_id, include_deleted=True) if c.uuid == first]
+    assert record.validation_metrics == {"loss": 0.5}
+    assert [c.uuid for c in TrialCheckpoints(info.checkpoint_dir).list()] == [first]
+    assert store.checkpoint(second).state == "DELETED"
+    with pytest.raises(core.CheckpointError, match=f"There is no checkpoint '{second}'"):
+        core.build_context(info, core.DummyDistributedContext()).checkpoint.get_metadata(second)
+
+
+def test_retention_keeps_the_latest_and_the_best_of_the_trial(info):
+    with core.build_context(info, core.DummyDistributedContext()) as core_context:
+        best = save(core_context, 2, validation_metrics={"loss": 0.1})
+        save(core_context, 4, validation_metrics={"loss": 0.3})
+        latest = save(core_context, 6, validation_metrics={"loss": 0.2})
+    assert {c.uuid for c in TrialCheckpoints(info.checkpoint_dir).list()} == {best, latest}
+
+
+def test_save_experiment_best_keeps_the_best_checkpoint_over_all_trials(store, tmp_path):
+    config = make_config(tmp_path, save_trial_latest=1, save_trial_best=0, save_experiment_best=1)
+    info = record_trial(store, config, tmp_path, trials=2)
+    first_trial = store.trials(info.trial.experiment_id)[0].id
+    store.record_checkpoint(first_trial, "other", 3, "/elsewhere", 1, {"validation_metrics": {"loss": 0.4}})
+    with core.build_context(info, core.DummyDistributedContext()) as core_context:
+        experiment_best = save(core_context, 2, validation_metrics={"loss": 0.1})
+        save(core_context, 4, validation_metrics={"loss": 0.3})
+        latest = save(core_context, 6, validation_metrics={"loss": 0.5})
+    # Without save_experiment_best the first would go: it is neither the latest nor kept as trial best.
+    assert {c.uuid for c in TrialCheckpoints(info.checkpoint_dir).list()} == {experiment_best, latest}
+
+
+def _sharded(rank, info_json, port, results):
+    os.environ["DET_CHIEF_PORT"] = str(port)
+    info = _info.ClusterInfo.from_json(info_json)
+    distributed = core.DistributedContext(rank=rank, size=2, local_rank=rank, local_size=2, cross_rank=0, cross_size=1)
+    with core.build_context(info, distributed) as core_context:
+        with core_context.checkpoint.store_path({"steps_completed": 3}, shard=True) as (path, storage_id):
+            (path / f"rank{rank}.txt").write_text(str(rank))
+        results.put((rank, storage_id))
+        if rank == 1:
+            try:
+                with core_context.checkpoint.store_path({"steps_completed": 1}):
+                    pass
+            except core.CheckpointError as error:
+                results.put((rank, str(error)))
+
+
+def test_a_sharded_checkpoint_holds_every_process_files(info):
+    results = _FORK.Queue()
+    port = free_port()
+    processes = [_FORK.Process(target=_sharded, args=(rank, info.to_json(), port, results)) for rank in range(2)]
+    for process in processes:
+        process.start()
+    reported = [results.get(timeout=60) for _ in range(3)]
+    for process in processes:
+        process.join(timeout=30)
+    storage_ids = {value for rank, value in reported if len(value) == 32}
+    assert len(storage_ids) == 1
+    (checkpoint,) = TrialCheckpoints(info.checkpoint_dir).list()
+    assert checkpoint.uuid in storage_ids and not checkpoint.verify()
+    assert sorted(checkpoint.metadata["files"]) == ["rank0.txt", "rank1.txt"]
+    assert any("is for the chief only; process 1 called it" in value for _, value in reported)
+
+
+def test_the_pause_file_and_signals_reach_should_preempt_and_its_acknowledgement_is_recorded(store, tmp_path):
+    pause_file = tmp_path / "pause"
+    info = record_trial(store, make_config(tmp_path), tmp_path, pause_file=str(pause_file))
+    with core.build_context(info, core.DummyDistributedContext()) as core_context:
+        assert not core_context.preempt.should_preempt()
+        pause_file.touch()
+        for _ in range(100):
+            if core_context.preempt.requested_locally():
+                break
+            time.sleep(0.05)
+        assert core_context.preempt.should_preempt()
+    assert store.trial_run(info.trial.run_id).preempted
+
+    other = record_trial(store, make_config(tmp_path), tmp_path)
+    with core.build_context(other, core.DummyDistributedContext()) as core_context:
+        os.kill(os.getpid(), signal.SIGTERM)  # becomes a pause request, not the end of the process
+        assert core_context.preempt.should_preempt(auto_ack=False)
+    assert not store.trial_run(other.trial.run_id).preempted
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # the handler is put back
+
+
+def test_experiment_pause_through_the_store_reaches_the_chief(store, info):
+    with core.build_context(info, core.DummyDistributedContext()) as core_context:
+        store.request_pause(info.trial.experiment_id)
+        for _ in range(100):
+            if core_context.preempt.requested_locally():
+                break
+            time.sleep(0.05)
+        assert core_context.preempt.should_preempt()
+
+
+def test_the_single_searcher_gives_one_operation_of_max_length_in_its_unit(info):
+    with core.build_context(info, core.DummyDistributedContext()) as core_context:
+        assert core_context.searcher.get_configured_units() == core.Unit.RECORDS
+        operations = core_context.searcher.operations()
+        op = next(operations)
+        assert op.length == 40
+        op.report_progress(20)  # records: half of the 10 batches
+        op.report_completed(0.5)
+        with pytest.raises(DetEstimatorError, match="may be called only once"):
+            op.report_completed(0.5)
+        assert next(operations, None) is None
+
+
+def test_an_operation_left_uncompleted_is_an_error(info):
+    with core.build_context(info, core.DummyDistributedContext()) as core_context:
+        operations = core_context.searcher.operations()
+        next(operations)
+        with pytest.raises(DetEstimatorError, match=r"Call op.report_completed\(searcher_metric\) on each operation"):
+            next(operations)
+
+
+def test_core_init_off_an_experiment_records_a_run_and_its_end(tmp_path, monkeypatch, own_store):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(_info.INFO_VARIABLE, raising=False)
+    with core.init() as core_context:
+        info = core_context.info
+        assert _info.get_cluster_info() is info and info.trial.hparams == {}
+        (op,) = list(_single(core_context))
+        assert op == 1  # no config: one operation of length 1, as the reference
+        core_context.train.report_validation_metrics(1, {"accuracy": 0.5})  # no searcher metric to insist on
+    assert _info.get_cluster_info() is None
+    with ExperimentStore(own_store) as store:
+        (experiment,) = store.experiments()
+        assert experiment.state == State.COMPLETED and experiment.command[1:] == sys.argv
+        assert Path(store.trial(info.trial.trial_id).checkpoint_dir).is_relative_to(tmp_path / "checkpoints")
+
+    with pytest.raises(ZeroDivisionError), core.init(config={"name": "failing"}):
+        print(1 / 0)
+    with ExperimentStore(own_store) as store:
+        failed = store.experiments()[-1]
+        assert (failed.name, failed.state) == ("failing", State.ERROR)
+        (run,) = store.trial_runs(store.trials(failed.id)[0].id)
+        assert run.error["type"] == "ZeroDivisionError" and "1 / 0" in run.error["traceback"]
+
+
+def _single(core_context):
+    for op in core_context.searcher.operations():
+        op.report_completed(0.0)
+        yield op.length

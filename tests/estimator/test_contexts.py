@@ -1,0 +1,103 @@
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import det_estimator as det
+from det_estimator.config import load_experiment_config
+
+
+def make_config(**overrides):
+    raw = {
+        "entrypoint": "model_def:Trial",
+        "hyperparameters": {"global_batch_size": 32, "lr": 0.1, "model": {"units": 8}},
+        "searcher": {"name": "single", "metric": "loss", "max_length": {"batches": 10}},
+    }
+    raw.update(overrides)
+    return load_experiment_config(raw)
+
+
+def trial_context(**overrides):
+    config = make_config(**overrides)
+    return det.EstimatorTrialContext(config, config.sample_hyperparameters(3), trial_seed=3)
+
+
+class TestWrappersInOneProcess:
+    def test_wrap_optimizer_returns_the_optimizer_and_counts_the_call(self):
+        context = trial_context()
+        optimizer = tf.compat.v1.train.GradientDescentOptimizer(0.1)
+        assert context.wrap_optimizer(optimizer) is optimizer
+        assert context.wrapped_optimizers == 1
+
+    def test_wrap_dataset_keeps_every_record_in_one_process(self):
+        context = trial_context()
+        dataset = context.wrap_dataset(tf.data.Dataset.range(10))
+        assert list(dataset.as_numpy_iterator()) == list(range(10))
+        assert context.wrapped_datasets == 1
+
+    def test_wrap_dataset_rejects_what_is_not_a_dataset(self):
+        with pytest.raises(TypeError, match=r"Argument `dataset` must be a tf.data.Dataset. Received: ndarray"):
+            trial_context().wrap_dataset(np.arange(3))
+
+    def test_make_metric_is_reachable_from_both_places(self):
+        context = trial_context()
+        with tf.Graph().as_default():
+            values = tf.constant([1.0, 2.0])
+            for make_metric in (context.make_metric, context.experimental.make_metric):
+                value_op, update_op = make_metric(values, lambda batches: np.sum(batches), np.float32)
+                assert value_op.dtype == tf.float32 and update_op.dtype == tf.int64
+
+    def test_make_metric_type_errors_name_what_was_given(self):
+        with (
+            tf.Graph().as_default(),
+            pytest.raises(
+                TypeError, match=r"Received: metric\[0\]=\[<tf.Tensor.*\(nested structures are not supported\)"
+            ),
+        ):
+            trial_context().experimental.make_metric([[tf.constant(1.0)]], np.sum, np.float32)
+
+
+class TestTrialContext:
+    def test_hyperparameters_batch_sizes_seed_and_config(self):
+        context = trial_context(resources={"slots_per_trial": 2})
+        assert context.get_hparam("lr") == 0.1
+        assert context.get_hparam("model") == {"units": 8}
+        assert context.get_hparams() == {"global_batch_size": 32, "lr": 0.1, "model": {"units": 8}}
+        assert (context.get_global_batch_size(), context.get_per_slot_batch_size()) == (32, 16)
+        assert context.get_trial_seed() == 3
+        assert context.get_experiment_config()["searcher"]["metric"] == "loss"
+
+    def test_hyperparameters_handed_out_are_copies(self):
+        context = trial_context()
+        context.get_hparam("model")["units"] = 1000
+        context.get_hparams()["lr"] = 5
+        assert context.get_hparam("model") == {"units": 8} and context.get_hparam("lr") == 0.1
+
+    def test_an_undefined_hyperparameter_lists_the_defined_ones(self):
+        message = "Hyperparameter 'dropout' is not defined in the experiment config; the defined hyperparameters are: "
+        with pytest.raises(KeyError, match=message + "global_batch_size, lr, model"):
+            trial_context().get_hparam("dropout")
+
+
+def test_trial_needs_its_three_builders():
+    class Incomplete(det.EstimatorTrial):
+        def build_estimator(self):
+            return None
+
+    with pytest.raises(TypeError, match="build_train_spec, build_validation_spec"):
+        Incomplete(trial_context())
+
+
+def test_serving_functions_default_to_none():
+    class Complete(det.EstimatorTrial):
+        def build_estimator(self):
+            return None
+
+        def build_train_spec(self):
+            return None
+
+        def build_validation_spec(self):
+            return None
+
+    trial = Complete(trial_context())
+    assert trial.build_serving_input_receiver_fns() == {}
+    assert trial.context.get_hparam("lr") == 0.1

@@ -1,0 +1,253 @@
+"""The trial controller on one process: the analytic trial, resumes, pauses, kills, exports."""
+
+import json
+import logging
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import det_estimator as det
+from det_estimator.checkpoint import TrialCheckpoints
+from det_estimator.store import ExperimentStore
+
+LEARNING_RATE, GLOBAL_BATCH = 0.01, 8
+
+
+def checkpoints_of(tmp_path, name="analytic"):
+    """The checkpoints of the run_trial runs named ``name`` whose storage is under tmp_path."""
+    with ExperimentStore() as store:
+        experiment = store.find_experiment(f"run_trial:{tmp_path / 'checkpoints' / name}")
+        return TrialCheckpoints(store.trials(experiment.id)[0].checkpoint_dir)
+
+
+def events(tmp_path, rank=0):
+    path = tmp_path / "events" / f"rank{rank}.jsonl"
+    return [json.loads(line)["event"] for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def final_weight(outcome):
+    return outcome.validations[-1]["metrics"]["weight"]
+
+
+def test_weights_metrics_and_checkpoints_follow_the_closed_form(analytic, tmp_path):
+    outcome = det.run_trial(analytic.AnalyticTrial, analytic.make_config(tmp_path, 20))
+
+    assert (outcome.state, outcome.batches_trained) == ("COMPLETED", 20)
+    assert [t["batches"] for t in outcome.training] == [5, 10, 15, 20]
+    expected_losses = analytic.expected_workload_losses(20, 5, LEARNING_RATE, GLOBAL_BATCH)
+    assert [t["metrics"]["loss"] for t in outcome.training] == pytest.approx(expected_losses, rel=1e-5)
+    expected_means = analytic.expected_last_batch_means(20, 5, GLOBAL_BATCH)
+    assert [t["metrics"]["mean_x"] for t in outcome.training] == pytest.approx(expected_means, rel=1e-6)
+    assert [v["batches"] for v in outcome.validations] == [5, 10, 15, 20]
+    for validation in outcome.validations:
+        expected = analytic.expected_weight(validation["batches"], LEARNING_RATE, GLOBAL_BATCH)
+        assert validation["metrics"]["weight"] == pytest.approx(expected, rel=1e-5)
+        assert validation["metrics"]["records"] == analytic.NUM_RECORDS
+    # save_trial_latest=1 and save_trial_best=1: the last checkpoint is both.
+    (checkpoint,) = checkpoints_of(tmp_path).list()
+    assert outcome.checkpoints == [{"uuid": checkpoint.uuid, "path": str(checkpoint.path), "batches": 20}]
+    metadata = checkpoint.metadata
+    assert metadata["batches_trained"] == 20 and metadata["hparams"]["learning_rate"] == LEARNING_RATE
+    assert metadata["config"]["searcher"]["max_length"] == {"batches": 20}
+    assert metadata["validation_metrics"]["weight"] == final_weight(outcome)
+    files = set(metadata["files"])
+    assert "hook_note.txt" in files and "raw/saved_model.pb" in files
+    assert any(name.startswith("model/model.ckpt-20.") for name in files)
+    assert events(tmp_path) == ["on_checkpoint_end"] * 4 + ["on_trial_close"]
+
+
+def test_a_resumed_trial_continues_where_it_stopped(analytic, tmp_path):
+    first = det.run_trial(analytic.AnalyticTrial, analytic.make_config(tmp_path, 10))
+    assert first.batches_trained == 10
+    second = det.run_trial(analytic.AnalyticTrial, analytic.make_config(tmp_path, 20))
+    assert [v["batches"] for v in second.validations] == [15, 20]
+    assert final_weight(second) == pytest.approx(analytic.expected_weight(20, LEARNING_RATE, GLOBAL_BATCH), rel=1e-5)
+    assert events(tmp_path).count("on_checkpoint_load") == 1
+
+
+def test_the_saved_model_predicts_what_the_estimator_predicts(analytic, tmp_path):
+    outcome = det.run_trial(analytic.AnalyticTrial, analytic.make_config(tmp_path, 10))
+    path = outcome.checkpoints[-1]["path"]
+    loaded = det.load_estimator_from_checkpoint_path(path)
+    predictions = loaded.signatures["serving_default"](x=tf.constant(analytic.SERVING_INPUT))["y"].numpy()
+    np.testing.assert_allclose(predictions, final_weight(outcome) * analytic.SERVING_INPUT, rtol=1e-6)
+
+    same = det.load_estimator_from_checkpoint_path(path, serving_name="raw")
+    assert "serving_default" in same.signatures
+    with pytest.raises(ValueError, match=r"has no SavedModel named 'parsing'; its SavedModels are: raw\."):
+        det.load_estimator_from_checkpoint_path(path, serving_name="parsing")
+    with pytest.raises(ValueError, match="has no SavedModel"):
+        det.load_estimator_from_checkpoint_path(str(tmp_path))
+
+
+def test_test_mode_runs_one_batch_one_validation_step_and_one_checkpoint(analytic, tmp_path):
+    outcome = det.run_trial(analytic.AnalyticTrial, analytic.make_config(tmp_path, 1000), test=True)
+    assert outcome.batches_trained == 1
+    assert [v["batches"] for v in outcome.validations] == [1]
+    assert outcome.validations[0]["metrics"]["records"] == GLOBAL_BATCH  # a single validation batch
+    assert len(outcome.checkpoints) == 1
+
+
+def test_a_corrupted_latest_checkpoint_is_skipped_for_the_previous_one(analytic, tmp_path, caplog):
+    config = analytic.make_config(tmp_path, 10)
+    config["checkpoint_storage"]["save_trial_latest"] = 2
+    det.run_trial(analytic.AnalyticTrial, config)
+    older, latest = checkpoints_of(tmp_path).list()
+    index = next((latest.path / "model").glob("*.index"))
+    index.write_bytes(index.read_bytes()[:-1] + b"\x00")
+
+    config["searcher"]["max_length"] = {"batches": 20}
+    with caplog.at_level(logging.WARNING):
+        outcome = det.run_trial(analytic.AnalyticTrial, config)
+    assert f"{latest.path}" in caplog.text and "sha256 mismatch" in caplog.text
+    assert [v["batches"] for v in outcome.validations] == [10, 15, 20]  # resumed after 5 batches
+    assert final_weight(outcome) == pytest.approx(analytic.expected_weight(20, LEARNING_RATE, GLOBAL_BATCH), rel=1e-5)
+    assert latest.uuid not in {c.uuid for c in checkpoints_of(tmp_path).list()}
+    assert (latest.path.parent / f".corrupt-{latest.uuid}" / "metadata.json").exists()  # kept for inspection
+
+
+def test_a_corrupt_checkpoint_never_outranks_the_valid_ones_written_after_it(analytic, tmp_path):
+    config = analytic.make_config(tmp_path, 10)
+    config["checkpoint_storage"].update(save_trial_latest=2, save_trial_best=0)
+    det.run_trial(analytic.AnalyticTrial, config)
+    _, at_10 = checkpoints_of(tmp_path).list()
+    (next((at_10.path / "model").glob("*.index"))).write_bytes(b"corrupt")
+
+    # Resumed from batch 5, this run ends at batch 8, below the corrupt checkpoint's 10.
+    config["searcher"]["max_length"] = {"batches": 8}
+    config["checkpoint_storage"].update(save_trial_latest=1)
+    outcome = det.run_trial(analytic.AnalyticTrial, config)
+    latest = checkpoints_of(tmp_path).latest_valid()
+    assert latest is not None and latest.steps_completed == 8 == outcome.batches_trained
+
+
+def test_a_run_killed_at_a_random_batch_resumes_to_the_uninterrupted_result(analytic, runs, tmp_path):
+    process = runs.start(tmp_path, 60, slots=1, seconds_per_batch=0.1)
+    runs.kill_at_random_batch(process, seed=11)
+    outcome = det.run_trial(analytic.AnalyticTrial, analytic.make_config(tmp_path, 60))
+    resumed_after = outcome.batches_trained - len(outcome.validations) * 5
+    assert outcome.validations and resumed_after < 60, "the kill must interrupt training"
+    assert outcome.batches_trained == 60
+    assert final_weight(outcome) == pytest.approx(analytic.expected_weight(60, LEARNING_RATE, GLOBAL_BATCH), rel=1e-5)
+
+
+def test_sigterm_pauses_with_a_checkpoint_and_a_rerun_finishes(analytic, runs, tmp_path):
+    process = runs.start(tmp_path, 400, slots=1, seconds_per_batch=0.05)
+    runs.wait_for_line(process, "checkpoint")
+    process.terminate()
+    status, output, outcome = runs.finish(process)
+    assert status == 0, output[-3000:]
+    assert outcome["state"] == "PAUSED" and 5 <= outcome["batches_trained"] < 400
+    paused_at = outcome["batches_trained"]
+    assert outcome["checkpoints"][-1]["batches"] == paused_at
+
+    config = analytic.make_config(tmp_path, paused_at + 3)
+    resumed = det.run_trial(analytic.AnalyticTrial, config)
+    expected = analytic.expected_weight(paused_at + 3, LEARNING_RATE, GLOBAL_BATCH)
+    assert resumed.state == "COMPLETED" and final_weight(resumed) == pytest.approx(expected, rel=1e-5)
+
+
+def test_a_hook_requesting_stop_ends_training_with_a_final_checkpoint(analytic, tmp_path):
+    class StopAfterSeven(tf.estimator.SessionRunHook):
+        def __init__(self):
+            self.batches = 0
+
+        def after_run(self, run_context, run_values):
+            self.batches += 1
+            if self.batches == 7:
+                run_context.request_stop()
+
+    class EarlyStopping(analytic.AnalyticTrial):
+        def build_train_spec(self):
+            spec = super().build_train_spec()
+            return tf.estimator.TrainSpec(spec.input_fn, hooks=[*spec.hooks, StopAfterSeven()])
+
+    outcome = det.run_trial(EarlyStopping, analytic.make_config(tmp_path, 100))
+    assert (outcome.state, outcome.batches_trained) == ("COMPLETED", 7)
+    assert outcome.checkpoints[-1]["batches"] == 7
+
+
+def test_on_trial_close_runs_when_the_trial_fails(analytic, tmp_path):
+    class BrokenValidation(analytic.AnalyticTrial):
+        def build_validation_spec(self):
+            return tf.estimator.EvalSpec(lambda: (_ for _ in ()).throw(OSError("validation data is gone")))
+
+    with pytest.raises(OSError, match="validation data is gone"):
+        det.run_trial(BrokenValidation, analytic.make_config(tmp_path, 10))
+    assert events(tmp_path)[-1] == "on_trial_close"
+
+
+@pytest.mark.parametrize(
+    ("method", "returned", "message"),
+    [
+        ("build_estimator", lambda self: "not an estimator", "build_estimator() must return a tf.estimator.Estimator"),
+        ("build_train_spec", lambda self: None, "build_train_spec() must return a tf.estimator.TrainSpec"),
+        ("build_validation_spec", lambda self: [], "build_validation_spec() must return a tf.estimator.EvalSpec"),
+        ("build_serving_input_receiver_fns", lambda self: {"a/b": print}, "Received: 'a/b'"),
+    ],
+)
+def test_a_builder_returning_the_wrong_thing_is_a_clear_error(analytic, tmp_path, method, returned, message):
+    broken = type("Broken", (analytic.AnalyticTrial,), {method: returned})
+    with pytest.raises((TypeError, ValueError), match=message.replace("(", r"\(").replace(")", r"\)")):
+        det.run_trial(broken, analytic.make_config(tmp_path, 10))
+
+
+def test_the_same_seed_gives_the_same_metrics_step_for_step(analytic, tmp_path):
+    def run(directory, seed):
+        config = analytic.make_config(tmp_path / directory, 15, reproducibility={"experiment_seed": seed})
+        config["hyperparameters"]["random"] = True
+        return [v["metrics"] for v in det.run_trial(analytic.AnalyticTrial, config).validations]
+
+    first, again, other_seed = run("a", 7), run("b", 7), run("c", 8)
+    assert len(first) == 3 and first == again
+    assert [m["weight"] for m in first] != [m["weight"] for m in other_seed]
+
+
+@pytest.mark.parametrize("cached", [False, True], ids=["shuffled-in-input_fn", "cache_train_dataset-shuffle"])
+def test_a_resumed_shuffled_run_sees_the_same_batches_as_an_uninterrupted_one(analytic, tmp_path, monkeypatch, cached):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+    def config(directory, batches):
+        raw = analytic.make_config(tmp_path / directory, batches, reproducibility={"experiment_seed": 3})
+        # Cached: the weight starts at 0, so only the cache's shuffle can move it off the in-order path.
+        raw["hyperparameters"].update(random=not cached, cached=cached)
+        return raw
+
+    uninterrupted = det.run_trial(analytic.AnalyticTrial, config("straight", 20))
+    det.run_trial(analytic.AnalyticTrial, config("resumed", 7))
+    resumed = det.run_trial(analytic.AnalyticTrial, config("resumed", 20))
+    assert final_weight(resumed) == final_weight(uninterrupted)
+    # Shuffled data trains differently from the data in order: the shuffle really happened.
+    in_order = analytic.expected_weight(20, LEARNING_RATE, GLOBAL_BATCH)
+    assert final_weight(uninterrupted) != pytest.approx(in_order, rel=1e-6)
+
+
+def test_a_resumed_run_draws_the_random_numbers_an_uninterrupted_one_would(analytic, tmp_path, recwarn):
+    def config(directory, batches):
+        raw = analytic.make_config(tmp_path / directory, batches, reproducibility={"experiment_seed": 5})
+        raw["hyperparameters"]["noise"] = True  # dropout, normal, truncated normal and integer draws
+        return raw
+
+    uninterrupted = det.run_trial(analytic.AnalyticTrial, config("straight", 20))
+    det.run_trial(analytic.AnalyticTrial, config("resumed", 7))
+    resumed = det.run_trial(analytic.AnalyticTrial, config("resumed", 20))
+    assert [v["metrics"]["weight"] for v in resumed.validations[-2:]] == [
+        v["metrics"]["weight"] for v in uninterrupted.validations[-2:]
+    ]
+    # The noise really changed training, so equal weights mean equal draws.
+    in_order = analytic.expected_weight(20, LEARNING_RATE, GLOBAL_BATCH)
+    assert final_weight(uninterrupted) != pytest.approx(in_order, rel=1e-3)
+    assert not [w for w in recwarn if "random op" in str(w.message)], "every draw here is restorable"
+
+
+def test_a_random_op_no_checkpoint_can_restore_is_named_in_a_warning(analytic, tmp_path):
+    class Shuffling(analytic.AnalyticTrial):
+        @staticmethod
+        def _noisy(x):
+            return tf.random.shuffle(x)
+
+    config = analytic.make_config(tmp_path, 2)
+    config["hyperparameters"]["noise"] = True
+    with pytest.warns(RuntimeWarning, match=r"1 random op\(s\) whose state no checkpoint can hold \('RandomShuffle'\)"):
+        det.run_trial(Shuffling, config)
