@@ -1,33 +1,26 @@
-"""Approximate ROC AUC from fixed-size per-class histograms of the scores."""
+"""Approximate ROC AUC from a state of constant size: adaptive cells, or fixed bins."""
 
 import math
-import numbers
 import warnings
 from typing import Any, Optional, Union
 
 import numpy as np
 
+from det_estimator.reducers import _cells as cells_math
 from det_estimator.reducers import _functional as functional
+from det_estimator.reducers import _ranking as ranking
 from det_estimator.reducers import _validation as validation
 from det_estimator.reducers._base import MetricReducer
+from det_estimator.reducers._cells import Cells
 
 _SCORE_KINDS = ("probabilities", "logits")
 _VALUES = ("auc", "error_bound")
-# Past ~36, 1 - sigmoid(x) is below float64 resolution and probability edges
-# would collapse onto 1.0.
-_MAX_LOGIT_RANGE = 30.0
+# While accumulating, a worker keeps this many times more cells than its state has, and
+# merges new examples in batches of at least _CHUNK_EXAMPLES.
+_WORKING_CELLS_FACTOR = 4
+_CHUNK_EXAMPLES = 1 << 16
 
 BinnedState = tuple[np.ndarray, np.ndarray]
-
-
-def _default_edges(bins: int, scores: str, logit_range: float) -> np.ndarray:
-    """Edges uniform in logit space, expressed in the space of the scores."""
-    logit_edges = np.linspace(-logit_range, logit_range, bins - 1)
-    if scores == "logits":
-        return logit_edges
-    # Mapping the edges, rather than every score, into the other space keeps
-    # the binning monotone by construction and costs nothing per example.
-    return 1.0 / (1.0 + np.exp(-logit_edges))
 
 
 def _validate_edges(bins: Any) -> np.ndarray:
@@ -41,42 +34,117 @@ def _validate_edges(bins: Any) -> np.ndarray:
     return edges
 
 
+class _CellBuffer:
+    """One worker's cells while it accumulates, and the examples not yet merged into them.
+
+    ``cells`` is replaced, never modified, and a full ``pending`` list is replaced rather
+    than emptied, so a (cells, list, length) triple taken at any time stays a snapshot.
+    """
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.cells = cells_math.empty_cells()
+        self.pending: list[tuple[np.ndarray, np.ndarray, Optional[np.ndarray]]] = []
+        self.pending_examples = 0
+
+    def add(self, keys: np.ndarray, is_positive: np.ndarray, weights: Optional[np.ndarray]) -> None:
+        self.pending.append((keys, is_positive, weights))
+        self.pending_examples += len(keys)
+        if self.pending_examples >= max(_CHUNK_EXAMPLES, self.budget * _WORKING_CELLS_FACTOR):
+            self.cells = _merged(self.cells, self.pending, self.budget * _WORKING_CELLS_FACTOR)
+            self.pending = []
+            self.pending_examples = 0
+
+
+def _merged(cells: Cells, pending: list[tuple], budget: int) -> Cells:
+    """``cells`` with the pending examples added, merged down to ``budget`` cells."""
+    if pending:
+        keys = np.concatenate([keys for keys, _, _ in pending])
+        is_positive = np.concatenate([labels for _, labels, _ in pending])
+        weights = None
+        if any(w is not None for _, _, w in pending):
+            weights = np.concatenate([np.ones(len(k)) if w is None else w for k, _, w in pending])
+        cells = cells_math.add_points(cells, cells_math.cells_from_points(keys, is_positive, weights))
+    return cells_math.merge_cells(cells, budget)
+
+
+class ScoreCells:
+    """The state of :class:`BinnedRocAuc` with adaptive cells: at most ``bins`` cells.
+
+    A view of the reducer's buffer when returned by ``accumulate``; the cells are
+    computed on first use, or when the state is pickled.
+    """
+
+    __slots__ = ("_snapshot", "_cells")
+
+    def __init__(self, cells: Cells) -> None:
+        self._snapshot: Optional[tuple[Cells, list, int, int]] = None
+        self._cells: Optional[Cells] = cells
+
+    @classmethod
+    def _view(cls, buffer: _CellBuffer) -> "ScoreCells":
+        state = cls.__new__(cls)
+        state._snapshot = (buffer.cells, buffer.pending, len(buffer.pending), buffer.budget)
+        state._cells = None
+        return state
+
+    @property
+    def cells(self) -> Cells:
+        """The cells, in increasing order of score."""
+        if self._cells is None:
+            cells, pending, num_pending, budget = self._snapshot
+            self._cells = _merged(cells, pending[:num_pending], budget)
+            self._snapshot = None
+        return self._cells
+
+    def __reduce__(self) -> tuple[Any, tuple]:
+        return _unpickle_cells, tuple(self.cells)
+
+    def __repr__(self) -> str:
+        cells = self.cells
+        return (
+            f"ScoreCells({len(cells.lo)} cells, {cells.positives.sum():g} positive and "
+            f"{cells.negatives.sum():g} negative mass)"
+        )
+
+
+def _unpickle_cells(*columns: np.ndarray) -> ScoreCells:
+    return ScoreCells(Cells(*columns))
+
+
 class BinnedRocAuc(MetricReducer):
-    """ROC AUC approximated from per-bin counts of each class.
+    """ROC AUC from a state of bounded size, with a rigorous bound on its error.
 
-    Each worker keeps two histograms of ``bins`` fixed bins (positive and
-    negative examples), so the state has a constant size whatever the number of
-    examples, and states merge by summing. Pairs of examples in different bins
-    are ordered by their bins; pairs in the same bin get half credit.
+    With an integer ``bins`` (the default), each worker keeps at most ``bins`` cells
+    that adapt to where its scores are: a cell is an interval of scores with the mass
+    of each class in it and the credit of the pairs inside it whose order is known.
+    While examples arrive, cells of adjacent scores merge (those of one label first,
+    then those with the fewest pairs of opposite labels), which keeps every credit
+    exact: only an example that falls inside a cell already spanning several scores
+    loses its order against that cell's examples. Workers' cells merge exactly; pairs
+    in overlapping cells of different workers count one half. The result is exact as
+    long as no such pair occurs, for instance while a worker has seen fewer distinct
+    scores than ``bins``, and its error is bounded by half the pairs of unknown order
+    over all pairs.
 
-    By default the bins are uniform in logit space over ``[-logit_range,
-    logit_range]``, plus two open-ended bins for scores beyond. Probability
-    scores are binned against the sigmoid of these edges, which is the same as
-    binning ``log(p) - log1p(-p)``: p = 0 falls in the first bin, p = 1 in the
-    last. Probabilities crowded near 0 (rare positives) thus stay well
-    resolved, unlike with thresholds uniform in [0, 1].
-
-    ``bins`` may instead be an explicit strictly increasing array of edges, in
-    the space of the scores given (e.g. ``np.linspace(0, 1, 201)`` emulates
-    200 uniform probability thresholds). ``len(edges) + 1`` bins result: below
-    the first edge, ``[edges[i], edges[i + 1])``, and at or above the last.
+    ``bins`` may instead be an explicit strictly increasing array of edges, in the
+    space of the scores given (e.g. ``np.linspace(0, 1, 201)`` emulates 200 uniform
+    probability thresholds): fixed bins, below the first edge, ``[edges[i],
+    edges[i + 1])``, and at or above the last. The state is then the two histograms,
+    and pairs in the same bin count one half.
 
     Input per batch: ``{"labels": 0/1 or bool, "predictions": scores,
     "weights": optional, >= 0}``, flattened. Probabilities must lie in [0, 1].
 
     ``cross_slot_reduce`` returns the approximate AUC as np.float64 (NaN with a
-    RuntimeWarning if a single class occurs) and stores in
-    ``last_error_bound`` a rigorous bound on its distance to the exact AUC,
-    ``0.5 * sum_b pos_b * neg_b / (P * N)``; :meth:`error_bound` computes the
+    RuntimeWarning if a single class occurs) and stores in ``last_error_bound`` a
+    rigorous bound on its distance to the exact AUC; :meth:`error_bound` computes the
     same bound for any list of states.
 
     Args:
-        bins: Number of bins (int >= 3), or explicit edges.
-        scores: "probabilities" or "logits": what the predictions are; used
-            with an integer ``bins`` to place the logit-space edges, and to
-            check that probabilities lie in [0, 1].
-        logit_range: Half-width of the logit interval covered by the uniform
-            bins, in (0, 30]; ignored with explicit edges.
+        bins: Most cells per worker (int >= 3; about 48 bytes each), or explicit edges.
+        scores: "probabilities" or "logits": what the predictions are; probabilities
+            are checked to lie in [0, 1].
         value: What ``cross_slot_reduce`` returns: "auc", or "error_bound" to
             report the bound as a metric of its own through ``make_metric``
             (which reduces a fresh copy of the reducer, so ``last_error_bound``
@@ -93,61 +161,71 @@ class BinnedRocAuc(MetricReducer):
         self,
         bins: Union[int, np.ndarray] = 4096,
         scores: str = "probabilities",
-        logit_range: float = 16.0,
         value: str = "auc",
     ) -> None:
         if value not in _VALUES:
             raise validation.invalid_argument("value", f"one of {list(_VALUES)}", value)
         if scores not in _SCORE_KINDS:
             raise validation.invalid_argument("scores", f"one of {list(_SCORE_KINDS)}", scores)
-        if isinstance(logit_range, bool) or not isinstance(logit_range, numbers.Real):
-            raise validation.invalid_argument("logit_range", f"a number in (0, {_MAX_LOGIT_RANGE:g}]", logit_range)
-        if not 0 < logit_range <= _MAX_LOGIT_RANGE:
-            raise validation.invalid_argument("logit_range", f"a number in (0, {_MAX_LOGIT_RANGE:g}]", logit_range)
+        self.edges: Optional[np.ndarray] = None
+        self.budget: Optional[int] = None
         if isinstance(bins, (int, np.integer)) and not isinstance(bins, bool):
             if bins < 3:
                 raise validation.invalid_argument("bins", "an integer >= 3 or a strictly increasing 1-D array", bins)
-            self.edges = _default_edges(int(bins), scores, float(logit_range))
+            self.budget = int(bins)
         else:
             self.edges = _validate_edges(bins)
         self.scores = scores
         self.value = value
-        self.logit_range = float(logit_range)
         self.last_error_bound: Optional[float] = None
         self.reset()
 
     @property
     def num_bins(self) -> int:
-        """Number of bins of each histogram."""
-        return len(self.edges) + 1
+        """Most cells of a worker's state, or number of fixed bins."""
+        return self.budget if self.edges is None else len(self.edges) + 1
 
     def reset(self) -> None:
-        """Zeroes the histograms."""
-        self._positive = np.zeros(self.num_bins, dtype=np.int64)
-        self._negative = np.zeros(self.num_bins, dtype=np.int64)
+        """Forgets all accumulated batches."""
+        if self.edges is None:
+            self._buffer = _CellBuffer(self.budget)
+        else:
+            self._positive = np.zeros(self.num_bins, dtype=np.int64)
+            self._negative = np.zeros(self.num_bins, dtype=np.int64)
 
-    def accumulate(self, metric: Any) -> BinnedState:
-        """Adds one batch to the histograms.
+    def accumulate(self, metric: Any) -> Union[ScoreCells, BinnedState]:
+        """Adds one batch.
 
         Args:
             metric: ``{"labels", "predictions", "weights" (optional)}``.
 
         Returns:
-            ``(positive_counts, negative_counts)``: copies of the histograms so
-            far, int64 counts, or float64 sums of weights once a batch had
-            weights.
+            With cells, a :class:`ScoreCells` view of the cells so far. With fixed bins,
+            ``(positive_counts, negative_counts)``: copies of the histograms so far,
+            int64 counts, or float64 sums of weights once a batch had weights.
 
         Raises:
             ValueError: On non-binary labels, NaN scores, probabilities outside
                 [0, 1], invalid weights or mismatched sizes.
         """
         name = type(self).__name__
-        batch = validation.parse_labeled_batch(name, metric, allow_inf_predictions=True)
-        is_positive = validation.binary_labels(name, batch.labels)
-        scores = batch.predictions
+        batch = validation.parse_binary_batch(name, metric, allow_inf_predictions=True)
         if self.scores == "probabilities":
-            validation.check_probabilities(name, "predictions", scores)
-        weights = batch.weights
+            validation.check_probabilities(name, "predictions", batch.predictions)
+        if self.edges is not None:
+            return self._count_in_bins(batch)
+        is_positive, predictions, weights = batch
+        if weights is not None:
+            kept = weights > 0
+            is_positive, predictions, weights = is_positive[kept], predictions[kept], weights[kept]
+        if len(predictions):
+            # One key space for all score dtypes: float64 keys order float32 scores too.
+            keys = ranking.order_keys(predictions.astype(np.float64))
+            self._buffer.add(keys, is_positive.copy(), weights)
+        return ScoreCells._view(self._buffer)
+
+    def _count_in_bins(self, batch: validation.BinaryBatch) -> BinnedState:
+        is_positive, scores, weights = batch
         positive_weights = None if weights is None else weights[is_positive]
         negative_weights = None if weights is None else weights[~is_positive]
         # Adding float64 weight sums to int64 counts promotes the state to float64.
@@ -155,7 +233,17 @@ class BinnedRocAuc(MetricReducer):
         self._negative = self._negative + functional.bin_counts(scores[~is_positive], self.edges, negative_weights)
         return self._positive.copy(), self._negative.copy()
 
-    def _merge(self, per_slot_metrics: list[BinnedState]) -> BinnedState:
+    def _auc_and_bound(self, per_slot_metrics: list[Any]) -> tuple[float, float]:
+        name = type(self).__name__
+        if self.edges is None:
+            states = validation.gather_states(name, per_slot_metrics, ScoreCells)
+            cells = [state.cells for state in states]
+            if not any(len(c.lo) for c in cells):
+                raise validation.no_examples_error(name)
+            return cells_math.cells_auc(cells)
+        return functional.binned_roc_auc(*self._merge_histograms(per_slot_metrics))
+
+    def _merge_histograms(self, per_slot_metrics: list[BinnedState]) -> BinnedState:
         name = type(self).__name__
         states = validation.gather_states(name, per_slot_metrics, tuple)
         positive = np.zeros(self.num_bins, dtype=np.int64)
@@ -172,19 +260,20 @@ class BinnedRocAuc(MetricReducer):
             raise validation.no_examples_error(name)
         return positive, negative
 
-    def error_bound(self, per_slot_metrics: list[BinnedState]) -> np.float64:
+    def error_bound(self, per_slot_metrics: list[Any]) -> np.float64:
         """Upper bound on |binned AUC - exact AUC| for these states.
 
         Args:
             per_slot_metrics: The final states of all workers.
 
         Returns:
-            ``0.5 * sum_b pos_b * neg_b / (P * N)``; NaN if a class is absent.
+            Half the mass of the pairs of unknown order over all pairs (with fixed
+            bins, ``0.5 * sum_b pos_b * neg_b / (P * N)``); NaN if a class is absent.
         """
-        return np.float64(functional.binned_roc_auc(*self._merge(per_slot_metrics))[1])
+        return np.float64(self._auc_and_bound(per_slot_metrics)[1])
 
-    def cross_slot_reduce(self, per_slot_metrics: list[BinnedState]) -> np.float64:
-        """Sums the histograms of all workers and computes the AUC.
+    def cross_slot_reduce(self, per_slot_metrics: list[Any]) -> np.float64:
+        """Combines the states of all workers and computes the AUC.
 
         Also sets ``last_error_bound``.
 
@@ -199,7 +288,7 @@ class BinnedRocAuc(MetricReducer):
         Raises:
             ValueError: If there are no examples at all.
         """
-        auc, bound = functional.binned_roc_auc(*self._merge(per_slot_metrics))
+        auc, bound = self._auc_and_bound(per_slot_metrics)
         self.last_error_bound = bound
         if math.isnan(auc):
             name = type(self).__name__

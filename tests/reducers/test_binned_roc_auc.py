@@ -1,4 +1,4 @@
-"""Accuracy and mechanics of BinnedRocAuc."""
+"""Accuracy, rigorous error bound and mechanics of BinnedRocAuc (adaptive cells and fixed bins)."""
 
 import pickle
 
@@ -7,11 +7,31 @@ import pytest
 from sklearn.metrics import roc_auc_score
 
 from det_estimator.reducers import BinnedRocAuc
+from det_estimator.reducers import _binned_roc_auc as binned_module
+from det_estimator.reducers import _cells as cells_math
+from det_estimator.reducers import _ranking as ranking
+from det_estimator.reducers._binned_roc_auc import ScoreCells
 
 
 def reduce(reducer, batches):
     states = [pickle.loads(pickle.dumps(reducer.accumulate(batch))) for batch in batches]
     return reducer.cross_slot_reduce(states[-1:])
+
+
+def workers_states(make_reducer, labels, scores, weights=None, workers=3, batch_size=97):
+    """Round-robin shares of the data, fed batch by batch to one reducer per worker."""
+    states = []
+    for worker in range(workers):
+        reducer, state = make_reducer(), None
+        rows = np.arange(worker, len(labels), workers)
+        for start in range(0, len(rows), batch_size):
+            batch = rows[start : start + batch_size]
+            metric = {"labels": labels[batch], "predictions": scores[batch]}
+            if weights is not None:
+                metric["weights"] = weights[batch]
+            state = reducer.accumulate(metric)
+        states.append(pickle.loads(pickle.dumps(state)))
+    return states
 
 
 @pytest.fixture(scope="module")
@@ -25,17 +45,18 @@ def rare_positives():
     return labels, probabilities, roc_auc_score(labels, probabilities)
 
 
-def test_default_bins_resolve_probabilities_peaked_near_zero(rare_positives):
+def test_default_cells_resolve_probabilities_peaked_near_zero(rare_positives):
     labels, probabilities, exact = rare_positives
     reducer = BinnedRocAuc()
-    assert reducer.num_bins <= 4096
     batches = [
         {"labels": labels[i : i + 250_000], "predictions": probabilities[i : i + 250_000]}
         for i in range(0, len(labels), 250_000)
     ]
     binned = reduce(reducer, batches)
-    assert abs(binned - exact) < 1e-5
     assert abs(binned - exact) <= reducer.last_error_bound
+    # 4096 uniform logit bins, the former default, gave an error of 1e-6 and a bound of 6e-4 here.
+    assert abs(binned - exact) < 1e-6
+    assert reducer.last_error_bound < 1e-4
 
 
 def test_uniform_probability_thresholds_do_not(rare_positives):
@@ -47,74 +68,148 @@ def test_uniform_probability_thresholds_do_not(rare_positives):
     assert abs(binned - exact) <= reducer.last_error_bound
 
 
-def test_error_bound_holds_with_coarse_bins_and_ties():
+def test_fewer_distinct_scores_than_cells_give_the_exact_auc_and_a_zero_bound():
     rng = np.random.default_rng(0)
-    labels = rng.random(5000) < 0.4
-    scores = np.round(rng.normal(size=5000) + labels, 1)
-    weights = rng.uniform(0, 1, 5000)
-    for bins in (3, 17, 256):
-        reducer = BinnedRocAuc(bins=bins, scores="logits", logit_range=3.0)
-        state = reducer.accumulate({"labels": labels, "predictions": scores, "weights": weights})
-        binned = reducer.cross_slot_reduce([state])
-        exact = roc_auc_score(labels, scores, sample_weight=weights)
-        assert abs(binned - exact) <= reducer.last_error_bound
-        assert reducer.error_bound([state]) == reducer.last_error_bound
+    labels = rng.random(5000) < 0.3
+    scores = np.round(rng.random(5000) + 0.3 * labels, 2)  # many ties, within and across workers
+    weights = rng.uniform(0, 2, 5000)
+    reducer = BinnedRocAuc(bins=512, scores="logits")
+    for w in (None, weights):
+        states = workers_states(lambda: BinnedRocAuc(bins=512, scores="logits"), labels, scores, w)
+        expected = roc_auc_score(labels, scores, sample_weight=w)
+        assert reducer.cross_slot_reduce(states) == pytest.approx(expected, rel=1e-12, abs=1e-12)
+        assert reducer.last_error_bound == 0.0
 
 
-def test_logits_and_probabilities_fall_in_the_same_bins():
+@pytest.mark.parametrize("workers", [1, 2, 5])
+@pytest.mark.parametrize("bins", [3, 16, 200])
+@pytest.mark.parametrize("scenario", ["continuous", "ties", "weighted"])
+def test_the_bound_holds_when_cells_merge(monkeypatch, scenario, bins, workers):
+    # Small chunks: examples are merged into cells that already span several scores.
+    monkeypatch.setattr(binned_module, "_CHUNK_EXAMPLES", 50)
+    rng = np.random.default_rng(bins * 10 + workers)
+    n = 4000
+    labels = rng.random(n) < 0.2
+    scores = rng.normal(size=n) + labels
+    if scenario == "ties":
+        scores = np.round(scores, 1)
+    weights = rng.uniform(0, 3, n) * (rng.random(n) > 0.1) if scenario == "weighted" else None
+    reducer = BinnedRocAuc(bins=bins, scores="logits")
+    states = workers_states(lambda: BinnedRocAuc(bins=bins, scores="logits"), labels, scores, weights, workers)
+    assert all(len(state.cells.lo) <= bins for state in states)
+    binned = reducer.cross_slot_reduce(states)
+    exact = roc_auc_score(labels, scores, sample_weight=weights)
+    assert abs(binned - exact) <= reducer.last_error_bound + 1e-12
+    assert reducer.last_error_bound < 0.5
+
+
+def test_merging_the_cells_of_one_batch_keeps_the_auc_exact():
     rng = np.random.default_rng(1)
-    labels = rng.random(20000) < 0.3
-    logits = rng.normal(scale=5.0, size=20000) + labels
-    probabilities = 1.0 / (1.0 + np.exp(-logits))
-    from_logits = BinnedRocAuc(bins=512, scores="logits")
-    from_probabilities = BinnedRocAuc(bins=512)
-    logit_state = from_logits.accumulate({"labels": labels, "predictions": logits})
-    probability_state = from_probabilities.accumulate({"labels": labels, "predictions": probabilities})
-    # Scores within rounding of a bin edge may land on either side of it.
-    for logit_counts, probability_counts in zip(logit_state, probability_state):
-        assert np.abs(logit_counts - probability_counts).sum() <= 4
+    labels = rng.random(3000) < 0.4
+    scores = np.round(rng.normal(size=3000) + labels, 2)
+    weights = rng.uniform(0.5, 2, 3000)
+    keys = ranking.order_keys(scores)
+    cells = cells_math.cells_from_points(keys, labels, weights)
+    for budget in (1, 2, 7, 100):
+        merged = cells_math.merge_cells(cells, budget)
+        assert len(merged.lo) <= budget
+        auc, bound = cells_math.cells_auc([merged])
+        assert auc == pytest.approx(roc_auc_score(labels, scores, sample_weight=weights), rel=1e-12)
+        assert bound == 0.0
 
 
-def test_extreme_probabilities_land_in_the_edge_bins():
-    reducer = BinnedRocAuc(bins=8)
+def test_examples_inside_a_wide_cell_become_uncertain_and_ties_on_a_single_score_do_not():
+    keys = np.array([10, 20, 30])
+    wide = cells_math.merge_cells(cells_math.cells_from_points(keys, np.array([False, True, False])), 1)
+    assert (wide.lo[0], wide.hi[0], wide.credit[0], wide.uncertain[0]) == (10, 30, 1.0, 0.0)
+    joined = cells_math.add_points(wide, cells_math.cells_from_points(np.array([25, 40]), np.array([True, True])))
+    # 25 falls inside [10, 30]: unknown order against its 2 negatives; 40 is a cell of its own.
+    assert joined.lo.tolist() == [10, 40] and joined.uncertain.tolist() == [2.0, 0.0]
+    single = cells_math.cells_from_points(np.array([5]), np.array([False]))
+    tied = cells_math.add_points(single, cells_math.cells_from_points(np.array([5, 5]), np.array([True, False])))
+    assert tied.credit.tolist() == [1.0] and tied.uncertain.tolist() == [0.0]  # 2 tied pairs, half credit each
+
+
+def test_overlapping_cells_of_different_workers_are_uncertain():
+    below_and_above = cells_math.merge_cells(cells_math.cells_from_points(np.array([0, 10]), np.array([True, True])), 1)
+    middle = cells_math.cells_from_points(np.array([5]), np.array([False]))
+    auc, bound = cells_math.cells_auc([below_and_above, middle])
+    assert (auc, bound) == (0.5, 0.5)  # either positive may be the one above the negative
+
+
+def test_the_state_is_bounded_and_pickles_compactly(monkeypatch):
+    monkeypatch.setattr(binned_module, "_CHUNK_EXAMPLES", 1000)
+    rng = np.random.default_rng(3)
+    reducer = BinnedRocAuc(bins=64)
+    for _ in range(20):
+        state = reducer.accumulate({"labels": rng.random(1000) < 0.5, "predictions": rng.random(1000)})
+    assert len(state.cells.lo) <= 64
+    assert len(pickle.dumps(state)) < 64 * 48 + 1000
+    assert repr(state).startswith("ScoreCells(64 cells")
+
+
+def test_a_state_is_a_snapshot():
+    reducer = BinnedRocAuc()
+    first = reducer.accumulate({"labels": [0, 1], "predictions": [0.2, 0.9]})
+    second = reducer.accumulate({"labels": [0, 1], "predictions": [0.9, 0.2]})
+    assert reducer.cross_slot_reduce([first]) == 1.0
+    assert reducer.cross_slot_reduce([second]) == 0.5
+
+
+def test_float32_and_float64_scores_share_one_key_space():
+    float32_state = BinnedRocAuc().accumulate({"labels": [0, 1], "predictions": np.array([0.25, 0.5], np.float32)})
+    float64_state = BinnedRocAuc().accumulate({"labels": [1, 0], "predictions": [0.25, 0.75]})
+    # 0.25 ties across the workers, exactly: the bound stays 0.
+    reducer = BinnedRocAuc()
+    expected = roc_auc_score([0, 1, 1, 0], [0.25, 0.5, 0.25, 0.75])
+    assert reducer.cross_slot_reduce([float32_state, float64_state]) == pytest.approx(expected, rel=1e-12)
+    assert reducer.last_error_bound == 0.0
+
+
+def test_states_of_the_other_kind_are_rejected():
+    cells_state = BinnedRocAuc().accumulate({"labels": [0, 1], "predictions": [0.2, 0.9]})
+    with pytest.raises(TypeError, match="expected states of type tuple"):
+        BinnedRocAuc(bins=np.linspace(0, 1, 5)).cross_slot_reduce([cells_state])
+    assert isinstance(cells_state, ScoreCells)
+
+
+def test_fixed_edges_and_extreme_probabilities_land_in_the_edge_bins():
+    reducer = BinnedRocAuc(bins=np.linspace(0.1, 0.9, 7))
     positive_counts, negative_counts = reducer.accumulate({"labels": [1, 0, 1, 0], "predictions": [1.0, 0.0, 0.0, 1.0]})
     assert positive_counts.tolist() == [1, 0, 0, 0, 0, 0, 0, 1]
     assert negative_counts.tolist() == [1, 0, 0, 0, 0, 0, 0, 1]
     assert reducer.cross_slot_reduce([(positive_counts, negative_counts)]) == 0.5
 
 
-def test_states_merge_by_summing_and_become_float_with_weights():
-    reducer = BinnedRocAuc(bins=16)
+def test_fixed_bin_states_merge_by_summing_and_become_float_with_weights():
+    reducer = BinnedRocAuc(bins=np.linspace(0.0, 1.0, 17))
     unweighted = reducer.accumulate({"labels": [0, 1], "predictions": [0.2, 0.9]})
     assert unweighted[0].dtype == np.int64
     weighted = reducer.accumulate({"labels": [1], "predictions": [0.01], "weights": [0.5]})
     assert weighted[0].dtype == np.float64
     assert weighted[0].sum() == 1.5
-    other = BinnedRocAuc(bins=16).accumulate({"labels": [0], "predictions": [0.95]})
+    other = BinnedRocAuc(bins=np.linspace(0.0, 1.0, 17)).accumulate({"labels": [0], "predictions": [0.95]})
     # positives: 0.9 (w 1), 0.01 (w .5); negatives: 0.2, 0.95; all in different bins.
     assert reducer.cross_slot_reduce([weighted, other]) == pytest.approx((1.0 * 1 + 0.5 * 0) / (1.5 * 2))
+    assert unweighted[0].sum() == 1  # states are copies
 
 
-def test_states_of_other_bins_are_rejected():
-    state = BinnedRocAuc(bins=16).accumulate({"labels": [0, 1], "predictions": [0.2, 0.9]})
-    with pytest.raises(ValueError, match="of 4096 bins each"):
-        BinnedRocAuc().cross_slot_reduce([state])
+def test_fixed_bin_states_of_other_bins_are_rejected():
+    state = BinnedRocAuc(bins=np.linspace(0.0, 1.0, 15)).accumulate({"labels": [0, 1], "predictions": [0.2, 0.9]})
+    with pytest.raises(ValueError, match="of 17 bins each"):
+        BinnedRocAuc(bins=np.linspace(0.0, 1.0, 16)).cross_slot_reduce([state])
 
 
-def test_state_is_a_copy():
-    reducer = BinnedRocAuc(bins=16)
-    first = reducer.accumulate({"labels": [0, 1], "predictions": [0.2, 0.9]})
-    reducer.accumulate({"labels": [0, 1], "predictions": [0.2, 0.9]})
-    assert first[0].sum() == 1
-
-
-def test_the_error_bound_can_be_the_reported_value():
+def test_the_error_bound_can_be_the_reported_value(monkeypatch):
+    monkeypatch.setattr(binned_module, "_CHUNK_EXAMPLES", 100)
     rng = np.random.default_rng(4)
-    batch = {"labels": rng.integers(0, 2, 500), "predictions": np.round(rng.random(500), 2)}
-    auc_reducer, bound_reducer = BinnedRocAuc(bins=64), BinnedRocAuc(bins=64, value="error_bound")
-    state = auc_reducer.accumulate(batch)
-    assert bound_reducer.cross_slot_reduce([bound_reducer.accumulate(batch)]) == auc_reducer.error_bound([state])
-    assert auc_reducer.cross_slot_reduce([state]) != auc_reducer.error_bound([state])
+    batches = [{"labels": rng.integers(0, 2, 100), "predictions": np.round(rng.random(100), 2)} for _ in range(5)]
+    auc_reducer, bound_reducer = BinnedRocAuc(bins=8), BinnedRocAuc(bins=8, value="error_bound")
+    for batch in batches:
+        state, bound_state = auc_reducer.accumulate(batch), bound_reducer.accumulate(batch)
+    bound = auc_reducer.error_bound([state])
+    assert 0 < bound == bound_reducer.cross_slot_reduce([bound_state])
+    assert auc_reducer.cross_slot_reduce([state]) != bound
 
 
 def test_an_unknown_value_is_rejected():

@@ -133,6 +133,8 @@ BINARY_CASES = {
     "roc_auc": (RocAuc, weighted(skm.roc_auc_score)),
     "roc_auc_threads": (lambda: RocAuc(num_threads=3), weighted(skm.roc_auc_score)),
     "average_precision": (AveragePrecision, weighted(skm.average_precision_score)),
+    # Exact while a worker has fewer distinct scores than cells, as here.
+    "binned_roc_auc": (BinnedRocAuc, weighted(skm.roc_auc_score)),
     "accuracy": (Accuracy, thresholded(skm.accuracy_score)),
     "precision": (Precision, thresholded(skm.precision_score, zero_division=0, labels=[0, 1])),
     "recall": (Recall, thresholded(skm.recall_score, zero_division=0, labels=[0, 1])),
@@ -148,7 +150,7 @@ BINARY_CASES = {
     "log_loss": (LogLoss, sk_log_loss),
 }
 SCENARIOS = ["random", "ties", "all_equal", "saturated", "single", "weighted", "weighted_float32_ties"]
-RANKING = {"roc_auc", "roc_auc_threads", "average_precision"}
+RANKING = {"roc_auc", "roc_auc_threads", "average_precision", "binned_roc_auc"}
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)

@@ -153,7 +153,6 @@ def test_invalid_class_ids_are_rejected():
         (lambda: BinnedRocAuc(bins=[0.0, 0.5, 0.5]), r"Argument `bins` must be .*strictly increasing"),
         (lambda: BinnedRocAuc(bins=[[0.0, 1.0]]), r"Argument `bins` must be"),
         (lambda: BinnedRocAuc(scores="odds"), r"Argument `scores` must be one of.*Received: scores='odds'"),
-        (lambda: BinnedRocAuc(logit_range=0), r"Argument `logit_range` must be a number in \(0, 30\]"),
         (lambda: RocAuc(num_threads=0), r"Argument `num_threads` must be None or a positive integer"),
         (lambda: Precision(num_classes=1), r"Argument `num_classes` must be an integer >= 2"),
         (lambda: Recall(average="weighted"), r"Argument `average` must be None or one of"),

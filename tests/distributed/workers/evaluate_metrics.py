@@ -85,6 +85,9 @@ def eval_metrics(features, scenario: str):
         "auc": make_metric(scored, RocAuc(), np.float64),
         "binned_auc": make_metric(scored, BinnedRocAuc(), np.float64),
         "binned_auc_error_bound": make_metric(scored, BinnedRocAuc(value="error_bound"), np.float64),
+        # Three cells per rank: merged cells of different ranks overlap.
+        "binned_auc_3_cells": make_metric(scored, BinnedRocAuc(bins=3), np.float64),
+        "binned_auc_3_cells_bound": make_metric(scored, BinnedRocAuc(bins=3, value="error_bound"), np.float64),
         "average_precision": make_metric(scored, AveragePrecision(), np.float64),
     }
 
