@@ -109,6 +109,8 @@ class ClusterInfo:
         trial_class: the trial class a det-estimator worker runs; None for a script.
         slots: how many processes run the trial.
         container_addrs: the machines they run on (``["localhost"]`` on one machine).
+        search_driven: the trial's operations come from the experiment's search through
+            the store (a launched trial); otherwise one operation of ``max_length``.
     """
 
     task_type: str
@@ -122,6 +124,7 @@ class ClusterInfo:
     trial_class: Optional[TrialClassSpec] = None
     slots: int = 1
     container_addrs: tuple[str, ...] = field(default=("localhost",))
+    search_driven: bool = False
 
     @property
     def container_rank(self) -> int:

@@ -64,7 +64,11 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("config", metavar="CONFIG", help="the experiment config (YAML)")
     create.add_argument("context_dir", metavar="CONTEXT_DIR", help="the directory holding the entrypoint's code")
     create.add_argument(
-        "--slots", type=_positive_int, help="processes to train on (default: resources.slots_per_trial)"
+        "--slots",
+        type=_positive_int,
+        help="slots on this machine: the trial's processes for a single-trial experiment (default: "
+        "resources.slots_per_trial); for a search, the slots its trials share, each taking "
+        "resources.slots_per_trial (default: one trial's)",
     )
     create.add_argument(
         "--hosts",
@@ -106,11 +110,17 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("--all", action="store_true", help="also those retention deleted")
     listing.set_defaults(run=experiments.list_checkpoints)
 
-    trial = commands.add_parser("trial", aliases=["t"], help="a trial's output")
+    trial = commands.add_parser("trial", aliases=["t"], help="an experiment's trials and their output")
     trial_actions = trial.add_subparsers(dest="action", metavar="ACTION", required=True)
     logs = trial_actions.add_parser("logs", help="everything the trial printed")
     logs.add_argument("trial_id", metavar="ID", type=int)
     logs.set_defaults(run=experiments.trial_logs, json=False)
+    trials = trial_actions.add_parser("list", parents=[json_option], help="an experiment's trials, best first")
+    trials.add_argument("experiment_id", metavar="EXPERIMENT_ID", type=int)
+    trials.set_defaults(run=experiments.list_trials)
+    described = trial_actions.add_parser("describe", parents=[json_option], help="a trial's runs and validations")
+    described.add_argument("trial_id", metavar="ID", type=int)
+    described.set_defaults(run=experiments.describe_trial)
     return parser
 
 

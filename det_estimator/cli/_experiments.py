@@ -31,17 +31,24 @@ def create(store: ExperimentStore, args: argparse.Namespace) -> int:
         raise UsageError(f"CONFIG {args.config} is not a file.")
     try:
         raw = dict(read_source(args.config))
+        if args.seed is not None:
+            raw["reproducibility"] = {**(raw.get("reproducibility") or {}), "experiment_seed": args.seed}
+        config = load_experiment_config(raw)
         slots = args.slots
         if args.hosts is not None:
             on_hosts = sum(int(entry.partition(":")[2]) for entry in args.hosts.split(","))
             if slots is not None and slots != on_hosts:
                 raise UsageError(f"--slots {slots} differs from the {on_hosts} slots of --hosts {args.hosts}.")
             slots = on_hosts
-        if slots is not None:
+        if slots is not None and config.searcher.name == "single":
+            # One trial: the slots are its processes. A search shares them among its trials.
             raw["resources"] = {**(raw.get("resources") or {}), "slots_per_trial": slots}
-        if args.seed is not None:
-            raw["reproducibility"] = {**(raw.get("reproducibility") or {}), "experiment_seed": args.seed}
-        config = load_experiment_config(raw)
+            config = load_experiment_config({**raw, "reproducibility": config.reproducibility.to_dict()})
+        elif slots is not None and slots < config.resources.slots_per_trial:
+            raise UsageError(
+                f"--slots {slots} is fewer than one trial needs: resources.slots_per_trial is "
+                f"{config.resources.slots_per_trial}."
+            )
     except ConfigError as error:
         raise UsageError(f"{args.config}: {error}") from error
     if config.is_script:
@@ -55,6 +62,7 @@ def create(store: ExperimentStore, args: argparse.Namespace) -> int:
         name=config.name or Path(args.config).stem,
         test=args.test,
         hosts=args.hosts,
+        slots=slots,
     )
     trial_id = store.trials(experiment_id)[0].id
     _tell(args.json, f"Created experiment {experiment_id} (trial {trial_id}) in {store.path}")
@@ -67,6 +75,13 @@ def resume(store: ExperimentStore, args: argparse.Namespace) -> int:
     if experiment.state not in (State.PAUSED, State.INTERRUPTED, State.ERROR):
         hint = "it is running" if experiment.state == State.ACTIVE else "it has completed"
         raise UsageError(f"Experiment {args.experiment_id} is {experiment.state}: {hint}; nothing to resume.")
+    searcher = experiment.config["searcher"]["name"]
+    if experiment.state == State.ERROR and searcher != "single":
+        raise UsageError(
+            f"Experiment {args.experiment_id} is ERROR: every trial of its {searcher} search failed (see "
+            f"`det-estimator experiment describe {args.experiment_id}`). Fix the cause and create a new experiment; "
+            "a failed single-trial experiment can be resumed from its latest checkpoint."
+        )
     _tell(args.json, f"Resuming experiment {args.experiment_id} from its latest checkpoint")
     return _run(store, args.experiment_id, args)
 
@@ -120,15 +135,31 @@ def list_experiments(store: ExperimentStore, args: argparse.Namespace) -> int:
             e.id,
             e.name,
             e.state,
-            f"{e.batches_trained}/{e.max_batches or '?'}",
+            e.num_trials,
+            _progress(e),
             e.slots,
             format_time(e.created_at),
             "-" if best[e.id] is None else f"{best[e.id].metric} {best[e.id].value:.6g}",
         ]
         for e in experiments
     ]
-    print_table(["ID", "NAME", "STATE", "BATCHES", "SLOTS", "CREATED", "BEST VALIDATION"], rows)
+    print_table(["ID", "NAME", "STATE", "TRIALS", "BATCHES", "SLOTS", "CREATED", "BEST VALIDATION"], rows)
     return 0
+
+
+def _progress(experiment: Any) -> str:
+    """Batches done of the length, for one trial; the batches of all trials, for a search."""
+    if experiment.num_trials > 1:
+        return str(experiment.batches_trained)
+    return f"{experiment.batches_trained}/{experiment.max_batches or '?'}"
+
+
+def _ranked(store: ExperimentStore, experiment_id: int) -> list[tuple[TrialRecord, Any]]:
+    """The experiment's trials with their best validation, best first (trials never validated last)."""
+    experiment = store.experiment(experiment_id)
+    sign = 1.0 if experiment.smaller_is_better else -1.0
+    trials = [(trial, store.best_validation(experiment_id, trial.id)) for trial in store.trials(experiment_id)]
+    return sorted(trials, key=lambda pair: (pair[1] is None, sign * pair[1].value if pair[1] else 0.0, pair[0].id))
 
 
 def trial_json(store: ExperimentStore, trial: TrialRecord, with_metrics: bool) -> dict[str, Any]:
@@ -144,11 +175,15 @@ def trial_json(store: ExperimentStore, trial: TrialRecord, with_metrics: bool) -
 def describe(store: ExperimentStore, args: argparse.Namespace) -> int:
     """Config, hyperparameters, state and every validation of an experiment."""
     experiment = store.experiment(args.experiment_id)
-    trials = store.trials(args.experiment_id)
+    ranked = _ranked(store, args.experiment_id)
+    trials = [trial for trial, _ in ranked]
     best = store.best_validation(args.experiment_id)
     if args.json:
         shown = to_json_value(experiment)
-        shown["trials"] = [trial_json(store, trial, with_metrics=True) for trial in trials]
+        shown["trials"] = [
+            {**trial_json(store, trial, with_metrics=True), "best_validation": to_json_value(trial_best)}
+            for trial, trial_best in ranked
+        ]
         shown["best_validation"] = best
         shown["checkpoints"] = store.checkpoints(args.experiment_id)
         print_json(shown, sys.stdout)
@@ -166,6 +201,9 @@ def describe(store: ExperimentStore, args: argparse.Namespace) -> int:
         fields.append(("Best", f"{best.metric} {best.value:.6g} after {best.batches} batches (trial {best.trial_id})"))
     for label, value in fields:
         print(f"{label + ':':<13}{value}")
+    if len(trials) > 1:
+        print(f"\nTrials, best first by {experiment.searcher_metric}:")
+        _print_trials(ranked)
     for trial in trials:
         _describe_trial(store, trial)
     print("\nConfig:")
@@ -173,9 +211,52 @@ def describe(store: ExperimentStore, args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_trials(ranked: list[tuple[TrialRecord, Any]]) -> None:
+    rows = [
+        [
+            trial.id,
+            trial.state,
+            trial.search_state or "-",
+            trial.batches_trained,
+            "-" if best is None else f"{best.value:.6g}",
+            format_metrics(trial.hparams) or "-",
+        ]
+        for trial, best in ranked
+    ]
+    print_table(["TRIAL", "STATE", "SEARCH", "BATCHES", "BEST", "HYPERPARAMETERS"], rows)
+
+
+def list_trials(store: ExperimentStore, args: argparse.Namespace) -> int:
+    """An experiment's trials, best first: state, place in the search, batches, best validation, hyperparameters."""
+    ranked = _ranked(store, args.experiment_id)
+    if args.json:
+        print_json(
+            [{**trial_json(store, trial, with_metrics=False), "best_validation": best} for trial, best in ranked],
+            sys.stdout,
+        )
+        return 0
+    _print_trials(ranked)
+    return 0
+
+
+def describe_trial(store: ExperimentStore, args: argparse.Namespace) -> int:
+    """One trial: hyperparameters, state, runs, validations."""
+    trial = store.trial(args.trial_id)
+    if args.json:
+        shown = trial_json(store, trial, with_metrics=True)
+        shown["best_validation"] = store.best_validation(trial.experiment_id, trial.id)
+        shown["checkpoints"] = store.checkpoints(trial.experiment_id, trial_id=trial.id)
+        print_json(shown, sys.stdout)
+        return 0
+    print(f"Experiment {trial.experiment_id}")
+    _describe_trial(store, trial)
+    return 0
+
+
 def _describe_trial(store: ExperimentStore, trial: TrialRecord) -> None:
+    search = "" if trial.search_state is None else f" ({trial.search_state} in the search)"
     print(
-        f"\nTrial {trial.id}: {trial.state}, {trial.batches_trained}/{trial.max_batches or '?'} "
+        f"\nTrial {trial.id}: {trial.state}{search}, {trial.batches_trained}/{trial.max_batches or '?'} "
         f"batches, seed {trial.seed}"
     )
     print(f"  hyperparameters: {format_metrics(trial.hparams) or '-'}")

@@ -13,8 +13,9 @@ _NOT_CURVES = {"global_step"}
 def plot_learning_curves(store: ExperimentStore, experiment_id: int, output: Path) -> list[str]:
     """Draws training loss and each validation metric against batches; returns the panels' titles.
 
-    The training loss panel also shows the validation loss when there is one. The
-    image format follows the file's suffix (``.png``, ``.svg``, ``.pdf``).
+    Every trial has its curve; with several trials, the best one (by the searcher
+    metric) is drawn thick and named in the legend, the others thin. The image format
+    follows the file's suffix (``.png``, ``.svg``, ``.pdf``).
     """
     import matplotlib
 
@@ -22,9 +23,13 @@ def plot_learning_curves(store: ExperimentStore, experiment_id: int, output: Pat
     from matplotlib import pyplot
 
     experiment = store.experiment(experiment_id)
+    best = store.best_validation(experiment_id)
+    trials = store.trials(experiment_id)
     panels: dict[str, list[tuple[str, list[int], list[float]]]] = {}
-    for trial in store.trials(experiment_id):
-        label = f"trial {trial.id}"
+    for trial in trials:
+        label = f"trial {trial.id}" + (
+            " (best)" if best is not None and best.trial_id == trial.id and len(trials) > 1 else ""
+        )
         training = store.metrics(trial.id, MetricKind.TRAINING)
         validations = store.metrics(trial.id, MetricKind.VALIDATION)
         panels.setdefault("loss", []).append((f"{label} training", *_series(training, "loss")))
@@ -36,8 +41,21 @@ def plot_learning_curves(store: ExperimentStore, experiment_id: int, output: Pat
     rows = math.ceil(len(panels) / columns)
     figure, axes = pyplot.subplots(rows, columns, figsize=(5 * columns, 3.6 * rows), squeeze=False)
     for axis, (title, curves) in zip(axes.flat, panels.items()):
+        others_labelled = False
         for label, batches, values in curves:
-            axis.plot(batches, values, marker="o" if "validation" in label else None, markersize=3, label=label)
+            thin = len(trials) > 1 and "(best)" not in label
+            marker = "o" if "validation" in label else None
+            if thin:  # one legend entry for all the other trials
+                label, others_labelled = (None if others_labelled else "other trials"), True
+            axis.plot(
+                batches,
+                values,
+                marker=marker,
+                markersize=2 if thin else 3,
+                linewidth=0.8 if thin else 2.0,
+                alpha=0.45 if thin else 1.0,
+                label=label,
+            )
         axis.set_title(title)
         axis.set_xlabel("batches")
         axis.grid(alpha=0.3)

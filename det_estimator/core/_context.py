@@ -14,7 +14,7 @@ from det_estimator.config import ExperimentConfig, Length, LengthUnit, load_expe
 from det_estimator.core._checkpoint import CheckpointContext, RetentionPolicy
 from det_estimator.core._distributed import DistributedContext, DummyDistributedContext
 from det_estimator.core._preempt import PauseWatcher, PreemptContext, PreemptMode
-from det_estimator.core._searcher import FixedLengths, SearcherContext, Unit
+from det_estimator.core._searcher import FixedLengths, SearcherContext, StoreOperations, Unit
 from det_estimator.core._train import EarlyExitReason, TrainContext
 from det_estimator.errors import DetEstimatorError, InvalidHP, error_record
 from det_estimator.store import ExperimentStore, State, StoreRecorder
@@ -88,12 +88,16 @@ class Context:
         self._exits.close()
         self._watcher.close()
         self.train.flush()
+        if exc_val is not None and not isinstance(exc_val, (KeyboardInterrupt, SystemExit)):
+            # The process that raised records its own error (the first recorded wins), so the
+            # launcher shows it with its rank; InvalidHP is not a failure: a search replaces the trial.
+            with contextlib.suppress(Exception), ExperimentStore(self.info.store_path) as store:
+                store.record_run_error(self.info.trial.run_id, error_record(exc_val, self.distributed.rank))
         self.distributed.close()
         if self._owned_run is not None and self._recorder is not None:
             store = self._recorder.store
             if exc_val is not None and not isinstance(exc_val, InvalidHP):
                 state = State.ERROR
-                store.record_run_error(self._owned_run, error_record(exc_val, self.distributed.rank))
             elif self.preempt.acknowledged:
                 state = State.PAUSED
             else:
@@ -211,15 +215,19 @@ def build_context(
     def report_batches(batches: int) -> None:
         train.report_batches(batches)
 
+    source = (
+        StoreOperations(info.store_path, trial.trial_id)
+        if info.search_driven
+        else FixedLengths([searcher_config.max_length.value])
+    )
     searcher = SearcherContext(
         distributed,
-        FixedLengths([searcher_config.max_length.value]),
+        source,
         _UNITS[searcher_config.max_length.unit],
         report_batches=report_batches,
         to_batches=lambda length: _length_in_batches(config, trial.hparams, length) or round(length),
+        report_target=train.report_target,
     )
-    if recorder is not None and max_batches is not None:
-        recorder.store.set_progress(trial.trial_id, recorder.store.trial(trial.trial_id).batches_trained, max_batches)
     return Context(distributed, train, checkpoint, preempt, searcher, info, watcher, recorder, owned_run)
 
 

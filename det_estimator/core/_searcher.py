@@ -1,6 +1,7 @@
 """SearcherContext: how long a trial trains before it validates and reports; ``core_context.searcher``."""
 
 import enum
+import time
 from collections.abc import Iterator
 from typing import Any, Callable, Optional, Protocol
 
@@ -43,6 +44,41 @@ class FixedLengths:
 
     def next_length(self, completed: Optional[tuple[int, Any]]) -> Optional[int]:
         return self._lengths.pop(0) if self._lengths else None
+
+
+class StoreOperations:
+    """The operations a search gives one trial, through the experiment store (the chief's side).
+
+    The experiment's runner sets the trial's target length; when the chief completes an
+    operation it records the searcher metric and waits until the runner has answered:
+    with a longer target (another operation) or none (the trial stops; a search may give
+    it another later, and relaunch it from its checkpoint).
+
+    Args:
+        store_path: the experiment store.
+        trial_id: the trial.
+        poll_seconds: how often to look for the answer.
+    """
+
+    def __init__(self, store_path: str, trial_id: int, poll_seconds: float = 0.05) -> None:
+        self._store_path = store_path
+        self._trial_id = trial_id
+        self._poll_seconds = poll_seconds
+
+    def next_length(self, completed: Optional[tuple[int, Any]]) -> Optional[int]:
+        from det_estimator.store import ExperimentStore
+
+        with ExperimentStore(self._store_path) as store:
+            if completed is None:
+                return store.trial(self._trial_id).target_length
+            length, metric = completed
+            store.report_search_metric(self._trial_id, length, metric)
+            while True:
+                trial = store.trial(self._trial_id)
+                if trial.answered_length == length:
+                    target = trial.target_length
+                    return target if target is not None and target > length else None
+                time.sleep(self._poll_seconds)
 
 
 class SearcherOperation:
@@ -108,6 +144,7 @@ class SearcherContext:
         units: the unit of ``searcher.max_length``.
         report_batches: records progress in batches (for the live display).
         to_batches: converts a length in ``units`` to batches.
+        report_target: records the batches an operation trains to (for the live display).
     """
 
     def __init__(
@@ -117,12 +154,14 @@ class SearcherContext:
         units: Optional[Unit],
         report_batches: Callable[[int], None] = lambda batches: None,
         to_batches: Callable[[float], int] = round,
+        report_target: Callable[[int], None] = lambda batches: None,
     ) -> None:
         self._distributed = distributed
         self._source = source
         self._units = units
         self._report_batches = report_batches
         self._to_batches = to_batches
+        self._report_target = report_target
 
     def operations(
         self, searcher_mode: SearcherMode = SearcherMode.WorkersAskChief, auto_ack: bool = True
@@ -144,6 +183,8 @@ class SearcherContext:
                 length = self._distributed.broadcast(length)
             if length is None:
                 return
+            if is_chief:
+                self._report_target(self._to_batches(length))
             op = SearcherOperation(length, is_chief, lambda done: self._report_batches(self._to_batches(done)))
             yield op
             if is_chief:

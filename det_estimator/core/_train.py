@@ -133,6 +133,12 @@ class TrainContext:
             self._pending_batches = None
             self._last_progress = time.monotonic()
 
+    def report_target(self, max_steps: Optional[int]) -> None:
+        """Records how many batches the trial trains in all now (a new operation of the searcher)."""
+        if self._recorder is not None and max_steps is not None:
+            store, trial_id = self._recorder.store, self._recorder.trial_id
+            store.set_progress(trial_id, store.trial(trial_id).batches_trained, max_steps)
+
     def report_batches(self, batches: int, force: bool = False) -> None:
         """Records that ``batches`` batches are trained so far (at most once a second unless ``force``).
 

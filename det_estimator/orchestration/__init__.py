@@ -16,7 +16,6 @@ from det_estimator.orchestration._display import (
 )
 from det_estimator.orchestration._experiment import (
     find_or_record_experiment,
-    first_traceback,
     in_process_run,
     record_experiment,
     run_experiment,
@@ -31,6 +30,7 @@ from det_estimator.orchestration._follow import (
     TrialStarted,
 )
 from det_estimator.orchestration._outcome import ExperimentSummary, TrialOutcome, summarize, trial_outcome
+from det_estimator.orchestration._processes import first_traceback
 from det_estimator.orchestration._report import (
     print_failure,
     print_json,

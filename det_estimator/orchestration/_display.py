@@ -14,7 +14,7 @@ from det_estimator.orchestration._follow import (
     TrialEnded,
     TrialStarted,
 )
-from det_estimator.store import MetricKind
+from det_estimator.store import MetricKind, SearchState, State
 
 
 class Display(Protocol):
@@ -31,6 +31,19 @@ class Display(Protocol):
 
     def close(self) -> None:
         """Ends the display (a bar is left at its last state)."""
+
+
+def describe_end(event: TrialEnded) -> str:
+    """What a trial's end means, in a few words: done, stopped early by the search, waiting, failed."""
+    if event.search_state == SearchState.EXITED and event.state != State.PAUSED:
+        return f"exited early after {event.batches} batches ({event.error or event.state})"
+    if event.state == State.ERROR:
+        return f"failed after {event.batches} batches ({event.error})" if event.error else "failed"
+    if event.state == State.PAUSED:
+        return f"paused after {event.batches} batches"
+    if event.search_state == SearchState.WAITING:
+        return f"waits for a promotion after {event.batches} batches"
+    return f"done after {event.batches} batches"
 
 
 def format_value(value: Any) -> str:
@@ -95,7 +108,7 @@ class PlainDisplay:
         elif isinstance(event, CheckpointSaved):
             self._write(event.trial_id, f"checkpoint {event.uuid} after {event.batches} batches")
         elif isinstance(event, TrialEnded) and self._multi_trial:
-            self._write(event.trial_id, f"{event.state}")
+            self._write(event.trial_id, describe_end(event))
 
     def _training_line(self, event: MetricsReported) -> str:
         total = self._max_batches.get(event.trial_id)
@@ -189,7 +202,7 @@ class BarDisplay:
             if bar is not None:
                 bar.close()
             if self._multi_trial:
-                self._write(event.trial_id, f"{event.state}")
+                self._write(event.trial_id, describe_end(event))
 
     def _advance(self, trial_id: int, batches: int, total: Optional[int]) -> Any:
         bar = self._bar(trial_id, total)

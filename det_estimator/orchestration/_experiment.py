@@ -2,22 +2,22 @@
 
 import contextlib
 import dataclasses
-import os
 import shlex
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Optional, TextIO
+from typing import Optional
 
 from det_estimator import _info, launcher
-from det_estimator.config import ExperimentConfig
-from det_estimator.errors import error_record
+from det_estimator.config import ExperimentConfig, load_experiment_config
+from det_estimator.errors import DetEstimatorError, error_record
 from det_estimator.orchestration._display import Display
 from det_estimator.orchestration._follow import StoreFollower
+from det_estimator.orchestration._processes import SlotPool, TrialProcess
 from det_estimator.orchestration._runs import begin_run, checkpoint_storage_root, end_run
-from det_estimator.store import ExperimentRecord, ExperimentStore, State, TrialRecord
+from det_estimator.orchestration._search import SearchRunner
+from det_estimator.store import ExperimentRecord, ExperimentStore, SearchState, State, TrialRecord
 
 # How often the launcher looks at the store for progress and pause requests.
 _POLL_SECONDS = 0.25
@@ -31,11 +31,12 @@ def record_experiment(
     name: Optional[str] = None,
     test: bool = False,
     hosts: Optional[str] = None,
+    slots: Optional[int] = None,
     command: Optional[list[str]] = None,
     trial_class: Optional[_info.TrialClassSpec] = None,
     run_key: Optional[str] = None,
 ) -> int:
-    """Records a new experiment and its trial; returns the experiment's id.
+    """Records a new experiment and starts its search (which records its first trials); returns its id.
 
     Args:
         store: the experiment store.
@@ -44,6 +45,8 @@ def record_experiment(
         name: the experiment's name (default: the config's).
         test: one batch, one validation step and one checkpoint.
         hosts: the machines it runs on (``"host1:2,host2:2"``); None for this one.
+        slots: the slots its trials share on this machine (default: one trial's,
+            ``resources.slots_per_trial``); with ``hosts``, theirs.
         command: the command every slot runs, for a script given outside the config
             (``det.init(local=False)``); a config whose entrypoint is a command gives its own.
         trial_class: the trial class, when it is not the config's entrypoint.
@@ -57,22 +60,21 @@ def record_experiment(
         entrypoint = f"{trial_class.module}:{trial_class.qualname}"
     else:
         entrypoint = config.entrypoint
+    if hosts:
+        slots = sum(int(entry.rsplit(":", 1)[1]) for entry in hosts.split(","))
     experiment_id = store.create_experiment(
         name=name or config.name or "experiment",
         config=config.to_dict(),
         context_dir=context_dir,
         entrypoint=entrypoint,
-        slots=config.resources.slots_per_trial,
+        slots=slots or config.resources.slots_per_trial,
         test=test,
         command=command,
         hosts=hosts,
         run_key=run_key,
         trial_class=None if trial_class is None else dataclasses.asdict(trial_class),
     )
-    seed = config.reproducibility.experiment_seed
-    store.create_trial(
-        experiment_id, config.sample_hyperparameters(seed), seed, checkpoint_storage_root(config, context_dir)
-    )
+    SearchRunner(store, store.experiment(experiment_id), config, checkpoint_storage_root(config, context_dir))
     return experiment_id
 
 
@@ -94,159 +96,146 @@ def find_or_record_experiment(
 
 
 def run_experiment(store: ExperimentStore, experiment_id: int, display: Display, verbose: bool = False) -> State:
-    """Runs an experiment's trial in launched processes to its end or to a pause; returns its state.
+    """Runs an experiment's search to its end or to a pause; returns the experiment's state.
 
-    Progress is read from the store and shown on ``display``; everything the processes
-    print goes to the trial's log (and to ``display`` with ``verbose``). SIGINT and
-    SIGTERM to this process, and ``experiment pause`` from anywhere, make the trial
-    checkpoint and stop.
+    Trials run in launched processes, as many at once as the experiment's slots allow
+    (each takes ``resources.slots_per_trial``) and the search wants. Progress is read
+    from the store and shown on ``display``; everything the processes print goes to the
+    trials' logs (and to ``display`` with ``verbose``). SIGINT and SIGTERM to this
+    process, and ``experiment pause`` from anywhere, make every running trial checkpoint
+    and stop; the search is saved after every step, so a resume continues it exactly.
 
     Raises:
         ExperimentBusyError: another live process already runs the experiment.
     """
     store.claim(experiment_id)
+    retry = store.experiment(experiment_id).state == State.ERROR
     store.set_state(experiment_id, State.ACTIVE)
     experiment = store.experiment(experiment_id)
+    loop = _ExperimentLoop(store, experiment, display, verbose, retry)
     state = State.ERROR
     try:
-        for trial in store.trials(experiment_id):
-            state = _run_launched(store, experiment, trial, display, verbose)
+        state = loop.run()
     finally:
+        loop.stop_all()
         store.set_state(experiment_id, state)
     return state
 
 
-def _run_launched(
-    store: ExperimentStore, experiment: ExperimentRecord, trial: TrialRecord, display: Display, verbose: bool
-) -> State:
-    hosts = experiment.hosts
-    # With other hosts, the run's files go beside the checkpoints, on the shared file system.
-    shared = str(Path(trial.checkpoint_dir).parent) if hosts else None
-    with _launch_directory(shared) as scratch:
-        pause_file = scratch / "pause"
-        addresses = tuple(entry.rsplit(":", 1)[0] for entry in hosts.split(",")) if hosts else ("localhost",)
-        info = begin_run(store, experiment, trial, str(pause_file), addresses)
-        info_path = scratch / "info.json"
-        info.write(info_path)
-        command = (
-            launcher.worker_command() if experiment.command is None else launcher.script_command(experiment.command)
+class _ExperimentLoop:
+    """Launches queued trials into free slots, answers their reports, reaps them, until the search ends."""
+
+    def __init__(
+        self, store: ExperimentStore, experiment: ExperimentRecord, display: Display, verbose: bool, retry: bool
+    ):
+        self._store = store
+        self._experiment = experiment
+        self._display = display
+        self._verbose = verbose
+        self._config = load_experiment_config(experiment.config)
+        storage = checkpoint_storage_root(self._config, experiment.context_dir)
+        self._search = SearchRunner(store, experiment, self._config, storage, retry)
+        self._slots = SlotPool(experiment.slots, experiment.hosts)
+        self._per_trial = self._config.resources.slots_per_trial
+        self._running: dict[int, TrialProcess] = {}
+        self._pausing = False
+        self._follower = StoreFollower(store, experiment.id, since=time.time())
+
+    def _recover(self) -> None:
+        """Picks up a search whose launcher died: its trials' processes are gone, their reports unanswered."""
+        for trial in self._store.trials(self._experiment.id):
+            if trial.search_state == SearchState.RUNNING:
+                self._store.set_search_state(trial.id, SearchState.QUEUED)
+            if trial.reported_length is not None and trial.answered_length != trial.reported_length:
+                self._search.on_reported(self._store.trial(trial.id))
+
+    def run(self) -> State:
+        self._recover()
+        with launcher.pause_on_signals(self._request_pause):
+            while True:
+                if not self._pausing and self._store.experiment(self._experiment.id).pause_requested_at is not None:
+                    self._request_pause()
+                self._answer_reports()
+                self._reap()
+                self._search.close_idle(set(self._running))
+                launched = self._launch_queued()
+                self._show()
+                if (
+                    not self._running
+                    and not launched
+                    and (self._search.shutdown or self._pausing or not self._queued())
+                ):
+                    break
+                time.sleep(_POLL_SECONDS)
+        self._show()
+        if self._search.shutdown:
+            return State.ERROR if self._search.failed else State.COMPLETED
+        if self._pausing:
+            return State.PAUSED
+        raise RuntimeError(  # a search method that neither shuts down nor gives work: a bug of ours
+            f"The search of experiment {self._experiment.id} stopped giving trials work before it ended."
         )
-        env = dict(
-            os.environ,
-            **{
-                _info.INFO_VARIABLE: str(info_path),
-                "DET_CHIEF_IP": launcher.chief_address(hosts),
-                "DET_CHIEF_PORT": str(launcher.free_port()),
-                "PYTHONUNBUFFERED": "1",
-            },
-        )
-        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        log_path = Path(trial.log_path)
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        follower = StoreFollower(store, experiment.id, since=store.trial_run(info.trial.run_id).started_at)
-        process = launcher.start(
-            launcher.process_command(command, experiment.slots, hosts), env, experiment.context_dir
-        )
-        with log_path.open("a", encoding="utf-8") as log:
-            log.write(_run_header(store, info))
-            log.flush()
-            pump = threading.Thread(target=_pump, args=(process.stdout, log, display if verbose else None), daemon=True)
-            pump.start()
-            _follow_until_exit(store, experiment.id, process, follower, display, pause_file)
-            pump.join(timeout=30)
-        failed = process.returncode != 0
-        if failed:
-            _record_failure_from_log(store, info.trial.run_id, log_path)
-        state = end_run(store, info, failed, process.returncode)
-        for event in follower.poll():
-            display.show(event)
-        return state
 
+    def _request_pause(self) -> None:
+        if not self._pausing:
+            self._pausing = True
+            who = (
+                "the trial finishes its batch and writes"
+                if len(self._running) <= 1
+                else "the trials finish their batch and write"
+            )
+            self._display.message(f"Pausing: {who} a checkpoint...")
+        for process in self._running.values():
+            process.request_pause()
 
-def _follow_until_exit(
-    store: ExperimentStore,
-    experiment_id: int,
-    process,
-    follower: StoreFollower,
-    display: Display,
-    pause_file: Path,
-) -> None:
-    """Shows the run's events until its processes exit; turns pause requests into the pause file."""
+    def _answer_reports(self) -> None:
+        for trial in self._store.trials(self._experiment.id):
+            unanswered = trial.reported_length is not None and trial.answered_length != trial.reported_length
+            if trial.id in self._running and unanswered:
+                self._search.on_reported(trial)
 
-    def request_pause() -> None:
-        if not pause_file.exists():
-            pause_file.touch()
-            display.message("Pausing: the trial finishes its batch and writes a checkpoint...")
-
-    with launcher.pause_on_signals(request_pause):
-        while process.poll() is None:
-            for event in follower.poll():
-                display.show(event)
-            if store.experiment(experiment_id).pause_requested_at is not None:
-                request_pause()
-            time.sleep(_POLL_SECONDS)
-        process.wait()
-
-
-def _run_header(store: ExperimentStore, info: _info.ClusterInfo) -> str:
-    """The line that starts each run's output in the trial's log."""
-    run = store.trial_run(info.trial.run_id)
-    number = [r.id for r in store.trial_runs(run.trial_id)].index(run.id) + 1
-    start = f"from checkpoint {info.latest_checkpoint}" if info.latest_checkpoint else "from the start"
-    started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.started_at))
-    return f"--- det-estimator: run {number} of trial {run.trial_id}, {started}, {start} ---\n"
-
-
-def _pump(lines: TextIO, log: TextIO, display: Optional[Display]) -> None:
-    """Copies the processes' output into the trial's log, and to the display when verbose."""
-    for line in lines:
-        log.write(line)
-        log.flush()
-        if display is not None:
-            display.echo(line)
-
-
-def _record_failure_from_log(store: ExperimentStore, run_id: int, log_path: Path) -> None:
-    """Records the first traceback of the log as the run's error, when no process recorded one itself."""
-    if store.trial_run(run_id).error is not None:
-        return
-    lines = log_path.read_text(encoding="utf-8", errors="replace").splitlines()
-    block = first_traceback(lines)
-    message = block[-1] if block else (lines[-1] if lines else "the trial's processes exited without output")
-    store.record_run_error(
-        run_id, {"rank": None, "type": None, "message": message, "traceback": "\n".join(block) + "\n" if block else ""}
-    )
-
-
-def first_traceback(lines: list[str]) -> list[str]:
-    """The first Python traceback in a job's output, down to its exception line.
-
-    horovodrun prefixes each worker's lines with ``[rank]<stderr>:``; lines of other
-    ranks interleaved with the traceback are skipped.
-    """
-    for index, line in enumerate(lines):
-        if "Traceback (most recent call last)" not in line:
-            continue
-        prefix = line[: line.index("Traceback")]
-        block = [line]
-        for following in lines[index + 1 :]:
-            if not following.startswith(prefix):
+    def _reap(self) -> None:
+        for trial_id, process in list(self._running.items()):
+            if process.poll() is None:
                 continue
-            block.append(following)
-            body = following[len(prefix) :]
-            if body and not body[0].isspace():  # "SomeError: message" ends a traceback
+            outcome = process.finish()
+            self._slots.release(process.allocation)
+            del self._running[trial_id]
+            error = self._store.trial_runs(trial_id)[-1].error or {}
+            self._search.on_run_ended(process.trial, outcome, invalid_hp=error.get("type") == "InvalidHP")
+
+    def _queued(self) -> list[TrialRecord]:
+        return [
+            trial
+            for trial in self._store.trials(self._experiment.id)
+            if trial.search_state == SearchState.QUEUED
+            and trial.target_length is not None
+            and trial.id not in self._running
+        ]
+
+    def _launch_queued(self) -> int:
+        if self._pausing or self._search.shutdown:
+            return 0
+        launched = 0
+        for trial in self._queued():
+            allocation = self._slots.allocate(self._per_trial)
+            if allocation is None:
                 break
-        return block
-    return []
+            process = TrialProcess(self._store, self._experiment, trial, allocation, self._display, self._verbose)
+            self._store.set_search_state(trial.id, SearchState.RUNNING)
+            process.start()
+            self._running[trial.id] = process
+            launched += 1
+        return launched
 
+    def _show(self) -> None:
+        for event in self._follower.poll():
+            self._display.show(event)
 
-@contextlib.contextmanager
-def _launch_directory(shared_parent: Optional[str] = None) -> Iterator[Path]:
-    """A scratch directory for a run's info and pause files, removed afterwards (on the shared file system if given)."""
-    if shared_parent is not None:
-        os.makedirs(shared_parent, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".det-estimator-run-", dir=shared_parent) as scratch:
-        yield Path(scratch)
+    def stop_all(self) -> None:
+        """Ends what still runs (this process is leaving on an error of its own)."""
+        for process in self._running.values():
+            process.kill()
 
 
 @contextlib.contextmanager
@@ -258,9 +247,14 @@ def in_process_run(store: ExperimentStore, experiment_id: int, display: Display)
     ``display`` meanwhile. An exception from the block is recorded as the run's error
     and raised again.
     """
+    experiment = store.experiment(experiment_id)
+    if experiment.config["searcher"]["name"] != "single":
+        raise DetEstimatorError(
+            f"A {experiment.config['searcher']['name']} search runs its trials in processes of their own: run it "
+            "with `det-estimator experiment create CONFIG CONTEXT_DIR`. In this process runs a `single` searcher."
+        )
     store.claim(experiment_id)
     store.set_state(experiment_id, State.ACTIVE)
-    experiment = store.experiment(experiment_id)
     trial = store.trials(experiment_id)[0]
     info = begin_run(store, experiment, trial)
     since = store.trial_run(info.trial.run_id).started_at

@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
-from det_estimator.store import ExperimentStore, MetricKind, State
+from det_estimator.store import ExperimentStore, MetricKind, SearchState, State
 
 
 @dataclass(frozen=True)
@@ -57,11 +57,14 @@ class CheckpointSaved:
 
 @dataclass(frozen=True)
 class TrialEnded:
-    """A trial's run ended in ``state``."""
+    """A trial's run ended in ``state``, after ``batches``; ``search_state`` says what the search makes of it."""
 
     trial_id: int
     state: State
     at: float
+    batches: int = 0
+    search_state: Optional[SearchState] = None
+    error: Optional[str] = None
 
 
 Event = Union[TrialStarted, Progress, MetricsReported, CheckpointSaved, TrialEnded]
@@ -83,7 +86,7 @@ class StoreFollower:
         self._last_metric: dict[tuple[int, MetricKind], int] = {}
         self._seen_checkpoints: set[str] = set()
         self._progress: dict[int, tuple[int, Optional[int]]] = {}
-        self._states: dict[int, State] = {}
+        self._states: dict[int, tuple[int, State]] = {}
 
     def poll(self) -> list[Event]:
         """The events since the last call, in the order they were recorded (``at``)."""
@@ -100,7 +103,7 @@ class StoreFollower:
         now = time.time()
         progress = (trial.batches_trained, trial.max_batches)
         if trial.id not in self._progress and trial.max_batches is not None:
-            events.append(TrialStarted(trial.id, trial.batches_trained, trial.max_batches, runs[-1].started_at))
+            events.append(TrialStarted(trial.id, runs[-1].start_batches, trial.max_batches, runs[-1].started_at))
             self._progress[trial.id] = progress
         for kind in (MetricKind.TRAINING, MetricKind.VALIDATION):
             events.extend(self._new_metrics(trial.id, kind, [run.id for run in runs]))
@@ -116,9 +119,18 @@ class StoreFollower:
             self._progress[trial.id] = progress
             events.append(Progress(trial.id, *progress, now))
         latest = runs[-1]
-        if latest.state.is_final and self._states.get(trial.id) != latest.state:
-            self._states[trial.id] = latest.state
-            events.append(TrialEnded(trial.id, latest.state, latest.ended_at or now))
+        if latest.state.is_final and self._states.get(trial.id) != (latest.id, latest.state):
+            self._states[trial.id] = (latest.id, latest.state)
+            error = (
+                None
+                if latest.error is None
+                else f"{latest.error.get('type') or 'error'}: {latest.error.get('message')}"
+            )
+            events.append(
+                TrialEnded(
+                    trial.id, latest.state, latest.ended_at or now, trial.batches_trained, trial.search_state, error
+                )
+            )
         return events
 
     def _new_metrics(self, trial_id: int, kind: MetricKind, run_ids: list[int]) -> list[Event]:

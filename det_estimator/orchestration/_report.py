@@ -73,8 +73,18 @@ def print_summary(summary: ExperimentSummary, stream: TextIO) -> None:
     lines = [f"\nExperiment {experiment.id} {experiment.state} after {experiment.batches_trained} batches."]
     if best is not None:
         lines.append(f"Best validation: {best.metric} {best.value:.6g} after {best.batches} batches.")
-    lines.append(f"Checkpoints kept ({len(summary.checkpoints)}):")
-    for checkpoint in summary.checkpoints:
+    shown = summary.checkpoints
+    if len(summary.trials) > 1:
+        best_trial = None if best is None else best.trial_id
+        shown = [checkpoint for checkpoint in summary.checkpoints if checkpoint.trial_id == best_trial]
+        lines.append(
+            f"Trials: {len(summary.trials)}; `det-estimator trial list {experiment.id}` ranks them. "
+            f"Checkpoints kept: {len(summary.checkpoints)} (`det-estimator checkpoint list {experiment.id}`); "
+            f"the best trial's:"
+        )
+    else:
+        lines.append(f"Checkpoints kept ({len(summary.checkpoints)}):")
+    for checkpoint in shown:
         lines.append(f"  {checkpoint.uuid}  batches {checkpoint.batches}  {checkpoint.path}")
         for name, path in summary.saved_models.get(checkpoint.uuid, {}).items():
             lines.append(f"    SavedModel {name!r}: {path}")

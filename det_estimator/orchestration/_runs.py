@@ -5,15 +5,15 @@ from pathlib import Path
 from typing import Optional
 
 from det_estimator._info import TRIAL_TASK, ClusterInfo, TrialClassSpec, TrialInfo
-from det_estimator.checkpoint import TrialCheckpoints
+from det_estimator.checkpoint import Checkpoint, TrialCheckpoints
 from det_estimator.config import ExperimentConfig
 from det_estimator.store import ExperimentRecord, ExperimentStore, State, TrialRecord
 
 logger = logging.getLogger("det_estimator.orchestration")
 
 
-def resume_point(store: ExperimentStore, trial: TrialRecord) -> Optional[str]:
-    """The uuid of the checkpoint a new run of ``trial`` resumes from, or None to start afresh.
+def resume_point(store: ExperimentStore, trial: TrialRecord) -> Optional[Checkpoint]:
+    """The checkpoint a new run of ``trial`` resumes from, or None to start afresh.
 
     What interrupted writes left is removed, and the latest checkpoint whose checksums
     hold is chosen. Newer ones failed verification: they are moved aside
@@ -31,7 +31,7 @@ def resume_point(store: ExperimentStore, trial: TrialRecord) -> Optional[str]:
         logger.warning("checkpoint %s failed verification; moved to %s", checkpoint.uuid, moved)
     if newer:
         store.mark_checkpoints_deleted([checkpoint.uuid for checkpoint in newer])
-    return None if latest is None else latest.uuid
+    return latest
 
 
 def begin_run(
@@ -43,13 +43,13 @@ def begin_run(
 ) -> ClusterInfo:
     """Records a new run of ``trial`` and returns the info its processes get."""
     latest = resume_point(store, trial)
-    run_id = store.start_run(trial.id)
+    run_id = store.start_run(trial.id, 0 if latest is None else latest.steps_completed)
     store.set_trial_state(trial.id, State.ACTIVE)
     config = experiment.config
     return ClusterInfo(
         task_type=TRIAL_TASK,
         trial=TrialInfo(trial.id, experiment.id, trial.seed, trial.hparams, config, run_id),
-        latest_checkpoint=latest,
+        latest_checkpoint=None if latest is None else latest.uuid,
         user_data=dict(config.get("data") or {}),
         store_path=str(store.path),
         checkpoint_dir=trial.checkpoint_dir,

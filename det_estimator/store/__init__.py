@@ -11,11 +11,14 @@ are kept beside it. Checkpoint files themselves live in the experiment's
 
 from det_estimator.store._recorder import StoreRecorder
 from det_estimator.store._records import (
+    Assignment,
     BestValidation,
     CheckpointRecord,
     ExperimentRecord,
     MetricKind,
     MetricRecord,
+    NewTrial,
+    SearchState,
     State,
     TrialRecord,
     TrialRunRecord,
@@ -34,6 +37,7 @@ from det_estimator.store._store import (
 __all__ = [
     "SCHEMA_VERSION",
     "STORE_VARIABLE",
+    "Assignment",
     "BestValidation",
     "CheckpointRecord",
     "ExperimentBusyError",
@@ -41,6 +45,8 @@ __all__ = [
     "ExperimentStore",
     "MetricKind",
     "MetricRecord",
+    "NewTrial",
+    "SearchState",
     "State",
     "StoreError",
     "StoreRecorder",

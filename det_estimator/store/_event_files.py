@@ -1,17 +1,20 @@
-"""TensorBoard event files of a trial's training and validation metrics.
+"""TensorBoard event files of a trial's training and validation metrics, written without TensorFlow.
 
-Written with TensorBoard's own event writer, which needs no TensorFlow graph: the
-controller reports metrics from inside a running session, where TensorFlow's
-summary ops could not be created.
+TensorBoard's own EventFileWriter opens its file through ``tf.io.gfile``, which imports
+TensorFlow (seconds) in processes that otherwise need none: the command, and scripts on
+the Core API. The format is simple, so the file is written here with TensorBoard's
+TensorFlow-free record writer: a ``brain.Event:2`` header event, then one event per report.
 """
 
 import numbers
+import os
+import socket
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from tensorboard.compat.proto import event_pb2, summary_pb2
-from tensorboard.summary.writer.event_file_writer import EventFileWriter
+from tensorboard.summary.writer.record_writer import RecordWriter
 
 
 class MetricEventFiles:
@@ -23,7 +26,7 @@ class MetricEventFiles:
 
     def __init__(self, directory: str) -> None:
         self._directory = Path(directory)
-        self._writers: dict[str, EventFileWriter] = {}
+        self._writers: dict[str, RecordWriter] = {}
 
     def write(self, kind: str, batches: int, metrics: dict[str, Any]) -> None:
         """Writes the numeric metrics as scalars at step ``batches``; other values are skipped."""
@@ -36,12 +39,24 @@ class MetricEventFiles:
             return
         writer = self._writers.get(kind)
         if writer is None:
-            (self._directory / kind).mkdir(parents=True, exist_ok=True)
-            writer = self._writers[kind] = EventFileWriter(str(self._directory / kind))
+            writer = self._writers[kind] = _open_event_file(self._directory / kind)
         event = event_pb2.Event(wall_time=time.time(), step=batches, summary=summary_pb2.Summary(value=values))
-        writer.add_event(event)
+        writer.write(event.SerializeToString())
         writer.flush()
 
     def close(self) -> None:
         for writer in self._writers.values():
             writer.close()
+        self._writers.clear()
+
+
+def _open_event_file(directory: Path) -> RecordWriter:
+    """A new event file in ``directory``, named as TensorBoard names them, with its header event."""
+    directory.mkdir(parents=True, exist_ok=True)
+    name = f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.{time.monotonic_ns()}"
+    stream: BinaryIO = open(directory / name, "ab")  # noqa: SIM115 -- kept open by the writer until close()
+    writer = RecordWriter(stream)
+    header = event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2")
+    writer.write(header.SerializeToString())
+    writer.flush()
+    return writer

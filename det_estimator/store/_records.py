@@ -31,6 +31,27 @@ class State(str, enum.Enum):
         return self in (State.COMPLETED, State.PAUSED, State.ERROR)
 
 
+class SearchState(str, enum.Enum):
+    """Where a trial stands in its experiment's search.
+
+    QUEUED: it has an operation to train towards and waits for slots. RUNNING: its
+    processes run. WAITING: it finished its operation and waits for the search to give
+    it another (promotion-based ASHA), holding no slot. CLOSING: the search is done with
+    it, and it is told once its processes end. CLOSED: the search is done with it.
+    EXITED: it ended early (failed, or its hyperparameters were invalid).
+    """
+
+    QUEUED = "QUEUED"
+    RUNNING = "RUNNING"
+    WAITING = "WAITING"
+    CLOSING = "CLOSING"
+    CLOSED = "CLOSED"
+    EXITED = "EXITED"
+
+    def __str__(self) -> str:
+        return self.value
+
+
 class MetricKind(str, enum.Enum):
     """Which metrics a row holds."""
 
@@ -50,6 +71,14 @@ class TrialRecord:
         max_batches: the batches it trains in all, once its run has started.
         checkpoint_dir: where its checkpoints are written.
         log_path: the file that keeps everything its processes printed.
+        request_id: its number in the experiment's search (0, 1, ...).
+        search_state: where it stands in the search.
+        target_length: the length (in the unit of ``searcher.max_length``) of the
+            operation it trains towards, if it has one.
+        reported_length: the length of the last operation it completed.
+        reported_metric: the searcher metric it reported then.
+        answered_length: the last reported length the search has answered.
+        restarts: how many times it was restarted after a failure.
     """
 
     id: int
@@ -63,6 +92,13 @@ class TrialRecord:
     max_batches: Optional[int]
     created_at: float
     ended_at: Optional[float]
+    request_id: Optional[int] = None
+    search_state: Optional[SearchState] = None
+    target_length: Optional[int] = None
+    reported_length: Optional[int] = None
+    reported_metric: Optional[float] = None
+    answered_length: Optional[int] = None
+    restarts: int = 0
 
     @property
     def tensorboard_dir(self) -> str:
@@ -154,6 +190,7 @@ class TrialRunRecord:
     Attributes:
         preempted: the run acknowledged a pause request, so exiting cleanly means PAUSED.
         exit_status: how its launched processes exited (None for a run in the caller's process).
+        start_batches: the batches of the checkpoint it resumed from (0 for a fresh start).
         error: the failing process's error, as it recorded it (rank, exception, traceback).
     """
 
@@ -165,6 +202,32 @@ class TrialRunRecord:
     preempted: bool
     exit_status: Optional[int]
     error: Optional[dict[str, Any]]
+    start_batches: int = 0
+
+
+@dataclass(frozen=True)
+class NewTrial:
+    """A trial a search step creates."""
+
+    request_id: int
+    hparams: dict[str, Any]
+    seed: int
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """What a search step tells one trial, by its request id.
+
+    Attributes:
+        target_length: the operation it trains towards next, or None for none now.
+        search_state: where it stands in the search after the step.
+        answered_length: the reported length this step answers, if it answers one.
+    """
+
+    request_id: int
+    target_length: Optional[int]
+    search_state: SearchState
+    answered_length: Optional[int] = None
 
 
 @dataclass(frozen=True)

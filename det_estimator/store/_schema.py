@@ -85,6 +85,19 @@ MIGRATIONS: list[str] = [
     ALTER TABLE metrics ADD COLUMN run_id INTEGER;
     ALTER TABLE checkpoints ADD COLUMN run_id INTEGER;
     """,
+    # 2 -> 3: hyperparameter search. The search method's saved state, and per trial its
+    # place in the search and the one outstanding operation it trains towards.
+    """
+    ALTER TABLE experiments ADD COLUMN searcher_state TEXT;
+    ALTER TABLE trials ADD COLUMN request_id INTEGER;
+    ALTER TABLE trials ADD COLUMN search_state TEXT;
+    ALTER TABLE trials ADD COLUMN target_length INTEGER;
+    ALTER TABLE trials ADD COLUMN reported_length INTEGER;
+    ALTER TABLE trials ADD COLUMN reported_metric TEXT;
+    ALTER TABLE trials ADD COLUMN answered_length INTEGER;
+    ALTER TABLE trials ADD COLUMN restarts INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE trial_runs ADD COLUMN start_batches INTEGER NOT NULL DEFAULT 0;
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

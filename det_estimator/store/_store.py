@@ -7,16 +7,19 @@ import secrets
 import socket
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Optional, Union
 
 from det_estimator.store._records import (
+    Assignment,
     BestValidation,
     CheckpointRecord,
     ExperimentRecord,
     MetricKind,
     MetricRecord,
+    NewTrial,
+    SearchState,
     State,
     TrialRecord,
     TrialRunRecord,
@@ -186,19 +189,110 @@ class ExperimentStore:
             tag = db.execute("SELECT storage_tag FROM experiments WHERE id = ?", (experiment_id,)).fetchone()
             if tag is None:
                 raise UnknownIdError(f"There is no experiment {experiment_id} in the store {self.path}.")
-            cursor = db.execute(
-                "INSERT INTO trials (experiment_id, state, hparams, seed, checkpoint_dir, log_path, max_batches,"
-                " created_at) VALUES (?, ?, ?, ?, '', '', ?, ?)",
-                (experiment_id, State.ACTIVE.value, json.dumps(hparams), seed, max_batches, time.time()),
-            )
-            trial_id = int(cursor.lastrowid)
-            checkpoint_dir = trial_checkpoint_dir(checkpoint_storage, experiment_id, tag[0], trial_id)
-            log_path = self.trial_dir(experiment_id, trial_id) / "output.log"
-            db.execute(
-                "UPDATE trials SET checkpoint_dir = ?, log_path = ? WHERE id = ?",
-                (str(checkpoint_dir), str(log_path), trial_id),
-            )
+            trial_id = self._insert_trial(db, experiment_id, tag[0], hparams, seed, checkpoint_storage, max_batches)
         return trial_id
+
+    def _insert_trial(
+        self,
+        db: sqlite3.Connection,
+        experiment_id: int,
+        tag: str,
+        hparams: dict[str, Any],
+        seed: int,
+        checkpoint_storage: Union[str, os.PathLike],
+        max_batches: Optional[int] = None,
+    ) -> int:
+        cursor = db.execute(
+            "INSERT INTO trials (experiment_id, state, hparams, seed, checkpoint_dir, log_path, max_batches,"
+            " created_at) VALUES (?, ?, ?, ?, '', '', ?, ?)",
+            (experiment_id, State.ACTIVE.value, json.dumps(hparams), seed, max_batches, time.time()),
+        )
+        trial_id = int(cursor.lastrowid)
+        checkpoint_dir = trial_checkpoint_dir(checkpoint_storage, experiment_id, tag, trial_id)
+        log_path = self.trial_dir(experiment_id, trial_id) / "output.log"
+        db.execute(
+            "UPDATE trials SET checkpoint_dir = ?, log_path = ? WHERE id = ?",
+            (str(checkpoint_dir), str(log_path), trial_id),
+        )
+        return trial_id
+
+    # Hyperparameter search.
+
+    def searcher_state(self, experiment_id: int) -> Optional[dict[str, Any]]:
+        """The experiment's search method state, as last saved, or None before the search starts."""
+        row = self._connection.execute("SELECT searcher_state FROM experiments WHERE id = ?", (experiment_id,))
+        found = row.fetchone()
+        return None if found is None or found[0] is None else json.loads(found[0])
+
+    def apply_search_step(
+        self,
+        experiment_id: int,
+        state: dict[str, Any],
+        checkpoint_storage: Union[str, os.PathLike],
+        creates: Sequence[NewTrial] = (),
+        assignments: Sequence[Assignment] = (),
+    ) -> dict[int, int]:
+        """Records one step of the search, all or nothing: its state, the trials it creates, what it tells them.
+
+        A search that dies at any moment resumes from the last step recorded, so a step
+        is one transaction.
+
+        Args:
+            experiment_id: the experiment.
+            state: the search method's state after the step.
+            checkpoint_storage: where new trials' checkpoints go (see :func:`trial_checkpoint_dir`).
+            creates: the new trials.
+            assignments: what each trial (new or not) trains towards next.
+
+        Returns:
+            Request id to trial id, for the new trials.
+        """
+        created = {}
+        with self._write() as db:
+            db.execute("UPDATE experiments SET searcher_state = ? WHERE id = ?", (json.dumps(state), experiment_id))
+            tag = db.execute("SELECT storage_tag FROM experiments WHERE id = ?", (experiment_id,)).fetchone()[0]
+            for new in creates:
+                trial_id = self._insert_trial(db, experiment_id, tag, new.hparams, new.seed, checkpoint_storage)
+                db.execute(
+                    "UPDATE trials SET request_id = ?, search_state = ? WHERE id = ?",
+                    (new.request_id, SearchState.QUEUED.value, trial_id),
+                )
+                created[new.request_id] = trial_id
+            for assignment in assignments:
+                fields = "target_length = ?, search_state = ?"
+                values: list[Any] = [assignment.target_length, SearchState(assignment.search_state).value]
+                if assignment.answered_length is not None:
+                    fields += ", answered_length = ?"
+                    values.append(assignment.answered_length)
+                db.execute(
+                    f"UPDATE trials SET {fields} WHERE experiment_id = ? AND request_id = ?",
+                    (*values, experiment_id, assignment.request_id),
+                )
+        return created
+
+    def adopt_trial(self, trial_id: int, request_id: int) -> None:
+        """Makes a trial recorded outside a search (by ``core.init()``, or an older store) its ``request_id``."""
+        with self._write() as db:
+            db.execute("UPDATE trials SET request_id = ? WHERE id = ?", (request_id, trial_id))
+
+    def set_search_state(self, trial_id: int, search_state: SearchState) -> None:
+        """Records where a trial stands in its search (it started, or ended early)."""
+        with self._write() as db:
+            db.execute("UPDATE trials SET search_state = ? WHERE id = ?", (SearchState(search_state).value, trial_id))
+
+    def report_search_metric(self, trial_id: int, length: int, metric: Any) -> None:
+        """The trial completed the operation of ``length`` with this searcher metric; the search answers later."""
+        with self._write() as db:
+            db.execute(
+                "UPDATE trials SET reported_length = ?, reported_metric = ? WHERE id = ?",
+                (length, json.dumps(metric), trial_id),
+            )
+
+    def count_restart(self, trial_id: int) -> int:
+        """Counts one more automatic restart of a failed trial; returns how many it has had."""
+        with self._write() as db:
+            db.execute("UPDATE trials SET restarts = restarts + 1 WHERE id = ?", (trial_id,))
+            return int(db.execute("SELECT restarts FROM trials WHERE id = ?", (trial_id,)).fetchone()[0])
 
     def claim(self, experiment_id: int, pid: Optional[int] = None) -> None:
         """Makes process ``pid`` (default: this one) the experiment's launcher, if no live one is.
@@ -244,16 +338,22 @@ class ExperimentStore:
             )
 
     def set_state(self, experiment_id: int, state: State) -> None:
-        """Sets the state of an experiment and of its trials; a final state records the time."""
+        """Sets an experiment's state; a final state records the time, and reaches its trials still ACTIVE.
+
+        Trials that ended on their own (completed, stopped by the search, failed) keep
+        their state.
+        """
         state = State(state)
         ended = time.time() if state.is_final else None
         with self._write() as db:
             db.execute(
                 "UPDATE experiments SET state = ?, ended_at = ? WHERE id = ?", (state.value, ended, experiment_id)
             )
-            db.execute(
-                "UPDATE trials SET state = ?, ended_at = ? WHERE experiment_id = ?", (state.value, ended, experiment_id)
-            )
+            if state.is_final:
+                db.execute(
+                    "UPDATE trials SET state = ?, ended_at = ? WHERE experiment_id = ? AND state = ?",
+                    (state.value, ended, experiment_id, State.ACTIVE.value),
+                )
 
     def update_experiment(self, experiment_id: int, config: dict[str, Any], slots: int, test: bool) -> None:
         """Replaces the config of an experiment run again under the same run key (its length may have grown)."""
@@ -290,12 +390,16 @@ class ExperimentStore:
 
     # Runs of a trial.
 
-    def start_run(self, trial_id: int) -> int:
-        """Records that a run of the trial (a launch, resume or restart) starts; returns its id."""
+    def start_run(self, trial_id: int, start_batches: int = 0) -> int:
+        """Records that a run of the trial (a launch, resume or restart) starts, after ``start_batches``.
+
+        Returns:
+            The run's id.
+        """
         with self._write() as db:
             cursor = db.execute(
-                "INSERT INTO trial_runs (trial_id, started_at, state) VALUES (?, ?, ?)",
-                (trial_id, time.time(), State.ACTIVE.value),
+                "INSERT INTO trial_runs (trial_id, started_at, state, start_batches) VALUES (?, ?, ?, ?)",
+                (trial_id, time.time(), State.ACTIVE.value, start_batches),
             )
             return int(cursor.lastrowid)
 
@@ -481,16 +585,16 @@ class ExperimentStore:
             raise UnknownIdError(f"There is no checkpoint {uuid} in the store {self.path}.")
         return _checkpoint_record(row)
 
-    def best_validation(self, experiment_id: int) -> Optional[BestValidation]:
-        """The best value of the experiment's searcher metric over all its trials' validations."""
+    def best_validation(self, experiment_id: int, trial_id: Optional[int] = None) -> Optional[BestValidation]:
+        """The best value of the experiment's searcher metric over all its trials' validations (or one trial's)."""
         experiment = self.experiment(experiment_id)
         metric, smaller = experiment.searcher_metric, experiment.smaller_is_better
         best: Optional[BestValidation] = None
         # Parsed here, not with SQLite's JSON functions, which refuse the NaN a metric may hold.
         rows = self._connection.execute(
             "SELECT m.trial_id, m.batches, m.metrics FROM metrics m JOIN trials t ON t.id = m.trial_id"
-            " WHERE t.experiment_id = ? AND m.kind = 'validation' ORDER BY m.rowid",
-            (experiment_id,),
+            " WHERE t.experiment_id = ? AND m.kind = 'validation' AND (? IS NULL OR m.trial_id = ?) ORDER BY m.rowid",
+            (experiment_id, trial_id, trial_id),
         )
         for row in rows.fetchall():
             value = json.loads(row["metrics"]).get(metric)
@@ -545,6 +649,13 @@ def _trial_record(row: sqlite3.Row) -> TrialRecord:
         max_batches=row["max_batches"],
         created_at=row["created_at"],
         ended_at=row["ended_at"],
+        request_id=row["request_id"],
+        search_state=None if row["search_state"] is None else SearchState(row["search_state"]),
+        target_length=row["target_length"],
+        reported_length=row["reported_length"],
+        reported_metric=None if row["reported_metric"] is None else json.loads(row["reported_metric"]),
+        answered_length=row["answered_length"],
+        restarts=row["restarts"],
     )
 
 
@@ -585,6 +696,7 @@ def _run_record(row: sqlite3.Row) -> TrialRunRecord:
         state=State(row["state"]),
         preempted=bool(row["preempted"]),
         exit_status=row["exit_status"],
+        start_batches=row["start_batches"],
         error=None if row["error"] is None else json.loads(row["error"]),
     )
 

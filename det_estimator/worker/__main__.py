@@ -22,7 +22,7 @@ def main() -> int:
         )
         return 2
     from det_estimator import core
-    from det_estimator.errors import error_record
+    from det_estimator.errors import InvalidHP, error_record
     from det_estimator.store import ExperimentStore
     from det_estimator.worker._run import run_trial_class
 
@@ -34,6 +34,12 @@ def main() -> int:
         _disable_v2_behavior_for_estimators(trial_class)
         with core.build_context(info, distributed) as core_context:
             run_trial_class(trial_class, core_context)
+    except InvalidHP as error:
+        # Not a failure: the search replaces the trial. Recorded for the launcher to see.
+        with ExperimentStore(info.store_path) as store:
+            store.record_run_error(info.trial.run_id, error_record(error, rank))
+        print(f"The trial's hyperparameters are invalid (InvalidHP): {error}", file=sys.stderr)
+        return 0
     except BaseException as error:
         with ExperimentStore(info.store_path) as store:
             store.record_run_error(info.trial.run_id, error_record(error, rank))

@@ -105,7 +105,7 @@ def test_list_shows_the_experiment_completed_with_its_best_validation(completed)
     assert experiment["best_validation"]["metric"] == "loss"
     assert experiment["best_validation"]["batches"] == 20
     table = det.ok("experiment", "list").stdout
-    assert re.search(rf"^\s*{experiment_id}\s+analytic\s+COMPLETED\s+20/20\s", table, re.MULTILINE), table
+    assert re.search(rf"^\s*{experiment_id}\s+analytic\s+COMPLETED\s+1\s+20/20\s", table, re.MULTILINE), table
 
 
 def test_describe_has_the_config_hparams_validations_and_training_metrics(completed, analytic):

@@ -3,7 +3,9 @@
 import multiprocessing
 import os
 import signal
+import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -73,7 +75,9 @@ def save(core_context, steps, content="weights", **metadata):
 
 def test_metrics_and_progress_reach_the_store(store, info):
     with core.build_context(info, core.DummyDistributedContext()) as core_context:
-        # records 40 at a global batch size of 4: 10 batches
+        assert store.trial(info.trial.trial_id).max_batches is None
+        next(core_context.searcher.operations())
+        # records 40 at a global batch size of 4: 10 batches, known once the operation is given
         assert store.trial(info.trial.trial_id).max_batches == 10
         core_context.train.report_training_metrics(5, {"loss": 0.5})
         core_context.train.report_validation_metrics(5, {"loss": 0.25, "accuracy": 0.75})
@@ -262,3 +266,28 @@ def _single(core_context):
     for op in core_context.searcher.operations():
         op.report_completed(0.0)
         yield op.length
+
+
+def test_reporting_and_checkpointing_through_core_load_no_tensorflow(tmp_path):
+    # A script on the Core API may have nothing to do with TensorFlow; it must not pay for importing it.
+    code = textwrap.dedent(
+        f"""
+        import os, sys
+        os.chdir({str(tmp_path)!r})
+        os.environ["DET_ESTIMATOR_STORE"] = {str(tmp_path / "store.sqlite")!r}
+        import det_estimator as det
+        with det.core.init(config={{"name": "plain", "searcher": {{"name": "single", "metric": "loss",
+                                    "max_length": {{"batches": 2}}}}}}) as core:
+            for op in core.searcher.operations():
+                core.train.report_training_metrics(2, {{"loss": 1.0}})
+                with core.checkpoint.store_path({{"steps_completed": 2}}) as (path, _):
+                    (path / "w.txt").write_text("1")
+                core.train.report_validation_metrics(2, {{"loss": 0.5}})
+                op.report_completed(0.5)
+        print(sorted(name for name in sys.modules if name.split(".")[0] in ("tensorflow", "horovod")))
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "[]"
+    assert list((tmp_path / "store-files").rglob("events.out.tfevents.*"))

@@ -38,3 +38,15 @@ def test_the_premade_classifier_trains_one_batch_with_exact_macro_f1(tmp_path, e
     assert best["metric"] == "macro_f1" and 0.0 <= best["value"] <= 1.0
     (checkpoint,) = summary["checkpoints"]
     assert Path(checkpoint["saved_models"]["pixels"], "saved_model.pb").exists()
+
+
+def test_the_adaptive_search_config_is_valid_and_its_rungs_are_as_documented():
+    from det_estimator.config import Length, load_experiment_config
+
+    config = load_experiment_config(EXAMPLE / "adaptive.yaml")
+    (bracket,) = config.searcher.asha_brackets()  # aggressive: one bracket
+    # 16 epochs of 1437 records in batches of 64: 359 batches; rungs as the README says.
+    unit = config.searcher.max_length.unit
+    lengths = [Length(unit, length).to_batches(64, config.records_per_epoch) for length in bracket.rung_lengths]
+    assert lengths == [22, 89, 359]
+    assert bracket.max_trials == 16

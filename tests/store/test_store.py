@@ -372,10 +372,22 @@ def test_final_state_sets_ended_at_and_active_clears_it(store, final_state):
     assert [e.state for e in store.experiments()] == [final_state, ACTIVE]
     assert store.trial(bystander_trial).state == ACTIVE and store.trial(bystander_trial).ended_at is None
 
-    store.set_state(experiment_id, ACTIVE)
+    store.set_state(experiment_id, ACTIVE)  # a resume: each trial becomes ACTIVE again as its run starts
     shown = store.experiment(experiment_id)
     assert shown.state == ACTIVE and shown.ended_at is None
-    assert [(t.state, t.ended_at) for t in store.trials(experiment_id)] == [(ACTIVE, None), (ACTIVE, None)]
+    store.set_trial_state(trial_ids[0], ACTIVE)
+    assert [(t.state, t.ended_at is None) for t in store.trials(experiment_id)] == [
+        (ACTIVE, True),
+        (final_state, False),
+    ]
+
+
+def test_a_final_state_leaves_trials_that_ended_on_their_own_alone(store):
+    experiment_id = new_experiment(store)
+    done, running = (store.create_trial(experiment_id, {}, seed, "/checkpoints") for seed in range(2))
+    store.set_trial_state(done, COMPLETED)
+    store.set_state(experiment_id, PAUSED)
+    assert [t.state for t in store.trials(experiment_id)] == [COMPLETED, PAUSED]
 
 
 def test_active_experiment_whose_launcher_died_reads_as_interrupted(store):

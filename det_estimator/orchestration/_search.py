@@ -1,0 +1,186 @@
+"""SearchRunner: drives an experiment's search method and records every step in the store.
+
+The search method decides; the runner carries out its operations as store records
+(new trials, the length each trains towards) and feeds it the trials' events. Each
+event and the operations it yields are recorded in one transaction with the method's
+state, so an experiment paused, or killed at any moment, resumes its search exactly
+where it was.
+"""
+
+import logging
+import math
+from pathlib import Path
+from typing import Optional
+
+from det_estimator.config import ExperimentConfig
+from det_estimator.searcher import (
+    Close,
+    Create,
+    ExitedReason,
+    Operation,
+    SearcherError,
+    SearchMethod,
+    Shutdown,
+    ValidateAfter,
+    make_search_method,
+)
+from det_estimator.store import (
+    Assignment,
+    ExperimentRecord,
+    ExperimentStore,
+    MetricKind,
+    NewTrial,
+    SearchState,
+    State,
+    TrialRecord,
+)
+
+logger = logging.getLogger("det_estimator.orchestration")
+
+
+class SearchRunner:
+    """The search of one experiment, started or resumed from the store.
+
+    Args:
+        store: the experiment store.
+        experiment: the experiment.
+        config: its validated config.
+        checkpoint_storage: where its trials' checkpoints go (absolute).
+        retry: a failed single-trial experiment is being resumed: its trial runs again
+            from its latest checkpoint.
+    """
+
+    def __init__(
+        self,
+        store: ExperimentStore,
+        experiment: ExperimentRecord,
+        config: ExperimentConfig,
+        checkpoint_storage: Path,
+        retry: bool = False,
+    ) -> None:
+        self._store = store
+        self._experiment_id = experiment.id
+        self._config = config
+        self._storage = checkpoint_storage
+        self._method: SearchMethod = make_search_method(config)
+        self.shutdown = False
+        self.failed = False
+        saved = store.searcher_state(experiment.id)
+        if retry and config.searcher.name == "single" and saved is not None and saved["failed"]:
+            for trial in store.trials(experiment.id):
+                store.set_search_state(trial.id, SearchState.QUEUED)
+            saved = None
+        if saved is not None and self._load(saved):
+            return
+        self._adopt_orphan(store.trials(experiment.id))
+        self._apply(self._method.initial_operations())
+
+    def _adopt_orphan(self, trials: list[TrialRecord]) -> None:
+        """A single trial recorded outside a search (a plain script's run, an older store) becomes its trial 0."""
+        if self._config.searcher.name == "single" and len(trials) == 1 and trials[0].request_id is None:
+            self._store.adopt_trial(trials[0].id, 0)
+
+    def _load(self, saved: dict) -> bool:
+        """Restores the saved search; False when the config changed under a single-trial search (it restarts)."""
+        try:
+            self._method.load_state_dict(saved["method"])
+        except SearcherError:
+            if self._config.searcher.name != "single":
+                raise
+            # run_trial runs again under a longer length: the one trial continues with it.
+            self._method = make_search_method(self._config)
+            return False
+        self.shutdown, self.failed = saved["shutdown"], saved["failed"]
+        return True
+
+    @property
+    def progress(self) -> float:
+        """How much of the search is done, from 0 to 1."""
+        return self._method.progress()
+
+    def on_reported(self, trial: TrialRecord) -> None:
+        """A trial completed its operation; the search answers it (another one, or none).
+
+        A running trial reads the answer and goes on, or stops.
+        """
+        metric = trial.reported_metric
+        value = metric if isinstance(metric, (int, float)) and not isinstance(metric, bool) else math.nan
+        operations = self._method.on_validation_completed(trial.request_id, float(value), trial.reported_length)
+        self._apply(operations, answering=trial)
+
+    def on_run_ended(self, trial: TrialRecord, outcome: State, invalid_hp: bool = False) -> None:
+        """A trial's processes exited, the run ending in ``outcome``; tells the search what that means.
+
+        A paused trial keeps its operation, to go on when the experiment resumes. A
+        failed one exits early (after its restarts, which the caller counts).
+        """
+        trial = self._store.trial(trial.id)
+        if trial.search_state in (SearchState.CLOSED, SearchState.EXITED):
+            return
+        if trial.search_state == SearchState.RUNNING:
+            self._store.set_search_state(trial.id, SearchState.QUEUED)  # its processes are gone
+        if outcome == State.PAUSED:
+            return
+        if invalid_hp or outcome == State.ERROR:
+            self._exit_early(trial, ExitedReason.INVALID_HP if invalid_hp else ExitedReason.ERRORED)
+            return
+        trial = self._store.trial(trial.id)
+        if trial.target_length is not None and trial.reported_length != trial.target_length:
+            self._report_last_validation(trial)
+            trial = self._store.trial(trial.id)
+        if trial.reported_length is not None and trial.answered_length != trial.reported_length:
+            self.on_reported(trial)
+
+    def close_idle(self, running: set[int]) -> None:
+        """Tells the search that the trials it closed, and that run no processes, are done."""
+        for trial in self._store.trials(self._experiment_id):
+            if trial.search_state == SearchState.CLOSING and trial.id not in running:
+                self._store.set_search_state(trial.id, SearchState.CLOSED)
+                self._apply(self._method.on_trial_closed(trial.request_id))
+
+    def _report_last_validation(self, trial: TrialRecord) -> None:
+        """A trial that ended cleanly without completing its operation: its last validation stands for it.
+
+        A script may train to a length of its own and never call ``op.report_completed``.
+        Without a validation of the searcher metric, it counts as exited early.
+        """
+        metric = self._config.searcher.metric
+        validations = [v for v in self._store.metrics(trial.id, MetricKind.VALIDATION) if metric in v.metrics]
+        if not validations:
+            self._exit_early(trial, ExitedReason.ERRORED)
+            return
+        self._store.report_search_metric(trial.id, trial.target_length, validations[-1].metrics[metric])
+
+    def _exit_early(self, trial: TrialRecord, reason: ExitedReason) -> None:
+        self._store.set_search_state(trial.id, SearchState.EXITED)
+        self._apply(self._method.on_trial_exited_early(trial.request_id, reason))
+
+    def _apply(self, operations: list[Operation], answering: Optional[TrialRecord] = None) -> None:
+        """Records the operations, with the method's new state, in one store transaction."""
+        creates: list[NewTrial] = []
+        targets: dict[int, tuple[Optional[int], SearchState]] = {}
+        for operation in operations:
+            if isinstance(operation, Create):
+                creates.append(NewTrial(operation.request_id, operation.hparams, operation.trial_seed))
+            elif isinstance(operation, ValidateAfter):
+                targets[operation.request_id] = (operation.length, SearchState.QUEUED)
+            elif isinstance(operation, Close):
+                targets[operation.request_id] = (None, SearchState.CLOSING)
+            elif isinstance(operation, Shutdown):
+                self.shutdown, self.failed = True, operation.failure
+        existing = {trial.request_id: trial for trial in self._store.trials(self._experiment_id)}
+        creates = [new for new in creates if new.request_id not in existing]  # a restarted single search
+        assignments = []
+        for request_id, (length, state) in targets.items():
+            trial = existing.get(request_id)
+            if trial is not None and trial.search_state == SearchState.RUNNING and state == SearchState.QUEUED:
+                state = SearchState.RUNNING  # it trains on in the processes it has
+            answered = (
+                answering.reported_length if answering is not None and answering.request_id == request_id else None
+            )
+            assignments.append(Assignment(request_id, length, state, answered))
+        if answering is not None and answering.request_id not in targets:
+            # No operation for it now (promotion-based ASHA): it stops, and waits without a slot.
+            assignments.append(Assignment(answering.request_id, None, SearchState.WAITING, answering.reported_length))
+        state = {"method": self._method.state_dict(), "shutdown": self.shutdown, "failed": self.failed}
+        self._store.apply_search_step(self._experiment_id, state, self._storage, creates, assignments)

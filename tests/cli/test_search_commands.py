@@ -1,0 +1,219 @@
+"""Hyperparameter searches end to end: the command runs, pauses, resumes and recovers them (a NumPy-free script)."""
+
+import contextlib
+import json
+import random
+import shutil
+import signal
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+
+SUPPORT = Path(__file__).parents[1] / "support"
+BATCHES = 20
+
+
+def loss(x: float, batches: int) -> float:
+    return (x - 0.3) ** 2 + 1.0 / batches
+
+
+@pytest.fixture
+def search_dir(tmp_path) -> Path:
+    directory = tmp_path / "search"
+    directory.mkdir()
+    shutil.copy(SUPPORT / "search_script.py", directory / "search_script.py")
+    return directory
+
+
+def write_config(directory: Path, searcher: dict, hparams: dict = None, filename: str = "search.yaml") -> Path:
+    config = {
+        "name": "search",
+        "entrypoint": "python3 search_script.py",
+        "hyperparameters": {"x": {"type": "double", "minval": 0.0, "maxval": 1.0}, **(hparams or {})},
+        "searcher": {"metric": "loss", "max_length": {"batches": BATCHES}, **searcher},
+        "checkpoint_storage": {
+            "type": "shared_fs",
+            "host_path": "checkpoints",
+            "save_trial_latest": 1,
+            "save_trial_best": 0,
+        },
+        "reproducibility": {"experiment_seed": 11},
+    }
+    path = directory / filename
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def trials_of(det, experiment_id: int) -> dict[int, dict]:
+    """The experiment's trials by their request id in the search."""
+    described = det.json("experiment", "describe", experiment_id)
+    return {trial["request_id"]: trial for trial in described["trials"]}
+
+
+def final_validations(trials: dict[int, dict]) -> dict[int, tuple]:
+    return {
+        request: (trial["hparams"]["x"], [(v["batches"], v["metrics"]) for v in trial["validations"]][-1:])
+        for request, trial in trials.items()
+    }
+
+
+def max_overlap(runs: list[tuple[float, float]]) -> int:
+    """The most runs that were going on at one moment."""
+    moments = sorted([(start, 1) for start, _ in runs] + [(end, -1) for _, end in runs])
+    current = best = 0
+    for _, step in moments:
+        current += step
+        best = max(best, current)
+    return best
+
+
+def test_a_random_search_runs_its_trials_two_at_a_time_and_ranks_them(det, search_dir):
+    config = write_config(
+        search_dir, {"name": "random", "max_trials": 4, "max_concurrent_trials": 2}, {"seconds_per_batch": 0.05}
+    )
+    result = det.ok("experiment", "create", config, search_dir, "--slots", "2")
+    assert "Experiment 1 COMPLETED after 80 batches." in result.stdout
+    assert result.stdout.count(f"done after {BATCHES} batches") == 4
+
+    trials = trials_of(det, 1)
+    assert sorted(trials) == [0, 1, 2, 3]
+    xs = {request: trial["hparams"]["x"] for request, trial in trials.items()}
+    assert len(set(xs.values())) == 4 and all(0.0 <= x <= 1.0 for x in xs.values())
+    for trial in trials.values():
+        assert trial["state"] == "COMPLETED" and trial["search_state"] == "CLOSED"
+        assert trial["validations"][-1]["metrics"]["loss"] == pytest.approx(loss(trial["hparams"]["x"], BATCHES))
+    # Ranked best first, and the best is the sampled x closest to 0.3.
+    described = det.json("experiment", "describe", 1)
+    ranked = [trial["hparams"]["x"] for trial in described["trials"]]
+    assert ranked == sorted(xs.values(), key=lambda x: abs(x - 0.3))
+    assert described["best_validation"]["value"] == pytest.approx(loss(ranked[0], BATCHES))
+    # Two slots: two trials at a time, never more, as the store's times show.
+    runs = [(run["started_at"], run["ended_at"]) for trial in trials.values() for run in trial["runs"]]
+    assert max_overlap(runs) == 2
+    listed = det.ok("trial", "list", 1).stdout.splitlines()
+    assert listed[0].split()[:5] == ["TRIAL", "STATE", "SEARCH", "BATCHES", "BEST"]
+    assert det.json("trial", "describe", described["trials"][0]["id"])["hparams"]["x"] == ranked[0]
+
+
+def test_a_grid_search_visits_every_point(det, search_dir):
+    hparams = {
+        "x": {"type": "double", "minval": 0.1, "maxval": 0.5, "count": 3},
+        "kind": {"type": "categorical", "vals": ["a", "b"]},
+    }
+    config = write_config(search_dir, {"name": "grid", "max_concurrent_trials": 2}, hparams)
+    det.ok("experiment", "create", config, search_dir, "--slots", "2")
+    seen = sorted((t["hparams"]["x"], t["hparams"]["kind"]) for t in trials_of(det, 1).values())
+    assert seen == sorted((x, kind) for x in (0.1, 0.3, 0.5) for kind in ("a", "b"))
+
+
+@pytest.mark.parametrize("stop_once", [True, False], ids=["stopping", "promotion"])
+def test_adaptive_asha_stops_trials_early_and_keeps_the_best(det, search_dir, stop_once):
+    searcher = {
+        "name": "adaptive_asha",
+        "max_trials": 8,
+        "mode": "aggressive",
+        "divisor": 4,
+        "max_length": {"batches": 64},
+        "stop_once": stop_once,
+        "max_concurrent_trials": 2,
+    }
+    det.ok(
+        "experiment", "create", write_config(search_dir, searcher, {"checkpoint_every": 8}), search_dir, "--slots", "2"
+    )
+    trials = trials_of(det, 1)
+    assert len(trials) == 8
+    lengths = sorted(trial["batches_trained"] for trial in trials.values())
+    # Rungs at 16 and 64 batches: most trials stop at the first, at least one reaches the top.
+    assert set(lengths) == {16, 64} and lengths.count(64) < 8
+    at_top = [trial for trial in trials.values() if trial["batches_trained"] == 64]
+    best = det.json("experiment", "describe", 1)["best_validation"]
+    assert best["value"] == pytest.approx(min(loss(t["hparams"]["x"], 64) for t in at_top))
+    # Every trial at the top went through the first rung: validated there, then promoted (in the same run,
+    # or, for a promotion that came later, in a run resumed from its checkpoint at the rung).
+    for trial in at_top:
+        assert [v["batches"] for v in trial["validations"]] == [16, 64]
+        for run in trial["runs"][1:]:
+            assert run["state"] == "COMPLETED"
+
+
+def test_failing_trials_do_not_stop_the_search_and_invalid_hyperparameters_are_replaced(det, search_dir):
+    hparams = {"fail_above": 0.7, "invalid_below": 0.2}
+    config = write_config(search_dir, {"name": "random", "max_trials": 6, "max_concurrent_trials": 2}, hparams)
+    result = det("experiment", "create", config, search_dir, "--slots", "2")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    trials = list(trials_of(det, 1).values())
+    failed = [t for t in trials if t["hparams"]["x"] > 0.7]
+    invalid = [t for t in trials if t["hparams"]["x"] < 0.2]
+    good = [t for t in trials if 0.2 <= t["hparams"]["x"] <= 0.7]
+    assert failed and invalid, "the seed must draw some of each"
+    assert all(t["search_state"] == "EXITED" and t["runs"][-1]["error"]["type"] == "ValueError" for t in failed)
+    assert all(t["search_state"] == "EXITED" and t["runs"][-1]["error"]["type"] == "InvalidHP" for t in invalid)
+    assert all(t["search_state"] == "CLOSED" for t in good)
+    # Invalid hyperparameters are replaced: 6 trials count, the failed among them, the invalid ones not.
+    assert len(good) + len(failed) == 6
+    assert "exited early" in result.stdout
+
+
+def test_a_search_where_every_trial_fails_ends_in_error_with_the_first_traceback(det, search_dir):
+    config = write_config(
+        search_dir, {"name": "random", "max_trials": 2, "max_concurrent_trials": 2}, {"fail_above": -1}
+    )
+    result = det("experiment", "create", config, search_dir, "--slots", "2")
+    assert result.returncode == 1
+    assert "Traceback (most recent call last)" in result.stderr and "ValueError: x=" in result.stderr
+    assert det.experiment(1)["state"] == "ERROR"
+    resumed = det("experiment", "resume", 1)
+    assert resumed.returncode == 2 and "every trial of its random search failed" in resumed.stderr
+
+
+def test_a_searcher_metric_the_trial_does_not_report_is_an_error_naming_what_it_reports(det, search_dir):
+    config = write_config(search_dir, {"name": "single"}, {"x": 0.3, "metric_name": "val_loss"})
+    result = det("experiment", "create", config, search_dir)
+    assert result.returncode == 1
+    assert "searcher.metric 'loss' is not among the validation metrics: val_loss." in result.stderr
+
+
+def _interrupted_and_uninterrupted(det, make_det, search_dir, tmp_path, interrupt):
+    searcher = {"name": "random", "max_trials": 4, "max_concurrent_trials": 2}
+    config = write_config(search_dir, searcher, {"seconds_per_batch": 0.1, "checkpoint_every": 2})
+    straight = make_det(tmp_path / "straight.sqlite")
+    straight.ok("experiment", "create", config, search_dir, "--slots", "2")
+
+    running = det.start("experiment", "create", config, search_dir, "--slots", "2")
+    running.wait_for("checkpoint ")
+    interrupt(running)
+    resumed = det("experiment", "resume", 1)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert det.experiment(1)["state"] == "COMPLETED"
+    return final_validations(trials_of(straight, 1)), final_validations(trials_of(det, 1)), straight
+
+
+def test_a_paused_search_resumes_to_the_same_trials_and_best(det, make_det, search_dir, tmp_path):
+    def pause(running):
+        det.ok("experiment", "pause", 1)
+        finished = running.finish()
+        assert finished.returncode == 0 and "Experiment 1 PAUSED" in finished.stdout
+
+    expected, found, straight = _interrupted_and_uninterrupted(det, make_det, search_dir, tmp_path, pause)
+    assert found == expected
+    assert det.json("experiment", "describe", 1)["best_validation"]["value"] == pytest.approx(
+        straight.json("experiment", "describe", 1)["best_validation"]["value"]
+    )
+
+
+def test_a_search_killed_with_everything_resumes_to_the_same_trials_and_best(det, make_det, search_dir, tmp_path):
+    def kill_everything(running):
+        time.sleep(random.Random(3).uniform(0.0, 1.0))
+        launcher = psutil.Process(running.process.pid)
+        for member in [*launcher.children(recursive=True), launcher]:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                member.send_signal(signal.SIGKILL)
+        running.process.wait(timeout=30)
+        assert det.experiment(1)["state"] == "INTERRUPTED"
+
+    expected, found, _ = _interrupted_and_uninterrupted(det, make_det, search_dir, tmp_path, kill_everything)
+    assert found == expected
+    assert json.dumps(found, sort_keys=True)
