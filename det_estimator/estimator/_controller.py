@@ -1,6 +1,7 @@
 """EstimatorTrialController: runs one EstimatorTrial on this process, as one rank of the job, on the Core API."""
 
 import random
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +19,7 @@ from det_estimator.estimator._estimator_setup import EXAMPLES_KEY, GraphRecorder
 from det_estimator.estimator._inputs import training_input_fn, validation_input_fn
 from det_estimator.estimator._trial import EstimatorTrial
 from det_estimator.estimator._trial_context import EstimatorTrialContext
-from det_estimator.hooks import RunHook
+from det_estimator.hooks import RunHook, _input_state
 from det_estimator.hooks._workload_control import WorkloadControlHook
 from det_estimator.store import State
 
@@ -87,6 +88,8 @@ class EstimatorTrialController:
         self._improved = False
         self._operations: Optional[Iterator[core.SearcherOperation]] = None
         self._operation: Optional[core.SearcherOperation] = None
+        self._restore_input_from: Optional[str] = None
+        self._input_saveable = True
 
     @property
     def _is_chief(self) -> bool:
@@ -145,6 +148,10 @@ class EstimatorTrialController:
             metadata = checkpoint.metadata
             self._batches = self._last_checkpoint = int(metadata["batches_trained"])
             self._best_metric = metadata.get("best_validation_metric")
+            saved_input = _input_state.rank_directory(path, self._distributed.rank)
+            # Iterator states are per process: they fit only a job of the same size.
+            if metadata.get("input_state_ranks") == self._distributed.size and saved_input.is_dir():
+                self._restore_input_from = str(saved_input)
             _restore_rng(metadata.get("rng_states", []), self._distributed.rank)
             for hook in self._run_hooks:
                 hook.on_checkpoint_load(str(path))
@@ -169,9 +176,11 @@ class EstimatorTrialController:
             scheduling_unit=1 if self._test else self._config.scheduling_unit,
             pause_requested=self._core.preempt.requested_locally,
             loss_accumulators=lambda: (self._recorder.loss_sum, self._recorder.loss_batches),
+            restore_input_from=self._restore_input_from,
         )
         hooks.append(self._control)  # last, so that it sees any other hook's request_stop()
-        self._estimator.train(training_input_fn(train_spec.input_fn, self._batches), hooks=hooks)
+        skip = 0 if self._restore_input_from is not None else self._batches
+        self._estimator.train(training_input_fn(train_spec.input_fn, skip), hooks=hooks)
 
     # The WorkloadListener interface, called by the control hook from inside the session.
 
@@ -198,7 +207,7 @@ class EstimatorTrialController:
         metrics = self._validate(local_checkpoint) if validate else None
         if stopping or self._checkpoint_due(metrics):
             local_checkpoint = local_checkpoint or self._save_local(session, saver)
-            self._checkpoint(local_checkpoint, metrics)
+            self._checkpoint(session, local_checkpoint, metrics)
         if stopping == "end":
             return self._next_operation()
         if stopping == "pause":
@@ -302,11 +311,13 @@ class EstimatorTrialController:
             self._best_metric = value
         return improved
 
-    def _checkpoint(self, local_checkpoint: str, metrics: Optional[dict[str, Any]]) -> None:
+    def _checkpoint(self, session: tf.compat.v1.Session, local_checkpoint: str, metrics: Optional[dict[str, Any]]):
+        """Writes a checkpoint: the chief's model files and exports, and every process's input position."""
         rng_states = self._distributed.allgather(_rng_state())
+        input_dir = Path(self._model_dir) / _input_state.INPUT_DIR
+        saved = self._input_saveable and _input_state.save_input_state(session, self._control.input_saver, input_dir)
+        self._input_saveable = all(self._distributed.allgather(saved))
         self._last_checkpoint = self._batches
-        if not self._is_chief:
-            return
         metadata = {
             "steps_completed": self._batches,
             "batches_trained": self._batches,
@@ -316,12 +327,16 @@ class EstimatorTrialController:
             "config": self._config.to_dict(),
             "rng_states": rng_states,
             "best_validation_metric": self._best_metric,
+            "input_state_ranks": self._distributed.size if self._input_saveable else None,
             "framework": {"det_estimator": __version__, "tensorflow": tf.__version__},
         }
         if metrics is not None:
             metadata["validation_metrics"] = metrics
-        with self._core.checkpoint.store_path(metadata) as (path, _):
-            write_checkpoint_files(path, local_checkpoint, self._estimator, self._serving_fns, self._run_hooks)
+        with self._core.checkpoint.store_path(metadata, shard=True) as (path, _):
+            if self._input_saveable:
+                shutil.copytree(input_dir, _input_state.rank_directory(path, self._distributed.rank))
+            if self._is_chief:
+                write_checkpoint_files(path, local_checkpoint, self._estimator, self._serving_fns, self._run_hooks)
 
     def _report_training(self) -> None:
         """Records the workload's loss and scalar summaries, averaged over all ranks (or the chief's alone).

@@ -23,15 +23,17 @@ def training_input_fn(input_fn: InputFn, batches_to_skip: int) -> InputFn:
     """The training input: the user's dataset repeated, resumed after ``batches_to_skip`` batches.
 
     Repeating lets ``searcher.max_length``, not the dataset's size, decide when training
-    ends. Skipping the batches this process already trained on makes a resumed trial
-    see exactly the batch that would have come next, as long as the input pipeline is
-    deterministic for the trial seed (shuffles seeded from it, as by default).
+    ends. A resume restores the iterator's saved state when the checkpoint has it (and
+    ``batches_to_skip`` is 0); otherwise skipping the batches this process already
+    trained on makes it see exactly the batch that would have come next, as long as the
+    input pipeline is deterministic for the trial seed (shuffles seeded from it, as by
+    default). The skip is always there, of 0 batches at times, so that the pipeline has
+    the same structure in every run and a saved iterator state fits it.
     """
 
     def resumable_input_fn(mode: Any, params: Any, config: Any) -> tf.data.Dataset:
         passed = {"mode": mode, "params": params, "config": config}
-        dataset = _call_user_input_fn(input_fn, "build_train_spec()", passed).repeat()
-        return dataset.skip(batches_to_skip) if batches_to_skip else dataset
+        return _call_user_input_fn(input_fn, "build_train_spec()", passed).repeat().skip(batches_to_skip)
 
     return resumable_input_fn
 

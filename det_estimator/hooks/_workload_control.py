@@ -5,6 +5,7 @@ from typing import Callable, Optional, Protocol
 import tensorflow as tf
 
 from det_estimator import _horovod
+from det_estimator.hooks import _input_state
 
 
 class WorkloadListener(Protocol):
@@ -45,6 +46,9 @@ class WorkloadControlHook(tf.estimator.SessionRunHook):
             between workloads, through the ``max_batches`` attribute).
         scheduling_unit: batches per workload.
         pause_requested: called before every step; True once a pause was asked for.
+        restore_input_from: a directory where this process's input iterator state was
+            saved (:mod:`det_estimator.hooks._input_state`): the input continues from there
+            instead of from its start.
         loss_accumulators: returns ``(loss_sum, loss_batches)``, the local variables in
             which the training graph sums its loss, once the model_fn has built them;
             they are read and reset at the end of every workload.
@@ -58,6 +62,7 @@ class WorkloadControlHook(tf.estimator.SessionRunHook):
         scheduling_unit: int,
         pause_requested: Callable[[], bool],
         loss_accumulators: Callable[[], tuple[Optional[tf.Variable], Optional[tf.Variable]]] = lambda: (None, None),
+        restore_input_from: Optional[str] = None,
     ):
         self._listener = listener
         self.batches = batches_done
@@ -65,12 +70,14 @@ class WorkloadControlHook(tf.estimator.SessionRunHook):
         self._scheduling_unit = scheduling_unit
         self._pause_requested = pause_requested
         self._loss_accumulators = loss_accumulators
+        self._restore_input_from = restore_input_from
         self.workload_loss = float("nan")
         self.workload_summaries: dict = {}
 
     def begin(self) -> None:
         # The graph is finalized after begin(): anything the hook needs is built now.
         self._saver = tf.compat.v1.train.Saver(max_to_keep=None, save_relative_paths=True)
+        self.input_saver = _input_state.input_saver()
         self._loss_sum, self._loss_batches = self._loss_accumulators()
         self._reset_loss = None
         if self._loss_sum is not None:
@@ -93,6 +100,11 @@ class WorkloadControlHook(tf.estimator.SessionRunHook):
         self._listener.on_session_start(session, self._saver)
 
     def before_run(self, run_context: tf.estimator.SessionRunContext) -> Optional[tf.estimator.SessionRunArgs]:
+        if self._restore_input_from is not None:
+            # Here rather than in after_create_session: the Estimator initializes its iterator
+            # in another hook's after_create_session, which may run after this hook's.
+            _input_state.restore_input_state(run_context.session, self.input_saver, self._restore_input_from)
+            self._restore_input_from = None
         fetches = {}
         next_batch = self.batches + 1
         if self._scalar_summaries is not None and (

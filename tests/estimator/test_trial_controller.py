@@ -251,3 +251,58 @@ def test_a_random_op_no_checkpoint_can_restore_is_named_in_a_warning(analytic, t
     config["hyperparameters"]["noise"] = True
     with pytest.warns(RuntimeWarning, match=r"1 random op\(s\) whose state no checkpoint can hold \('RandomShuffle'\)"):
         det.run_trial(Shuffling, config)
+
+
+def _recorded_skips(monkeypatch):
+    """Records how many batches each run's training input skips."""
+    from det_estimator.estimator import _controller
+
+    skips = []
+    original = _controller.training_input_fn
+
+    def recording(input_fn, batches_to_skip):
+        skips.append(batches_to_skip)
+        return original(input_fn, batches_to_skip)
+
+    monkeypatch.setattr(_controller, "training_input_fn", recording)
+    return skips
+
+
+def test_a_resume_restores_the_inputs_saved_position_instead_of_replaying_it(analytic, tmp_path, monkeypatch):
+    skips = _recorded_skips(monkeypatch)
+
+    def config(directory, batches):
+        raw = analytic.make_config(tmp_path / directory, batches, reproducibility={"experiment_seed": 3})
+        raw["hyperparameters"]["random"] = True  # a shuffle buffer, whose state the checkpoint holds too
+        return raw
+
+    uninterrupted = det.run_trial(analytic.AnalyticTrial, config("straight", 20))
+    det.run_trial(analytic.AnalyticTrial, config("resumed", 7))
+    resumed = det.run_trial(analytic.AnalyticTrial, config("resumed", 20))
+    assert skips == [0, 0, 0]  # the resume skipped nothing: it restored the iterator
+    assert final_weight(resumed) == final_weight(uninterrupted)
+    checkpoint = checkpoints_of(tmp_path / "resumed").list()[-1]
+    assert checkpoint.metadata["input_state_ranks"] == 1
+    assert any(name.startswith("input/rank-0/input.ckpt") for name in checkpoint.metadata["files"])
+
+
+def test_an_input_that_cannot_be_saved_is_replayed_to_its_position(analytic, tmp_path, monkeypatch):
+    skips = _recorded_skips(monkeypatch)
+
+    class Generated(analytic.AnalyticTrial):
+        def _input_fn(self):
+            def records():  # a generator: state no checkpoint can hold
+                for x, y in zip(analytic.FEATURES, analytic.TARGETS):
+                    yield {"x": x}, y
+
+            spec = ({"x": tf.TensorSpec([], tf.float32)}, tf.TensorSpec([], tf.float32))
+            dataset = self.context.wrap_dataset(tf.data.Dataset.from_generator(records, output_signature=spec))
+            return dataset.batch(self.context.get_per_slot_batch_size())
+
+    with pytest.warns(RuntimeWarning, match="a resume replays it from its start up to the saved position"):
+        det.run_trial(Generated, analytic.make_config(tmp_path, 7))
+    resumed = det.run_trial(Generated, analytic.make_config(tmp_path, 20))
+    assert skips == [0, 7]
+    assert checkpoints_of(tmp_path).list()[-1].metadata["input_state_ranks"] is None
+    expected = analytic.expected_weight(20, LEARNING_RATE, GLOBAL_BATCH)
+    assert final_weight(resumed) == pytest.approx(expected, rel=1e-5)

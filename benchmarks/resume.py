@@ -1,0 +1,130 @@
+"""What resuming costs at batch 100 against batch 100,000 of a 1M-row input pipeline, side by side in one run.
+
+The pipeline: 1,000,000 rows, shuffled with a 10,000-row buffer, in batches of 10 (so
+100,000 batches an epoch). For each position the trial first trains to it (the 100,000
+batches take a minute or two), then resumes three times for 10 more batches; printed (medians):
+
+1. the harness's resume (the iterator's state restored from the checkpoint): seconds from
+   the training session's start to the end of its first batch, which is where restoring or
+   replaying the input shows;
+2. for comparison, what replaying the input to the same position costs (what a resume did
+   before): the first batch of ``repeat().skip(n)`` on the same pipeline.
+
+Usage: ``.venv/bin/python benchmarks/resume.py [--far 100000]``
+"""
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# run_trial records its runs in the experiment store: a throwaway one, not the user's.
+os.environ["DET_ESTIMATOR_STORE"] = os.path.join(tempfile.mkdtemp(prefix="resume-"), "store.sqlite")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+import det_estimator as det  # noqa: E402
+
+ROWS, BATCH, BUFFER = 1_000_000, 10, 10_000
+FEATURES = np.random.default_rng(0).normal(size=(ROWS, 4)).astype(np.float32)
+TARGETS = FEATURES @ np.array([1.0, -2.0, 0.5, 3.0], dtype=np.float32)
+
+
+def pipeline(seed: int) -> tf.data.Dataset:
+    return tf.data.Dataset.from_tensor_slices((FEATURES, TARGETS)).shuffle(BUFFER, seed=seed).batch(BATCH)
+
+
+class FirstBatchTimer(tf.estimator.SessionRunHook):
+    """Seconds from the session's creation to the end of its first batch."""
+
+    seconds: list = []
+
+    def after_create_session(self, session, coord):
+        self._started = time.perf_counter()
+        self._first = True
+
+    def after_run(self, run_context, run_values):
+        if self._first:
+            FirstBatchTimer.seconds.append(time.perf_counter() - self._started)
+            self._first = False
+
+
+class LinearTrial(det.EstimatorTrial):
+    def build_estimator(self):
+        optimizer = self.context.wrap_optimizer(tf.compat.v1.train.GradientDescentOptimizer(0.01))
+
+        def model_fn(features, labels, mode):
+            weights = tf.compat.v1.get_variable("w", [4, 1], initializer=tf.compat.v1.zeros_initializer())
+            loss = tf.reduce_mean(tf.square(tf.squeeze(features @ weights, 1) - labels))
+            train_op = optimizer.minimize(loss, global_step=tf.compat.v1.train.get_global_step())
+            return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
+
+        return tf.estimator.Estimator(model_fn)
+
+    def build_train_spec(self):
+        return tf.estimator.TrainSpec(lambda: pipeline(self.context.get_trial_seed()), hooks=[FirstBatchTimer()])
+
+    def build_validation_spec(self):
+        return tf.estimator.EvalSpec(lambda: pipeline(0).take(1), steps=1)
+
+
+def config(storage: str, batches: int) -> dict:
+    return {
+        "name": "resume",
+        "entrypoint": "resume:LinearTrial",
+        "hyperparameters": {"global_batch_size": BATCH},
+        "searcher": {"name": "single", "metric": "loss", "max_length": {"batches": batches}},
+        "scheduling_unit": 1000,
+        "checkpoint_storage": {"type": "shared_fs", "host_path": storage},
+        "reproducibility": {"experiment_seed": 1},
+    }
+
+
+def harness_resume(position: int, repeats: int = 3) -> float:
+    """Trains to ``position``, resumes ``repeats`` times for 10 batches; the median seconds to the first batch."""
+    with tempfile.TemporaryDirectory() as storage:
+        det.run_trial(LinearTrial, config(storage, position), trial_id=f"at-{position}")
+        for resume in range(1, repeats + 1):
+            det.run_trial(LinearTrial, config(storage, position + 10 * resume), trial_id=f"at-{position}")
+    return statistics.median(FirstBatchTimer.seconds[-repeats:])
+
+
+def replay(position: int, repeats: int = 3) -> float:
+    """The first batch of the pipeline replayed to ``position`` (what a resume did before)."""
+    timings = []
+    for _ in range(repeats):
+        with tf.Graph().as_default():
+            element = tf.compat.v1.data.make_one_shot_iterator(pipeline(1).repeat().skip(position)).get_next()
+            with tf.compat.v1.Session() as session:
+                started = time.perf_counter()
+                session.run(element)
+                timings.append(time.perf_counter() - started)
+    return statistics.median(timings)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--near", type=int, default=100)
+    parser.add_argument("--far", type=int, default=100_000)
+    args = parser.parse_args()
+    restored = {position: harness_resume(position) for position in (args.near, args.far)}
+    replayed = {position: replay(position) for position in (args.near, args.far)}
+    print(
+        f"\nResume of a {ROWS:,}-row pipeline (shuffle buffer {BUFFER:,}, batches of {BATCH}), "
+        "seconds to the first batch"
+    )
+    print(f"{'position (batches)':>20}{'harness: state restored':>26}{'replaying the input':>22}")
+    for position in (args.near, args.far):
+        print(f"{position:>20,}{restored[position]:>26.3f}{replayed[position]:>22.3f}")
+    print(
+        f"far / near: restored {restored[args.far] / restored[args.near]:.2f}x, "
+        f"replayed {replayed[args.far] / replayed[args.near]:.0f}x "
+        "(goal: the harness's far resume no longer than its near one)"
+    )
+
+
+if __name__ == "__main__":
+    main()
