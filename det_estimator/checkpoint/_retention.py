@@ -51,7 +51,7 @@ def select_to_delete(
             f"Received: metric=None, save_best={save_best}"
         )
     ordered = sorted(checkpoints, key=recency_key)
-    kept = set(ordered[len(ordered) - save_latest :]) if save_latest else set()
+    kept = set(ordered[max(len(ordered) - save_latest, 0) :]) if save_latest else set()
     if save_best and metric is not None:
         kept.update(_best(ordered, save_best, metric, smaller_is_better))
     return [checkpoint for checkpoint in ordered if checkpoint not in kept and checkpoint.uuid not in keep]

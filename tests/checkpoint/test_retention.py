@@ -65,6 +65,13 @@ def test_zero_and_zero_deletes_everything(tmp_path):
     assert store.list() == [] and list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("save_latest", [3, 4, 5, 6, 100])
+def test_keeping_more_than_there_are_keeps_all(tmp_path, save_latest):
+    store = write_trial(tmp_path, {1: 0.5, 2: 0.4, 3: 0.1})
+    assert store.prune(save_latest=save_latest, save_best=0, metric=None) == []
+    assert kept_steps(store) == [1, 2, 3]
+
+
 def test_nothing_to_delete(tmp_path):
     store = write_trial(tmp_path, {1: 0.5})
     assert store.prune(save_latest=1, save_best=0, metric=None) == []
