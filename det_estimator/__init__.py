@@ -1,4 +1,4 @@
-"""det-estimator: train, evaluate and serve tf.estimator models on one to many Horovod workers.
+"""det-estimator: train, evaluate, tune and serve tf.estimator and Keras models on one to many Horovod workers.
 
 Typical use::
 
@@ -37,8 +37,8 @@ _EXPORTS = {
     "load_estimator_from_checkpoint_path": "det_estimator.estimator",
     "run_trial": "det_estimator._run",
 }
-# Subpackages reached as attributes: det.core, det.estimator, det.experimental.
-_SUBPACKAGES = ("core", "estimator", "experimental")
+# Subpackages reached as attributes: det.core, det.estimator, det.experimental, det.keras.
+_SUBPACKAGES = ("core", "estimator", "experimental", "keras")
 
 __all__ = [
     "ClusterInfo",
@@ -59,12 +59,13 @@ __all__ = [
     "experimental",
     "get_cluster_info",
     "init",
+    "keras",
     "load_estimator_from_checkpoint_path",
     "run_trial",
 ]
 
 if TYPE_CHECKING:
-    from det_estimator import core, estimator, experimental
+    from det_estimator import core, estimator, experimental, keras
     from det_estimator._info import ClusterInfo, get_cluster_info
     from det_estimator._run import run_trial
     from det_estimator.core import DistributedContext

@@ -124,3 +124,21 @@ def allreduce_sum(tensor: tf.Tensor, name: str) -> tf.Tensor:
     import horovod.tensorflow as hvd
 
     return hvd.allreduce(tensor, op=hvd.Sum, name=name)
+
+
+def keras_distributed_optimizer(
+    optimizer: Any, aggregation_frequency: int, average_aggregated_gradients: bool, gradient_compression: bool
+) -> Any:
+    """A Keras optimizer like ``optimizer`` whose gradients are averaged over all ranks.
+
+    Horovod builds a new optimizer of a subclass of ``optimizer``'s class (of the same
+    name) from its config, so its variables are those of a fresh ``optimizer``.
+    """
+    import horovod.tensorflow.keras as hvd_keras
+
+    return hvd_keras.DistributedOptimizer(
+        optimizer,
+        backward_passes_per_step=aggregation_frequency,
+        average_aggregated_gradients=average_aggregated_gradients,
+        compression=hvd_keras.Compression.fp16 if gradient_compression else hvd_keras.Compression.none,
+    )

@@ -34,7 +34,7 @@ def run_trial(
     written and the run returns with the state ``PAUSED``.
 
     Args:
-        trial_class: the trial class (an ``EstimatorTrial`` subclass), importable by
+        trial_class: the trial class (an ``EstimatorTrial`` or ``TFKerasTrial`` subclass), importable by
             module name, or defined in a script file.
         config: an ``ExperimentConfig``, a dict, or the path of a YAML file.
         slots: processes to run (default: ``resources.slots_per_trial``); one runs in

@@ -44,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The command line's grammar."""
     parser = argparse.ArgumentParser(
         prog="det-estimator",
-        description="Train, evaluate and serve tf.estimator models on one to many Horovod workers.",
+        description="Train, evaluate, tune and serve tf.estimator and Keras models on one to many Horovod workers.",
     )
     parser.add_argument("--version", action="version", version=f"det-estimator {__version__}")
     parser.add_argument(

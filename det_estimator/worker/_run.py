@@ -12,11 +12,18 @@ def _estimator_controller(trial_class: type, core_context: core.Context, context
     return EstimatorTrialController(trial_class, core_context, context).run()
 
 
+def _keras_controller(trial_class: type, core_context: core.Context, context: Any) -> State:
+    from det_estimator.keras._controller import TFKerasTrialController
+
+    return TFKerasTrialController(trial_class, core_context, context).run()
+
+
 def _controllers() -> list[tuple[type, Callable[[type, core.Context, Any], State]]]:
     """Each trial base class with the controller that runs its subclasses."""
     from det_estimator.estimator import EstimatorTrial
+    from det_estimator.keras import TFKerasTrial
 
-    return [(EstimatorTrial, _estimator_controller)]
+    return [(EstimatorTrial, _estimator_controller), (TFKerasTrial, _keras_controller)]
 
 
 def run_trial_class(trial_class: type, core_context: core.Context, context: Optional[Any] = None) -> State:

@@ -1,0 +1,456 @@
+"""TFKerasTrialController: runs one TFKerasTrial on this process, as one rank of the job, on the Core API."""
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+import tensorflow as tf
+
+from det_estimator import __version__, core
+from det_estimator.checkpoint import read_checkpoint
+from det_estimator.config import ExperimentConfig, Length, load_experiment_config
+from det_estimator.errors import DetEstimatorError
+from det_estimator.keras import _callback_states, _data, _random_states
+from det_estimator.keras._callback_list import TrialCallbacks
+from det_estimator.keras._checkpoints import read_variables, write_variables
+from det_estimator.keras._context import TFKerasTrialContext
+from det_estimator.keras._devices import apply_session_config, pin_local_gpu, require_eager
+from det_estimator.keras._reducer_metric import ReducerMetric
+from det_estimator.keras._serving import SAVED_MODEL_DIR, ServingExport
+from det_estimator.keras._steps import TrainStep
+from det_estimator.keras._trial import TFKerasTrial, check_model
+from det_estimator.store import State
+
+logger = logging.getLogger("det_estimator.keras")
+
+
+class TrialLifecycleError(DetEstimatorError, RuntimeError):
+    """The trial was built or used in a way the harness cannot run."""
+
+
+class TFKerasTrialController:
+    """Trains, validates and checkpoints one ``TFKerasTrial`` on this process.
+
+    Every rank of the job runs one controller; rank 0 (the chief) writes the
+    checkpoints, every rank its own position in a tf.data input. All ranks take the
+    same decisions from the same inputs: batch counts, metrics combined over all ranks,
+    and pause and stop flags summed over all ranks in every training step. Metrics,
+    checkpoints, pauses and lengths all go through the trial's core context, as for an
+    ``EstimatorTrial``.
+
+    Training drives the model's own train function (what ``model.fit`` runs per batch)
+    in workloads of ``scheduling_unit`` batches, from an iterator the controller owns,
+    so that it can validate and checkpoint between any two batches and save where the
+    data stands.
+
+    Args:
+        trial_class: the user's ``TFKerasTrial`` subclass.
+        core_context: the trial's core context on this process.
+        context: the trial's context, when it exists before the trial; by default a new one.
+    """
+
+    def __init__(
+        self,
+        trial_class: type,
+        core_context: core.Context,
+        context: Optional[TFKerasTrialContext] = None,
+    ) -> None:
+        if not (isinstance(trial_class, type) and issubclass(trial_class, TFKerasTrial)):
+            raise TypeError(f"Argument `trial_class` must be a subclass of TFKerasTrial. Received: {trial_class!r}")
+        info = core_context.info
+        self._trial_class = trial_class
+        self._core = core_context
+        self._distributed = core_context.distributed
+        self._config: ExperimentConfig = load_experiment_config(info.trial.config)
+        self._hparams = info.trial.hparams
+        self._seed = info.trial.trial_seed
+        self._test = info.test_mode
+        self._latest_checkpoint = info.latest_checkpoint
+        self.context = context or TFKerasTrialContext(
+            self._config,
+            self._hparams,
+            self._seed,
+            self._distributed,
+            trial_id=info.trial.trial_id,
+            experiment_id=info.trial.experiment_id,
+        )
+        self._state = State.COMPLETED
+        self._batches = 0
+        # Batches of the global input stream read before this run, and this run's first batch.
+        self._start_position = 0
+        self._start_batches = 0
+        self._best_metric: Optional[float] = None
+        self._last_validation = -1
+        self._last_checkpoint = -1
+        self._last_metrics: Optional[dict[str, Any]] = None
+        self._improved = False
+        self._saved_callback_states: Optional[list[dict[str, Any]]] = None
+        self._operations: Optional[Iterator[core.SearcherOperation]] = None
+        self._operation: Optional[core.SearcherOperation] = None
+
+    @property
+    def _is_chief(self) -> bool:
+        return self._distributed.rank == 0
+
+    def run(self) -> State:
+        """Runs the trial to its end (or to a pause); returns COMPLETED or PAUSED."""
+        require_eager()
+        pin_local_gpu(self._distributed.local_rank)
+        previous_setting = _random_states.use_generators_in_layers()
+        _random_states.seed_everything(self._seed)
+        try:
+            trial = self._trial_class(self.context)
+            apply_session_config(trial.session_config())
+            self._model = self._built_model(trial)
+            self._train_data = _data.training_data(trial.build_training_data_loader(), self.context)
+            self._validation = _data.validation_data(trial.build_validation_data_loader(), self.context, self._test)
+            self._callbacks = TrialCallbacks(
+                trial.keras_callbacks(),
+                self._model,
+                self._batches_per_epoch(),
+                tensorboard_dir=_string_or_none(self._core.train.get_tensorboard_path()),
+                rank=self._distributed.rank,
+            )
+            self._check_exact_metrics_run_compiled()
+            self._export = ServingExport(self._model)
+            self._step = TrainStep(self._model, self._distributed.size)
+            iterator = self._resume()
+            self._operations = iter(self._core.searcher.operations())
+            self._operation = next(self._operations, None)
+            if self._operation is not None:
+                max_batches = self._target(self._operation)
+                self._core.train.report_start(self._batches, max_batches)
+                if self._batches < max_batches:
+                    self._train(iterator, max_batches)
+                else:
+                    self._complete_operations_reached()
+        finally:
+            for data in ("_train_data", "_validation"):
+                if hasattr(self, data):
+                    getattr(self, data).close()
+            _random_states.restore_layer_setting(previous_setting)
+        return self._state
+
+    def _built_model(self, trial: TFKerasTrial) -> tf.keras.Model:
+        model = check_model(trial.build_model())
+        if not self.context.is_wrapped_model(model):
+            raise TrialLifecycleError(
+                "build_model() returned a model that never went through context.wrap_model(). Wrap the model right "
+                "after creating it, then compile it: model = self.context.wrap_model(model); model.compile(...)."
+            )
+        if not getattr(model, "_is_compiled", False):
+            raise TrialLifecycleError(
+                "build_model() returned a model that is not compiled: call model.compile(optimizer, loss, ...) "
+                "in build_model() after context.wrap_model(model)."
+            )
+        if not self.context.is_wrapped_optimizer(model.optimizer):
+            raise TrialLifecycleError(
+                f"The model was compiled before context.wrap_model(), so its optimizer does not average gradients "
+                f"over the {self._distributed.size} processes. Wrap the model before compiling it, or compile it with "
+                "an optimizer from context.wrap_optimizer(optimizer)."
+            )
+        return model
+
+    def _check_exact_metrics_run_compiled(self) -> None:
+        # Before the first step Keras lists no compiled metric yet: look at what compile() was given.
+        container = getattr(self._model, "compiled_metrics", None)
+        given = [
+            *tf.nest.flatten(getattr(container, "_user_metrics", None) or []),
+            *tf.nest.flatten(getattr(container, "_user_weighted_metrics", None) or []),
+        ]
+        exact = any(isinstance(metric, ReducerMetric) for metric in given)
+        if self._distributed.size > 1 and self._model.run_eagerly and exact:
+            raise TrialLifecycleError(
+                "The model is compiled with run_eagerly=True and has ReducerMetric metrics: on several processes "
+                "their values are exchanged when Keras reads them, which it would do after every batch of each "
+                "process. Compile without run_eagerly."
+            )
+
+    def _batches_per_epoch(self) -> Optional[int]:
+        records = self._config.records_per_epoch
+        return max(1, records // self.context.get_global_batch_size()) if records else None
+
+    def _target(self, operation: core.SearcherOperation) -> int:
+        """The batches to train in all before ``operation`` is done (one more than now, in test mode)."""
+        if self._test:
+            return self._batches + 1
+        length = Length(self._config.searcher.max_length.unit, operation.length)
+        return length.to_batches(self.context.get_global_batch_size(), self._config.records_per_epoch)
+
+    # Resuming.
+
+    def _resume(self) -> Iterator:
+        """The training iterator at this trial's position, with the model, callbacks and random states restored."""
+        size = self._distributed.size
+        if self._latest_checkpoint is None:
+            iterator = self._train_data.start(0, 0, None, size)
+            self._build(iterator)
+            return iterator
+        with self._core.checkpoint.restore_path(self._latest_checkpoint) as path:
+            metadata = read_checkpoint(path).metadata
+            self._batches = self._last_checkpoint = self._start_batches = int(metadata["batches_trained"])
+            self._start_position = int(metadata.get("data_position", self._batches * size))
+            self._best_metric = metadata.get("best_validation_metric")
+            self._last_validation = int(metadata.get("last_validation_batches", -1))
+            saved = (path, int(metadata.get("slots", size)))
+            iterator = self._train_data.start(self._start_position, self._batches, saved, size)
+            self._build(iterator)
+            read_variables(path, self._model)
+            self._saved_callback_states = _callback_states.read_states(path)
+            # Last: building the data and the model may draw random numbers of their own.
+            _random_states.restore_python_and_numpy_state(metadata.get("rng_states", []), self._distributed.rank)
+        return iterator
+
+    def _build(self, iterator: Iterator) -> None:
+        """Creates every variable before training, so that a checkpoint restores them all at once."""
+        for data in (self._train_data, self._validation):
+            if data.first_batch is not None and not self._model.built:
+                # Sequences' batches have no static shape: build on a real batch, as model.fit does.
+                self._model(data.first_batch[0], training=False)
+        self._step.trace(iterator)
+
+    def _complete_operations_reached(self) -> None:
+        """Completes, with the last metric, the searcher's operations whose length is already trained."""
+        while self._operation is not None and self._batches >= self._target(self._operation):
+            if self._is_chief:
+                self._operation.report_completed(self._best_metric)
+            self._operation = next(self._operations, None)
+
+    # Training.
+
+    def _train(self, iterator: Iterator, max_batches: int) -> None:
+        self._model.stop_training = False
+        self._callbacks.on_train_begin(self._batches)
+        if self._saved_callback_states is not None:
+            _callback_states.load_states(self._saved_callback_states, self._callbacks.stateful)
+        if self._config.perform_initial_validation and self._batches == 0 and not self._test:
+            self._validate()
+        while True:
+            requested = self._workload_length(max_batches)
+            self._callbacks.on_train_workload_begin(self._batches, requested)
+            self._model.reset_metrics()
+            stopping = self._train_workload(iterator, requested)
+            if self._batches >= max_batches:
+                stopping = "end"
+            logs = self._report_training()
+            self._callbacks.on_train_workload_end(self._batches, logs)
+            metrics = None
+            if stopping in ("end", "request_stop") or self._period_elapsed(
+                self._config.min_validation_period, self._last_validation
+            ):
+                metrics = self._validate()
+                if not stopping and self._stop_requested():
+                    stopping = "request_stop"
+            if stopping or self._checkpoint_due(metrics):
+                self._checkpoint(iterator, metrics)
+            if stopping == "end":
+                max_batches = self._next_operation()
+                if max_batches is None:
+                    break
+            elif stopping == "pause":
+                self._state = State.PAUSED
+                self._core.preempt.acknowledge_preemption_signal()
+                break
+            elif stopping == "request_stop":
+                self._core.train.report_early_exit(core.EarlyExitReason.USER_REQUESTED_STOP)
+                break
+        self._callbacks.on_train_end()
+
+    def _workload_length(self, max_batches: int) -> int:
+        """``scheduling_unit`` batches, or fewer to end where the operation ends or a validation or checkpoint is due.
+
+        A resumed trial thus validates and checkpoints at the batches an uninterrupted one would.
+        """
+        if self._test:
+            return 1
+        length = min(self._config.scheduling_unit, max_batches - self._batches)
+        for period, since in (
+            (self._config.min_validation_period, self._last_validation),
+            (self._config.min_checkpoint_period, self._last_checkpoint),
+        ):
+            if period is not None:
+                due = period.to_batches(self.context.get_global_batch_size(), self._config.records_per_epoch)
+                length = min(length, max(1, max(since, 0) + due - self._batches))
+        return length
+
+    def _train_workload(self, iterator: Iterator, requested: int) -> str:
+        """Trains up to ``requested`` batches; returns "pause" or "request_stop" if training stops early, else ""."""
+        preempt, model = self._core.preempt, self._model
+        done = 0
+        while done < requested:
+            batches = min(self._step.batches_per_call, requested - done)
+            to_epoch_end = self._callbacks.batches_to_epoch_end(self._batches)
+            if to_epoch_end is not None:
+                batches = min(batches, to_epoch_end)
+            self._callbacks.on_train_batch_begin(self._batches)
+            logs, pause, stop = self._step(iterator, batches, preempt.requested_locally(), model.stop_training)
+            self._batches += batches
+            done += batches
+            self._callbacks.on_train_batch_end(self._batches, batches, logs)
+            self._core.train.report_batches(self._batches)
+            if self._distributed.size == 1:  # no agreement to wait for: what the callbacks just did counts
+                pause, stop = preempt.requested_locally(), model.stop_training
+            if pause:
+                return "pause"
+            if stop:
+                return "request_stop"
+        return ""
+
+    def _next_operation(self) -> Optional[int]:
+        """Completes the searcher's operation; returns the length of the next one to train, or None when done."""
+        if self._is_chief:
+            self._operation.report_completed(self._searcher_metric())
+        self._operation = next(self._operations, None)
+        self._complete_operations_reached()
+        if self._operation is None:
+            return None
+        max_batches = self._target(self._operation)
+        self._core.train.report_start(self._batches, max_batches)
+        return max_batches
+
+    def _stop_requested(self) -> bool:
+        """Whether a callback (EarlyStopping, say) set ``model.stop_training`` on any process in the validation."""
+        stop = bool(self._model.stop_training)
+        return any(self._distributed.allgather(stop)) if self._distributed.size > 1 else stop
+
+    def _period_elapsed(self, period: Optional[Length], since: int) -> bool:
+        if period is None:
+            return False
+        batches = period.to_batches(self.context.get_global_batch_size(), self._config.records_per_epoch)
+        return self._batches - max(since, 0) >= batches
+
+    def _checkpoint_due(self, metrics: Optional[dict[str, Any]]) -> bool:
+        if self._period_elapsed(self._config.min_checkpoint_period, self._last_checkpoint):
+            return True
+        policy = self._config.checkpoint_policy
+        return metrics is not None and (policy == "all" or (policy == "best" and self._improved))
+
+    # Metrics.
+
+    def _report_training(self) -> dict[str, Any]:
+        """Records the workload's training metrics, averaged over all ranks (or the chief's alone); returns them.
+
+        Keras' metrics hold their mean over the workload's batches (the loss included);
+        ``ReducerMetric`` values are already computed over every rank's batches.
+        """
+        mine = _to_json(self._model.get_metrics_result())
+        averaged = self._config.optimizations.average_training_metrics
+        per_rank = self._distributed.allgather(mine) if averaged and self._distributed.size > 1 else [mine]
+        exact = self._exact_metric_names()
+        metrics = {}
+        for key, value in mine.items():
+            if key in exact or not isinstance(value, float):
+                metrics[key] = value
+            else:
+                metrics[key] = float(np.mean([rank_metrics[key] for rank_metrics in per_rank]))
+        self._core.train.report_training_metrics(self._batches, metrics)
+        if self.context.fit_config.verbose and self._is_chief:
+            print(f"[keras] {self._batches} batches: {_format(metrics)}", flush=True)
+        return metrics
+
+    def _validate(self) -> dict[str, Any]:
+        self._validation.reset_count()
+        local = self._model.evaluate(
+            self._validation.dataset,
+            steps=self._validation.steps,
+            callbacks=self._callbacks.for_evaluate,
+            verbose=0,
+            return_dict=True,
+        )
+        combined = self._combine_across_ranks(_to_json(local or {}), self._validation.examples)
+        metrics = {f"val_{name}": value for name, value in combined.items()}
+        self._last_validation = self._batches
+        self._improved = self._is_improvement(metrics)
+        self._last_metrics = metrics
+        self._core.train.report_validation_metrics(self._batches, metrics)
+        self._callbacks.on_test_end(combined)
+        if self.context.fit_config.verbose and self._is_chief:
+            print(f"[keras] validation after {self._batches} batches: {_format(metrics)}", flush=True)
+        return metrics
+
+    def _combine_across_ranks(self, local: dict[str, Any], examples: int) -> dict[str, Any]:
+        """Per-rank metrics averaged, weighted by the examples each rank evaluated; exact ones as they are."""
+        per_rank = self._distributed.allgather((examples, local)) if self._distributed.size > 1 else [(examples, local)]
+        evaluated = [(count, metrics) for count, metrics in per_rank if count > 0]
+        if not evaluated:
+            raise TrialLifecycleError("Validation saw no example on any process: check build_validation_data_loader().")
+        total = sum(count for count, _ in evaluated)
+        exact = self._exact_metric_names()
+        combined = {}
+        for key, value in evaluated[0][1].items():
+            if key in exact or not isinstance(value, float):
+                combined[key] = value  # the same on every rank, or not a number to average
+            else:
+                combined[key] = sum(count * metrics[key] for count, metrics in evaluated) / total
+        return combined
+
+    def _exact_metric_names(self) -> set[str]:
+        return {metric.name for metric in self._model.metrics if isinstance(metric, ReducerMetric)}
+
+    def _is_improvement(self, metrics: dict[str, Any]) -> bool:
+        searcher = self._config.searcher
+        value = metrics.get(searcher.metric)
+        if not isinstance(value, (int, float)):
+            return False  # report_validation_metrics names the metrics there are
+        best = self._best_metric
+        improved = best is None or (value < best if searcher.smaller_is_better else value > best)
+        if improved:
+            self._best_metric = value
+        return improved
+
+    def _searcher_metric(self) -> Optional[float]:
+        value = (self._last_metrics or {}).get(self._config.searcher.metric)
+        return value if isinstance(value, (int, float)) else None
+
+    # Checkpoints.
+
+    def _checkpoint(self, iterator: Iterator, metrics: Optional[dict[str, Any]]) -> None:
+        size = self._distributed.size
+        rng_states = self._distributed.allgather(_random_states.python_and_numpy_state())
+        self._last_checkpoint = self._batches
+        metadata = {
+            "steps_completed": self._batches,
+            "batches_trained": self._batches,
+            "data_position": self._start_position + (self._batches - self._start_batches) * size,
+            "slots": size,
+            "trial_seed": self._seed,
+            "hparams": self._hparams,
+            "config": self._config.to_dict(),
+            "rng_states": rng_states,
+            "best_validation_metric": self._best_metric,
+            "last_validation_batches": self._last_validation,
+            "framework": {"det_estimator": __version__, "tensorflow": tf.__version__},
+        }
+        if metrics is not None:
+            metadata["validation_metrics"] = metrics
+        with self._core.checkpoint.store_path(metadata, shard=True) as (path, _):
+            self._train_data.save(iterator, path)
+            if self._is_chief:
+                write_variables(path, self._model)
+                self._export.write(path / SAVED_MODEL_DIR)
+                self._callbacks.on_checkpoint_end(str(path))
+                _callback_states.write_states(path, self._callbacks.stateful)  # last: as on_checkpoint_end left them
+
+
+def _to_json(logs: dict[str, Any]) -> dict[str, Any]:
+    """Keras logs (tensors, NumPy values) as JSON values: scalars as int or float, arrays as lists."""
+    converted = {}
+    for key, value in logs.items():
+        array = np.asarray(value.numpy() if hasattr(value, "numpy") else value)
+        if array.ndim:
+            converted[key] = array.tolist()
+        else:
+            converted[key] = array.item() if array.dtype.kind in "iub" else float(array)
+    return converted
+
+
+def _format(metrics: dict[str, Any]) -> str:
+    return ", ".join(
+        f"{key} {value:.6g}" if isinstance(value, float) else f"{key} {value}" for key, value in metrics.items()
+    )
+
+
+def _string_or_none(path: Optional[Path]) -> Optional[str]:
+    return None if path is None else str(path)

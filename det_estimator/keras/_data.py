@@ -1,0 +1,290 @@
+"""The five kinds of input as this process's tf.data pipelines: training resumable at any batch, validation counted.
+
+Every kind becomes a ``tf.data.Dataset`` of batches:
+
+- NumPy arrays ``(x, y[, w])`` (:mod:`._arrays`) and Sequences (plain or in a
+  :class:`SequenceAdapter`) are cut into one endless stream of per-process batches,
+  epoch after epoch; process ``rank`` of ``size`` reads batches ``rank``,
+  ``rank + size``, ... of it, so the processes share every epoch. Batch ``k`` of the
+  stream depends on ``k`` alone (and the trial seed, when shuffling), so a resumed trial
+  starts at the batch where it stopped by its number.
+- A ``tf.data.Dataset`` is the trial's own pipeline, sharded by ``wrap_dataset`` and
+  repeated; its iterator's state (buffers and all) is saved with every checkpoint, so a
+  resume costs the same at any position.
+"""
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Callable, Optional, Union
+
+import tensorflow as tf
+
+from det_estimator.errors import DetEstimatorError
+from det_estimator.keras._arrays import ArrayData
+from det_estimator.keras._context import TFKerasTrialContext
+from det_estimator.keras._sequences import BatchReader, Placement, SequenceAdapter, epoch_order, signature_of
+
+logger = logging.getLogger("det_estimator.keras")
+
+KINDS = "(x, y), (x, y, sample_weights), a tf.data.Dataset, a keras.utils.Sequence or a det.keras.SequenceAdapter"
+# The checkpoint directory of the training iterators' states, one file set per process.
+ITERATORS_DIR = "data"
+
+
+class DataError(DetEstimatorError, ValueError):
+    """A data loader cannot be used as returned."""
+
+
+class TrainingData:
+    """This process's endless training batches, which start at any batch of the trial.
+
+    Args:
+        make_dataset: builds the pipeline from the global stream position (NumPy and
+            Sequences) or regardless of it (tf.data).
+        rank: this process's rank.
+        saves_iterator: the position is the iterator's state (tf.data), saved per process.
+        reader: the Sequence reader to stop at the end, if any.
+        first_batch: a batch of the data, to build the model with before training
+            (Sequences, whose batches' shapes are unknown to tf.data).
+    """
+
+    def __init__(
+        self,
+        make_dataset: Callable[[int], tf.data.Dataset],
+        rank: int,
+        saves_iterator: bool = False,
+        reader: Optional[BatchReader] = None,
+        first_batch: Optional[tuple] = None,
+    ) -> None:
+        self._make_dataset = make_dataset
+        self._rank = rank
+        self._saves_iterator = saves_iterator
+        self._reader = reader
+        self.first_batch = first_batch
+        self._warned_unsaved = False
+
+    def start(self, position: int, batches: int, saved: Optional[tuple[Path, int]], size: int) -> Iterator:
+        """The iterator of this run's batches.
+
+        Args:
+            position: batches of the global stream read by all processes before this run.
+            batches: batches this process trained before this run.
+            saved: the checkpoint directory to resume from and how many processes wrote it.
+            size: how many processes train now.
+        """
+        dataset = self._make_dataset(position)
+        iterator = iter(dataset)
+        if not self._saves_iterator or batches == 0:
+            return iterator
+        prefix = None if saved is None else saved[0] / ITERATORS_DIR / f"rank{self._rank}"
+        if prefix is not None and saved[1] == size and Path(f"{prefix}.index").exists():
+            try:
+                tf.train.Checkpoint(iterator=iterator).read(str(prefix)).assert_consumed()
+            except (tf.errors.OpError, AssertionError, ValueError) as error:
+                raise DataError(
+                    f"The position of the training dataset saved in {prefix} cannot be restored: {error}. "
+                    "Does build_training_data_loader() build the same pipeline as when the checkpoint was written?"
+                ) from error
+            return iterator
+        logger.warning(
+            "The checkpoint holds no position of this process's training dataset (%s): the dataset restarts and "
+            "skips the %d batches already trained, which takes time in proportion to them.",
+            "it was written by another number of processes" if saved and saved[1] != size else "it could not be saved",
+            batches,
+        )
+        return iter(dataset.skip(batches))
+
+    def save(self, iterator: Iterator, directory: Path) -> None:
+        """Writes this process's position (a tf.data iterator's state) into a checkpoint being written."""
+        if not self._saves_iterator:
+            return
+        (directory / ITERATORS_DIR).mkdir(exist_ok=True)
+        prefix = directory / ITERATORS_DIR / f"rank{self._rank}"
+        try:
+            tf.train.Checkpoint(iterator=iterator).write(str(prefix))
+        except (tf.errors.OpError, ValueError, TypeError) as error:
+            for partial in prefix.parent.glob(f"{prefix.name}.*"):
+                partial.unlink()
+            if not self._warned_unsaved:
+                self._warned_unsaved = True
+                logger.warning(
+                    "The training dataset's position cannot be saved (%s); a resumed trial will skip the batches "
+                    "already trained instead. Pipelines of tf.data operations save theirs; Python generators "
+                    "and py_function do not.",
+                    str(error).splitlines()[0],
+                )
+
+    def close(self) -> None:
+        """Stops the threads and processes that read a Sequence."""
+        if self._reader is not None:
+            self._reader.close()
+
+
+class ValidationData:
+    """This process's share of the validation data, and how many examples the last evaluation saw.
+
+    Args:
+        dataset: this process's batches, one pass.
+        steps: batches to evaluate (None: the whole pass).
+        reader: the Sequence reader to stop at the end, if any.
+        first_batch: a batch, to build the model with (Sequences).
+    """
+
+    def __init__(
+        self,
+        dataset: tf.data.Dataset,
+        steps: Optional[int] = None,
+        reader: Optional[BatchReader] = None,
+        first_batch: Optional[tuple] = None,
+    ) -> None:
+        self._examples = tf.Variable(0, dtype=tf.int64, trainable=False, name="det_validation_examples")
+        options = tf.data.Options()
+        # Counting happens as Keras takes a batch: nothing may read ahead of it.
+        options.experimental_optimization.inject_prefetch = False
+        # An unknown length: Keras then evaluates an empty share (a process with no batch)
+        # instead of refusing it, and that process still takes part in exact metrics' exchange.
+        self.dataset = dataset.filter(lambda *batch: True).map(self._count).with_options(options)
+        self.steps = steps
+        self._reader = reader
+        self.first_batch = first_batch
+
+    def _count(self, *batch: Any) -> Any:
+        self._examples.assign_add(tf.cast(_batch_size(batch), tf.int64))
+        return batch if len(batch) > 1 else batch[0]
+
+    def reset_count(self) -> None:
+        """Starts counting examples afresh (before an evaluation)."""
+        self._examples.assign(0)
+
+    @property
+    def examples(self) -> int:
+        """Examples evaluated since :meth:`reset_count`."""
+        return int(self._examples.numpy())
+
+    def close(self) -> None:
+        """Stops the threads and processes that read a Sequence."""
+        if self._reader is not None:
+            self._reader.close()
+
+
+Loader = Union[tuple, tf.data.Dataset, tf.keras.utils.Sequence, SequenceAdapter]
+
+
+def training_data(loader: Loader, context: TFKerasTrialContext) -> TrainingData:
+    """The trial's training loader as a :class:`TrainingData` of this process.
+
+    Raises:
+        TypeError: the loader is of none of the five kinds.
+        DataError: a tf.data.Dataset not wrapped on several processes, or unusable arrays.
+    """
+    which = "build_training_data_loader()"
+    distributed, fit = context.distributed, context.fit_config
+    shuffle_seed = context.get_trial_seed() if fit.shuffle else None
+    if isinstance(loader, tf.data.Dataset):
+        _check_wrapped(loader, context, which)
+        dataset = _class_weighted(loader.repeat(), fit.class_weight)
+        return TrainingData(lambda position: dataset, distributed.rank, saves_iterator=True)
+    if isinstance(loader, tuple):
+        arrays = ArrayData(loader, which)
+        batch_size = context.get_per_slot_batch_size()
+
+        def arrays_from(position: int) -> tf.data.Dataset:
+            stream = arrays.training(batch_size, distributed.rank, distributed.size, position, shuffle_seed)
+            return _class_weighted(stream, fit.class_weight)
+
+        return TrainingData(arrays_from, distributed.rank)
+    reader = _reader(loader, context, which)
+    first_batch = reader.first_batch()
+    signature = signature_of(first_batch)
+    num_batches = len(reader.sequence)
+
+    def sequence_from(position: int) -> tf.data.Dataset:
+        first = position + distributed.rank
+        epoch = first // num_batches
+        for _ in range(epoch):  # the Sequence as it was when the trial reached this epoch
+            reader.sequence.on_epoch_end()
+
+        def batches() -> Iterator[tuple]:
+            return reader.read(_sequence_plan(num_batches, first, distributed.size, shuffle_seed), epoch)
+
+        stream = tf.data.Dataset.from_generator(batches, output_signature=signature)
+        return _class_weighted(stream, fit.class_weight).prefetch(1)
+
+    return TrainingData(sequence_from, distributed.rank, reader=reader, first_batch=first_batch)
+
+
+def validation_data(loader: Loader, context: TFKerasTrialContext, test_mode: bool = False) -> ValidationData:
+    """The trial's validation loader as this process's :class:`ValidationData`.
+
+    Raises:
+        TypeError: the loader is of none of the five kinds.
+        DataError: a tf.data.Dataset not wrapped on several processes, or unusable arrays.
+    """
+    which = "build_validation_data_loader()"
+    distributed, fit = context.distributed, context.fit_config
+    if isinstance(loader, tf.data.Dataset):
+        _check_wrapped(loader, context, which)
+        return ValidationData(loader, steps=1 if test_mode else fit.validation_steps)
+    steps = 1 if test_mode else None
+    if isinstance(loader, tuple):
+        arrays = ArrayData(loader, which)
+        dataset = arrays.validation(context.get_per_slot_batch_size(), distributed.rank, distributed.size)
+        return ValidationData(dataset, steps=steps)
+    reader = _reader(loader, context, which)
+    first_batch = reader.first_batch()
+    indices = range(distributed.rank, len(reader.sequence), distributed.size)
+
+    def one_pass() -> Iterator[tuple]:
+        yield from reader.read((Placement(0, index) for index in indices), epoch=0)
+        reader.sequence.on_epoch_end()  # as model.evaluate does after its pass
+
+    dataset = tf.data.Dataset.from_generator(one_pass, output_signature=signature_of(first_batch))
+    return ValidationData(dataset, steps=steps, reader=reader, first_batch=first_batch)
+
+
+def _reader(loader: Any, context: TFKerasTrialContext, which: str) -> BatchReader:
+    fit = context.fit_config
+    if isinstance(loader, SequenceAdapter):
+        return BatchReader(loader.sequence, loader.workers, loader.use_multiprocessing, loader.max_queue_size)
+    if isinstance(loader, tf.keras.utils.Sequence):
+        return BatchReader(loader, fit.workers, fit.use_multiprocessing, fit.max_queue_size)
+    hint = " (a list: return a tuple)" if isinstance(loader, list) else ""
+    raise TypeError(f"{which} must return {KINDS}. Received: {type(loader).__name__}{hint}")
+
+
+def _sequence_plan(num_batches: int, first: int, size: int, shuffle_seed: Optional[int]) -> Iterator[Placement]:
+    """Batches ``first``, ``first + size``, ... of the endless stream of a Sequence's epochs."""
+    element, epoch, order = first, -1, None
+    while True:
+        if element // num_batches != epoch:
+            epoch = element // num_batches
+            order = epoch_order(num_batches, epoch, shuffle_seed)
+        yield Placement(epoch, int(order[element % num_batches]))
+        element += size
+
+
+def _check_wrapped(dataset: tf.data.Dataset, context: TFKerasTrialContext, which: str) -> None:
+    if context.distributed.size > 1 and not context.is_wrapped_dataset(dataset):
+        raise DataError(
+            f"The tf.data.Dataset returned by {which} was never passed to context.wrap_dataset(). With "
+            f"{context.distributed.size} processes, wrap each dataset right after creating it (before batching), so "
+            "that each process reads its own share: dataset = self.context.wrap_dataset(dataset)."
+        )
+
+
+def _class_weighted(dataset: tf.data.Dataset, class_weight: Optional[dict]) -> tf.data.Dataset:
+    if not class_weight:
+        return dataset
+    from keras.src.engine import data_adapter  # Keras' own rule, as model.fit(class_weight=...) applies it
+
+    return dataset.map(data_adapter._make_class_weight_map_fn(class_weight))
+
+
+def _batch_size(batch: tuple) -> tf.Tensor:
+    first = tf.nest.flatten(batch)[0]
+    if isinstance(first, tf.SparseTensor):
+        return first.dense_shape[0]
+    if isinstance(first, tf.RaggedTensor):
+        return first.nrows()
+    return tf.shape(first, out_type=tf.int64)[0]

@@ -1,0 +1,40 @@
+"""load_model_from_checkpoint_path: the SavedModel of a Keras checkpoint, for inference."""
+
+from pathlib import Path
+from typing import Any, Optional, Union
+
+
+def load_model_from_checkpoint_path(path: Union[str, Path], tags: Optional[list[str]] = None) -> Any:
+    """Loads the SavedModel of a checkpoint written by a ``TFKerasTrial``.
+
+    Every checkpoint of a Keras trial holds its model as a SavedModel (in
+    ``saved_model/``); this finds it under ``path`` and loads it with
+    ``tf.saved_model.load``. The result is a TensorFlow ``AutoTrackable`` whose
+    ``signatures["serving_default"]`` takes the model's inputs by name and returns its
+    outputs by name, in inference mode.
+
+    Args:
+        path: the checkpoint's directory (``checkpoint list`` and ``run_trial``'s outcome give it).
+        tags: the MetaGraph tags to load (default ``["serve"]``).
+
+    Returns:
+        The loaded SavedModel.
+
+    Raises:
+        ValueError: there is no SavedModel under ``path``, or more than one.
+
+    Example:
+        ::
+
+            model = det.keras.load_model_from_checkpoint_path(checkpoint_path)
+            outputs = model.signatures["serving_default"](x=tf.constant(rows))
+    """
+    import tensorflow as tf
+
+    found = sorted(Path(path).glob("**/saved_model.pb"))
+    if not found:
+        raise ValueError(f"There is no SavedModel (saved_model.pb) under {path}: it is not a Keras trial's checkpoint.")
+    if len(found) > 1:
+        listed = ", ".join(str(item.parent) for item in found)
+        raise ValueError(f"There are {len(found)} SavedModels under {path}: {listed}. Pass the path of one of them.")
+    return tf.saved_model.load(str(found[0].parent), tags=tags or ["serve"])

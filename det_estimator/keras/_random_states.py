@@ -1,0 +1,63 @@
+"""The random states a Keras trial resumes with: Python's, NumPy's, TensorFlow's global generator and the layers'.
+
+Before the model is built, Keras is told to draw its layers' randomness (dropout,
+noise and the like) from ``tf.random.Generator`` objects rather than from TensorFlow's
+stateful random ops, whose position no checkpoint can hold. The generators' states
+are variables, which every checkpoint saves, so a resumed trial draws the dropout masks
+an uninterrupted one would.
+"""
+
+import random
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+
+def seed_everything(seed: int) -> None:
+    """Seeds Python, NumPy, TensorFlow (global seed and global generator) and Keras' own seed generator."""
+    tf.keras.utils.set_random_seed(seed)
+    tf.random.set_global_generator(tf.random.Generator.from_seed(seed))
+
+
+def use_generators_in_layers() -> bool:
+    """Makes Keras layers built from now on draw from ``tf.random.Generator`` objects; returns the previous setting."""
+    previous = tf.keras.backend.experimental.is_tf_random_generator_enabled()
+    tf.keras.backend.experimental.enable_tf_random_generator()
+    return previous
+
+
+def restore_layer_setting(previous: bool) -> None:
+    """Puts back the setting :func:`use_generators_in_layers` changed (a trial run in the caller's process)."""
+    if not previous:
+        tf.keras.backend.experimental.disable_tf_random_generator()
+
+
+def generators(model: tf.keras.Model) -> dict[str, Any]:
+    """The trackable random states to checkpoint: the global generator and each layer's, in layer order."""
+    found = []
+    for module in [model, *model.submodules]:
+        generator = getattr(getattr(module, "_random_generator", None), "_generator", None)
+        if isinstance(generator, tf.random.Generator):
+            found.append(generator)
+    return {"global_generator": tf.random.get_global_generator(), "layer_generators": found}
+
+
+def python_and_numpy_state() -> dict[str, Any]:
+    """This process's Python and NumPy random states, as JSON values."""
+    version, state, gauss = random.getstate()
+    name, keys, position, has_gauss, cached = np.random.get_state()
+    return {
+        "python": [version, list(state), gauss],
+        "numpy": [name, keys.tolist(), int(position), int(has_gauss), float(cached)],
+    }
+
+
+def restore_python_and_numpy_state(states: list[dict[str, Any]], rank: int) -> None:
+    """Restores this process's states from :func:`python_and_numpy_state` of every process (by rank)."""
+    if rank >= len(states):
+        return
+    version, state, gauss = states[rank]["python"]
+    random.setstate((version, tuple(state), gauss))
+    name, keys, position, has_gauss, cached = states[rank]["numpy"]
+    np.random.set_state((name, np.array(keys, dtype=np.uint32), position, has_gauss, cached))

@@ -1,0 +1,134 @@
+"""ReducerMetric: a Keras metric computed by a MetricReducer over the data of every process."""
+
+import re
+from typing import Any, Optional
+
+import numpy as np
+import tensorflow as tf
+
+from det_estimator import _horovod
+from det_estimator.reducers import MetricReducer
+from det_estimator.reducers._accumulator import MetricAccumulator
+
+
+class ReducerMetric(tf.keras.metrics.Metric):
+    """A Keras metric whose value is computed by a ``MetricReducer`` over every process's data.
+
+    Each batch's ``{"labels": y_true, "predictions": y_pred, "weights": sample_weight}``
+    (``weights`` only when there are sample weights) goes to the reducer's
+    ``accumulate`` on this process; when Keras reads the metric's value at the end of
+    ``model.evaluate`` (or of an epoch of ``model.fit``, or of a workload and of a
+    validation in a ``TFKerasTrial``), the processes exchange their states in one
+    Horovod allgather and every process gets the reducer's ``cross_slot_reduce`` of all
+    of them. With ``RocAuc`` the value equals ``sklearn.metrics.roc_auc_score`` on the
+    union of every process's data, however unevenly it is split; Keras' own
+    ``tf.keras.metrics.AUC`` is binned, and averaging it per process is wrong again.
+    Without Horovod, or on one process, the local state is reduced directly.
+
+    It works in ``model.compile(metrics=[...])``, ``weighted_metrics`` and
+    ``model.evaluate``, in a trial or in a plain Keras script (run under horovodrun
+    with ``horovod.tensorflow`` initialized for several processes). Every evaluation
+    starts from a fresh ``copy.deepcopy`` of ``reducer``.
+
+    The value is computed when Keras reads it eagerly, at the end; the per-batch values
+    Keras computes inside its compiled step functions (progress bars, batch logs) are
+    NaN. So on several processes, do not compile the model with ``run_eagerly=True``:
+    every process would have to read it after each of its batches, in step with the
+    others. For the same reason every process must evaluate, even one without data:
+    Keras refuses empty arrays, so give such a process an empty ``tf.data.Dataset`` of
+    unknown length (a filtered one); a ``TFKerasTrial`` does this by itself.
+
+    Args:
+        reducer: the reducer, such as ``det_estimator.reducers.RocAuc()``.
+        name: the metric's name in logs (``val_<name>`` in a trial's validation
+            metrics); default: the reducer's class name in snake case.
+        dtype: the dtype of the value; float64 by default, so that exact values stay
+            exact.
+        **kwargs: passed to ``tf.keras.metrics.Metric``.
+
+    Raises:
+        TypeError: ``reducer`` is not a ``MetricReducer``.
+
+    Example:
+        ::
+
+            from det_estimator.reducers import RocAuc
+
+            model.compile(
+                optimizer,
+                loss="binary_crossentropy",
+                metrics=[det.keras.ReducerMetric(RocAuc(), name="auc")],
+            )
+    """
+
+    def __init__(
+        self, reducer: MetricReducer, name: Optional[str] = None, dtype: Any = tf.float64, **kwargs: Any
+    ) -> None:
+        if not isinstance(reducer, MetricReducer):
+            raise TypeError(
+                "Argument `reducer` must be a MetricReducer instance (e.g. det_estimator.reducers.RocAuc()). "
+                f"Received: reducer={reducer!r}"
+            )
+        super().__init__(name=name or _snake_case(type(reducer).__name__), dtype=dtype, **kwargs)
+        self._prototype = reducer
+        self._accumulator = MetricAccumulator(reducer, name=self.name, rank=_horovod.rank())
+        self._value: Optional[np.ndarray] = None
+        self._collective_name = "det_reducer_metric." + re.sub(r"[^A-Za-z0-9_.-]", "_", self.name)
+
+    @property
+    def reducer(self) -> MetricReducer:
+        """The reducer every evaluation copies."""
+        return self._prototype
+
+    def update_state(self, y_true: Any, y_pred: Any, sample_weight: Optional[Any] = None) -> tf.Tensor:
+        """Adds one batch to this process's state (an op that calls the reducer's ``accumulate``)."""
+        inputs = {"labels": y_true, "predictions": y_pred}
+        if sample_weight is not None:
+            inputs["weights"] = sample_weight
+        keys = sorted(inputs)
+
+        def accumulate(*arrays: np.ndarray) -> np.int64:
+            self._value = None
+            return np.int64(self._accumulator.accumulate(dict(zip(keys, arrays))))
+
+        return tf.numpy_function(accumulate, [inputs[key] for key in keys], tf.int64, stateful=True)
+
+    @tf.autograph.experimental.do_not_convert  # plain Python: its errors reach the caller as they are
+    def result(self) -> tf.Tensor:
+        """The value over every process's batches since the last reset (NaN inside compiled step functions)."""
+        if not tf.executing_eagerly():
+            return tf.constant(np.nan, dtype=self.dtype)
+        if self._value is None:
+            self._value = self._reduce()
+        return tf.constant(self._value, dtype=self.dtype)
+
+    def reset_state(self) -> None:
+        """Starts a new evaluation: the next batches go to a fresh copy of the reducer."""
+        self._accumulator = MetricAccumulator(self._prototype, name=self.name, rank=_horovod.rank())
+        self._value = None
+
+    def get_config(self) -> dict[str, Any]:
+        """The metric's config, with the reducer object itself (it is not JSON)."""
+        return {**super().get_config(), "reducer": self._prototype}
+
+    def _reduce(self) -> np.ndarray:
+        # A fresh accumulator reduces, so that this one keeps its state if Keras goes on
+        # accumulating before the next reset.
+        combiner = MetricAccumulator(self._prototype, name=self.name, rank=_horovod.rank())
+        if _horovod.is_distributed():
+            local = tf.constant(np.frombuffer(self._accumulator.encode(), dtype=np.uint8))
+            all_bytes, sizes = _horovod.allgather_bytes(local, name=self._collective_name)
+            value = combiner.reduce_encoded(all_bytes.numpy(), sizes.numpy())
+        else:
+            value = combiner.reduce([self._accumulator.local_envelope()])
+        try:
+            return np.asarray(value, dtype=self.dtype)
+        except (TypeError, ValueError) as error:
+            raise TypeError(
+                f"Metric {self.name!r}: cross_slot_reduce returned {value!r}, which cannot be converted to "
+                f"{self.dtype}: {error}"
+            ) from None
+
+
+def _snake_case(name: str) -> str:
+    return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", name).lower()

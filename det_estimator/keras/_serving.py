@@ -1,0 +1,48 @@
+"""The SavedModel every Keras checkpoint carries, for serving."""
+
+import logging
+from pathlib import Path
+from typing import Any, Optional
+
+import tensorflow as tf
+
+logger = logging.getLogger("det_estimator.keras")
+
+# The SavedModel's directory in a checkpoint; load_model_from_checkpoint_path finds it.
+SAVED_MODEL_DIR = "saved_model"
+
+
+class ServingExport:
+    """Writes the model as a SavedModel with a ``serving_default`` signature (inference, ``training=False``).
+
+    The signature is traced once, on the model's input specs, and reused for every
+    checkpoint; only the variables' values change between exports. The SavedModel holds
+    the model's variables and that one function, without Keras' own serialization of
+    every layer, so writing it takes a fraction of a second; load it with
+    ``tf.saved_model.load`` (or :func:`det.keras.load_model_from_checkpoint_path`).
+
+    Args:
+        model: the trained Keras model.
+    """
+
+    def __init__(self, model: tf.keras.Model) -> None:
+        self._model = model
+        self._signature: Optional[Any] = None
+        self._holder: Optional[tf.Module] = None
+        self._warned = False
+
+    def write(self, directory: Path) -> bool:
+        """Writes the SavedModel into ``directory``; returns False if the model's inputs are not known yet."""
+        if self._signature is None:
+            if self._model.save_spec() is None:
+                if not self._warned:
+                    self._warned = True
+                    logger.warning("The model was never called, so its inputs are unknown: no SavedModel is written.")
+                return False
+            from keras.src.saving.legacy import saving_utils  # the signature Keras' own SavedModel export uses
+
+            self._signature = saving_utils.trace_model_call(self._model)
+            self._holder = tf.Module()
+            self._holder.model_variables = list(self._model.variables)
+        tf.saved_model.save(self._holder, str(directory), signatures={"serving_default": self._signature})
+        return True

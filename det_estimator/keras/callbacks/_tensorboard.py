@@ -1,0 +1,59 @@
+"""TensorBoard: Keras' TensorBoard callback, writing into the trial's TensorBoard directory."""
+
+import logging
+import os
+from typing import Any
+
+import tensorflow as tf
+
+from det_estimator.keras.callbacks._callback import Callback
+
+logger = logging.getLogger("det_estimator.keras")
+
+# Below the trial's TensorBoard directory, next to the metrics the experiment store writes
+# there itself (training/ and validation/).
+SUBDIRECTORY = "keras"
+
+
+class TensorBoard(tf.keras.callbacks.TensorBoard, Callback):
+    """Keras' TensorBoard callback, writing under the experiment's TensorBoard directory.
+
+    It takes the arguments of ``tf.keras.callbacks.TensorBoard`` except ``log_dir``,
+    which is ignored (with a warning): the events go to ``keras/`` in the trial's
+    TensorBoard directory (``core_context.train.get_tensorboard_path()``), beside the
+    training and validation metrics the experiment store writes there, so that
+    ``tensorboard --logdir <store>-files/experiments/<id>`` shows everything. Only the
+    chief (rank 0) writes.
+
+    Besides what Keras writes (graphs, histograms and profiles on Keras' schedule), it
+    writes each workload's training metrics as ``epoch_<name>`` at the step of the
+    batches trained, and each validation's combined metrics as
+    ``evaluation_<name>_vs_iterations``. ``TFKerasTensorBoard`` is another name for it.
+
+    Example:
+        ::
+
+            def keras_callbacks(self):
+                return [det.keras.callbacks.TensorBoard(update_freq=100, histogram_freq=1)]
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        if args or "log_dir" in kwargs:
+            given = args[0] if args else kwargs.pop("log_dir")
+            args = args[1:]
+            logger.warning(
+                "TensorBoard(log_dir=%r) is ignored: the events go to the trial's TensorBoard directory.", given
+            )
+        # Keras' default, for use outside a trial; the harness sets the trial's directory.
+        super().__init__("logs", *args, **kwargs)
+
+    def use_directory(self, trial_directory: str) -> None:
+        """Writes under ``trial_directory`` (the harness calls it before training starts)."""
+        self.log_dir = os.path.join(trial_directory, SUBDIRECTORY)
+
+    def on_train_workload_end(self, total_batches_trained: int, logs: dict[str, Any]) -> None:
+        """Writes the workload's training metrics (and a learning rate schedule's value) at its last batch."""
+        self._log_epoch_metrics(total_batches_trained, dict(logs))
+
+
+TFKerasTensorBoard = TensorBoard

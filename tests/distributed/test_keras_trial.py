@@ -1,0 +1,78 @@
+"""The Keras trial controller on two real processes under horovodrun: closed form, pause, kill, metrics, wrappers."""
+
+from pathlib import Path
+
+import pytest
+
+import det_estimator as det
+
+SUPPORT = Path(__file__).parent.parent / "support"
+LEARNING_RATE, GLOBAL_BATCH = 0.01, 8
+
+
+@pytest.fixture(scope="module")
+def analytic_keras(analytic, module_loader):
+    return module_loader(SUPPORT / "analytic_keras_trial.py")
+
+
+@pytest.mark.parametrize("loader", ["numpy", "sequence", "tfdata"])
+def test_two_processes_follow_the_closed_form_through_a_pause_and_a_kill(analytic_keras, runs, tmp_path, loader):
+    process = analytic_keras.start_run(tmp_path, 60, 2, 0.05, loader=loader)
+    runs.wait_for_line(process, "checkpoint")
+    process.terminate()  # the launcher: every rank checkpoints and stops
+    status, output, paused = runs.finish(process)
+    assert status == 0, output[-3000:]
+    assert paused["state"] == "PAUSED" and paused["checkpoints"][-1]["batches"] == paused["batches_trained"]
+    analytic_keras.assert_closed_form(paused["validations"])
+    # Each rank's loss is over its half batch; their average is the global batch's loss.
+    expected = analytic_keras.expected_workload_losses(paused["batches_trained"], 5, LEARNING_RATE, GLOBAL_BATCH)
+    losses = [t["metrics"]["loss"] for t in paused["training"]]
+    assert losses[: len(expected) - 1] == pytest.approx(expected[: len(losses)][:-1], rel=1e-5)
+
+    process = analytic_keras.start_run(tmp_path, 60, 2, 0.1, loader=loader)
+    runs.kill_at_random_batch(process, seed=5)  # every process at once, wherever it is
+    final = det.run_trial(analytic_keras.AnalyticKerasTrial, analytic_keras.make_config(tmp_path, 60, loader), slots=2)
+    resumed_after = final.batches_trained - len(final.validations) * 5
+    assert paused["batches_trained"] < resumed_after < 60, "the kill must interrupt training after the first resume"
+    assert final.batches_trained == 60
+    analytic_keras.assert_closed_form(final.validations)
+
+
+def test_validation_metrics_are_weighted_by_the_examples_each_process_evaluated(analytic_keras, tmp_path):
+    config = analytic_keras.make_config(tmp_path, 5)
+    config["hyperparameters"]["validation_records"] = 9  # batches of 4: rank 0 evaluates 5 records, rank 1 four
+    outcome = det.run_trial(analytic_keras.AnalyticKerasTrial, config, slots=2)
+
+    (validation,) = outcome.validations
+    weight = validation["metrics"]["val_weight"]
+    assert validation["metrics"]["val_loss"] == pytest.approx(analytic_keras.validation_loss(weight, 9), rel=1e-6)
+    assert validation["metrics"]["val_records"] == 9
+    errors = (weight * analytic_keras.FEATURES[:9].astype(float) - analytic_keras.TARGETS[:9].astype(float)) ** 2
+    per_rank_average = (errors[[0, 1, 2, 3, 8]].mean() + errors[4:8].mean()) / 2
+    assert abs(per_rank_average - errors.mean()) > 1e-3, "the data must tell weighted from unweighted"
+    events = [analytic_keras.events(tmp_path / "events", rank) for rank in (0, 1)]
+    # Every rank's callbacks see the combined metrics in on_test_end.
+    assert [e["logs"] for e in events[0] if e["event"] == "test_end"] == [
+        e["logs"] for e in events[1] if e["event"] == "test_end"
+    ]
+
+
+def test_a_dataset_not_wrapped_on_two_processes_is_an_error_naming_the_wrapper(analytic_keras, runs, tmp_path):
+    process = analytic_keras.start_run(tmp_path, 10, 2, loader="tfdata", wrap_dataset=False)
+    status, output, outcome = runs.finish(process, timeout=150)
+    assert status != 0 and outcome is None
+    assert "was never passed to context.wrap_dataset(). With 2 processes" in output
+
+
+def test_exact_metrics_in_a_model_run_eagerly_on_two_processes_are_refused(analytic_keras, runs, tmp_path):
+    process = analytic_keras.start_run(tmp_path, 10, 2, eagerly=True)
+    status, output, outcome = runs.finish(process, timeout=150)
+    assert status != 0 and outcome is None
+    assert "compiled with run_eagerly=True and has ReducerMetric metrics" in output
+
+
+def test_an_optimizer_not_wrapped_is_wrapped_at_compile(analytic_keras, tmp_path):
+    config = analytic_keras.make_config(tmp_path, 10)
+    config["hyperparameters"]["wrap_optimizer"] = False
+    outcome = det.run_trial(analytic_keras.AnalyticKerasTrial, config, slots=2)
+    analytic_keras.assert_closed_form(outcome.validations)  # gradients averaged over both processes all the same

@@ -1,0 +1,88 @@
+"""ReducerMetric in model.compile and model.evaluate on one process (two processes: tests/distributed)."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from sklearn.metrics import average_precision_score, roc_auc_score
+
+import det_estimator as det
+from det_estimator.reducers import AveragePrecision, MetricReducer, RocAuc
+from det_estimator.reducers._accumulator import MetricReductionError
+
+ROWS = 3001  # not a multiple of the batch size
+
+
+def data(seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(ROWS, 4)).astype(np.float32)
+    y = (x[:, 0] + rng.normal(size=ROWS) > 1.0).astype(np.float32)
+    return x, y
+
+
+def scored_model(metrics, weighted_metrics=None):
+    model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(1, activation="sigmoid")])
+    model.layers[0].set_weights([np.array([[1.0], [0.5], [-0.25], [0.0]], np.float32), np.zeros(1, np.float32)])
+    model.compile("sgd", "binary_crossentropy", metrics=metrics, weighted_metrics=weighted_metrics)
+    return model
+
+
+def test_evaluate_gives_scikit_learns_exact_values_where_keras_auc_is_binned():
+    x, y = data()
+    model = scored_model(
+        [
+            det.keras.ReducerMetric(RocAuc(), name="auc"),
+            det.keras.ReducerMetric(AveragePrecision()),
+            tf.keras.metrics.AUC(name="binned_auc"),
+        ]
+    )
+    results = model.evaluate(x, y, batch_size=128, verbose=0, return_dict=True)
+    scores = model.predict(x, verbose=0).ravel()
+    assert results["auc"] == pytest.approx(roc_auc_score(y, scores), rel=0, abs=1e-12)
+    assert results["average_precision"] == pytest.approx(average_precision_score(y, scores), rel=0, abs=1e-12)
+    assert abs(results["binned_auc"] - roc_auc_score(y, scores)) > 1e-7  # Keras' own, with 200 thresholds
+    as_list = model.evaluate(x, y, batch_size=128, verbose=0)
+    assert as_list[1] == results["auc"]  # a fresh state, and evaluate's list holds the exact value too
+
+
+def test_sample_weights_reach_the_reducer_through_weighted_metrics():
+    x, y = data()
+    weights = np.random.default_rng(1).uniform(0, 2, ROWS).astype(np.float32)  # Keras' float type
+    model = scored_model([], weighted_metrics=[det.keras.ReducerMetric(RocAuc(), name="auc")])
+    results = model.evaluate(x, y, sample_weight=weights, batch_size=100, verbose=0, return_dict=True)
+    scores = model.predict(x, verbose=0).ravel()
+    assert results["auc"] == pytest.approx(roc_auc_score(y, scores, sample_weight=weights), rel=0, abs=1e-12)
+
+
+def test_each_evaluation_starts_afresh_and_fit_reports_each_epochs_exact_value():
+    x, y = data()
+    auc = det.keras.ReducerMetric(RocAuc(), name="auc")
+    model = scored_model([auc])
+    half = model.evaluate(x[:1000], y[:1000], verbose=0, return_dict=True)["auc"]
+    scores = model.predict(x[:1000], verbose=0).ravel()
+    assert half == pytest.approx(roc_auc_score(y[:1000], scores), abs=1e-12)
+    batch_values = []
+    record = tf.keras.callbacks.LambdaCallback(on_train_batch_end=lambda batch, logs: batch_values.append(logs["auc"]))
+    history = model.fit(x, y, epochs=2, batch_size=500, verbose=0, callbacks=[record])
+    assert all(0.5 < value < 1.0 for value in history.history["auc"])
+    assert np.isnan(batch_values).all()  # not computed inside the compiled step
+
+
+def test_the_name_defaults_to_the_reducer_and_a_non_reducer_is_refused():
+    assert det.keras.ReducerMetric(RocAuc()).name == "roc_auc"
+    assert det.keras.ReducerMetric(AveragePrecision()).dtype == "float64"
+    with pytest.raises(TypeError, match=r"Argument `reducer` must be a MetricReducer instance .* Received: reducer="):
+        det.keras.ReducerMetric(roc_auc_score)
+
+
+def test_a_failing_reducer_names_the_metric_and_the_error():
+    class Broken(MetricReducer):
+        def accumulate(self, metric):
+            raise ValueError("cannot read this batch")
+
+        def cross_slot_reduce(self, per_slot_metrics):
+            return 0.0
+
+    x, y = data()
+    model = scored_model([det.keras.ReducerMetric(Broken(), name="broken")])
+    with pytest.raises(MetricReductionError, match=r"(?s)Metric 'broken'.*Broken failed in accumulate.*cannot read"):
+        model.evaluate(x, y, verbose=0)
