@@ -1,0 +1,88 @@
+"""What an exact ``ReducerMetric(RocAuc())`` costs in ``model.evaluate``, against Keras' own AUC and no metric.
+
+Evaluates the same model on the same ``--rows`` examples (1M by default, about 2%
+positives, batches of ``--batch-size``) compiled three ways: with the loss only, with
+``tf.keras.metrics.AUC(num_thresholds=200)``, and with
+``det.keras.ReducerMetric(RocAuc())``. Prints each evaluation's time (the fastest and
+the median of ``--repeats`` runs, interleaved so that the machine's load hits all
+alike), each one's ratio to the evaluation without a metric, and how far each AUC is
+from scikit-learn's on the same scores.
+
+Usage: ``.venv/bin/python benchmarks/keras_reducer_metric.py [--rows 1000000] [--repeats 5]``
+"""
+
+import argparse
+import os
+import statistics
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+from sklearn.metrics import roc_auc_score  # noqa: E402
+
+import det_estimator as det  # noqa: E402
+from det_estimator.reducers import RocAuc  # noqa: E402
+
+NUM_FEATURES = 16
+
+
+def clicks(rows: int):
+    rng = np.random.default_rng(0)
+    features = rng.normal(size=(rows, NUM_FEATURES)).astype(np.float32)
+    logits = -4.5 + features[:, 0] + 0.5 * features[:, 1]
+    labels = (rng.random(rows) < 1.0 / (1.0 + np.exp(-logits))).astype(np.float32)
+    return features, labels
+
+
+def model(metrics: list) -> tf.keras.Model:
+    built = tf.keras.Sequential(
+        [
+            tf.keras.Input((NUM_FEATURES,)),
+            tf.keras.layers.Dense(32, activation="relu"),
+            tf.keras.layers.Dense(1, activation="sigmoid"),
+        ]
+    )
+    built.set_weights([np.random.default_rng(1).normal(0, 0.3, w.shape).astype(np.float32) for w in built.weights])
+    built.compile("sgd", "binary_crossentropy", metrics=metrics)
+    return built
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Measures ReducerMetric(RocAuc()) in model.evaluate.")
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--batch-size", type=int, default=1024)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+
+    features, labels = clicks(args.rows)
+    dataset = tf.data.Dataset.from_tensor_slices((features, labels)).batch(args.batch_size).cache()
+    variants = {
+        "no metric": model([]),
+        "Keras AUC(num_thresholds=200)": model([tf.keras.metrics.AUC(num_thresholds=200, name="auc")]),
+        "ReducerMetric(RocAuc())": model([det.keras.ReducerMetric(RocAuc(), name="auc")]),
+    }
+    for built in variants.values():  # traces the test step and fills the cache
+        built.evaluate(dataset, verbose=0)
+    seconds = {name: [] for name in variants}
+    results = {}
+    for _ in range(args.repeats):
+        for name, built in variants.items():
+            started = time.perf_counter()
+            results[name] = built.evaluate(dataset, verbose=0, return_dict=True)
+            seconds[name].append(time.perf_counter() - started)
+
+    exact = roc_auc_score(labels, variants["no metric"].predict(dataset, verbose=0).ravel())
+    base_fastest, base_median = min(seconds["no metric"]), statistics.median(seconds["no metric"])
+    print(f"model.evaluate of {args.rows:,} examples in batches of {args.batch_size} ({args.repeats} runs each)")
+    print(f"  {'metric':32s} {'fastest':>9s} {'median':>9s}   vs no metric (fastest, median)   |AUC - sklearn|")
+    for name, times in seconds.items():
+        fastest, median = min(times), statistics.median(times)
+        error = f"{abs(results[name]['auc'] - exact):.2e}" if "auc" in results[name] else "-"
+        ratios = f"{fastest / base_fastest:6.2f}x  {median / base_median:6.2f}x"
+        print(f"  {name:32s} {fastest:8.2f}s {median:8.2f}s   {ratios}                  {error}")
+
+
+if __name__ == "__main__":
+    main()
