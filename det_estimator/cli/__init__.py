@@ -7,6 +7,7 @@ from typing import Callable, Optional
 
 from det_estimator import __version__
 from det_estimator.cli import _experiments as experiments
+from det_estimator.cli import _jobs as jobs
 from det_estimator.cli._environment import show_environment
 from det_estimator.cli._experiments import UsageError
 
@@ -121,6 +122,19 @@ def build_parser() -> argparse.ArgumentParser:
     described = trial_actions.add_parser("describe", parents=[json_option], help="a trial's runs and validations")
     described.add_argument("trial_id", metavar="ID", type=int)
     described.set_defaults(run=experiments.describe_trial)
+
+    job = commands.add_parser("job", aliases=["j"], help="batch-inference jobs: a script on N slots, with its log")
+    job_actions = job.add_subparsers(dest="action", metavar="ACTION", required=True)
+    job_run = job_actions.add_parser("run", parents=[json_option], help="run a job config's script in the foreground")
+    job_run.add_argument("config", metavar="CONFIG", help="the job config (YAML): entrypoint_script, data, resources")
+    job_run.add_argument("context_dir", metavar="CONTEXT_DIR", help="the directory holding the script")
+    job_run.add_argument("--slots", type=_positive_int, help="processes to run (default: resources.slots, else 1)")
+    job_run.add_argument("--verbose", "-v", action="store_true", help="show the job's output as it comes")
+    job_run.set_defaults(run=jobs.run)
+    job_actions.add_parser("list", parents=[json_option], help="every job").set_defaults(run=jobs.list_jobs)
+    job_log = job_actions.add_parser("logs", help="everything the job printed")
+    job_log.add_argument("job_id", metavar="ID", type=int)
+    job_log.set_defaults(run=jobs.job_logs, json=False)
     return parser
 
 

@@ -161,11 +161,19 @@ def init(
     """
     info = _info.get_cluster_info()
     owned_run = None
-    if info is None:
-        info, owned_run = _record_script_run(config, checkpoint_storage)
+    by_hand = info is None
+    if by_hand:
+        # A script started by hand, on one process or several (a launcher run without an
+        # experiment): the chief records one experiment and tells the others about it.
+        if distributed is None:
+            distributed = DistributedContext.from_environment()
+        if distributed.rank == 0:
+            info, owned_run = _record_script_run(config, checkpoint_storage, slots=distributed.size)
+        if distributed.size > 1:
+            info = _info.ClusterInfo.from_json(distributed.broadcast(info.to_json() if info else None))
     if distributed is None:
         distributed = DistributedContext.from_environment() if info.slots > 1 else DummyDistributedContext()
-    return build_context(info, distributed, preempt_mode, owned_run=owned_run, strict_metric=owned_run is None)
+    return build_context(info, distributed, preempt_mode, owned_run=owned_run, strict_metric=not by_hand)
 
 
 def build_context(
@@ -262,14 +270,15 @@ class _StorePauseRequest:
 
 
 def _record_script_run(
-    config: Optional[dict[str, Any]], checkpoint_storage: Optional[Union[str, os.PathLike]]
+    config: Optional[dict[str, Any]], checkpoint_storage: Optional[Union[str, os.PathLike]], slots: int = 1
 ) -> tuple[_info.ClusterInfo, int]:
-    """Records a plain script's run as a new experiment of one trial; returns its info and run id."""
+    """Records a script's run (on ``slots`` processes) as a new experiment of one trial; returns its info and run."""
     command = [os.path.basename(sys.executable), *sys.argv] if sys.argv and sys.argv[0] else None
     script = Path(sys.argv[0]).stem if sys.argv and sys.argv[0] else "script"
     raw = dict(config or {})
     raw.setdefault("name", script)
-    raw.setdefault("entrypoint", " ".join(command) if command else "python3")
+    if "entrypoint" not in raw and "entrypoint_script" not in raw:
+        raw["entrypoint"] = " ".join(command) if command else "python3"
     raw.setdefault("searcher", {"name": "single", "metric": "loss", "max_length": {"batches": 1}})
     if checkpoint_storage is not None:
         raw["checkpoint_storage"] = {"type": "shared_fs", "host_path": str(Path(checkpoint_storage).resolve())}
@@ -283,7 +292,7 @@ def _record_script_run(
             config=experiment_config.to_dict(),
             context_dir=os.getcwd(),
             entrypoint=experiment_config.entrypoint,
-            slots=1,
+            slots=slots,
             test=False,
             command=command,
         )
@@ -302,5 +311,6 @@ def _record_script_run(
         user_data=experiment_config.data_dict(),
         store_path=store_path,
         checkpoint_dir=trial.checkpoint_dir,
+        slots=slots,
     )
     return info, run_id

@@ -286,10 +286,17 @@ class DummyDistributedContext(DistributedContext):
 
 
 def _tf_config_workers() -> tuple[list[str], int]:
-    """The worker addresses of ``TF_CONFIG`` and this process's index among them (none: ``([], 0)``)."""
+    """The worker addresses of ``TF_CONFIG`` and this process's index among them (none: ``([], 0)``).
+
+    A ``chief`` task (TensorFlow's other way of naming worker 0) comes first; the
+    ``worker`` tasks follow it. det-estimator's launcher writes workers only.
+    """
     raw = os.environ.get("TF_CONFIG")
     if not raw:
         return [], 0
     config = json.loads(raw)
-    workers = list(config.get("cluster", {}).get("worker", []))
-    return workers, int(config.get("task", {}).get("index", 0))
+    cluster, task = config.get("cluster", {}), config.get("task", {})
+    chiefs = list(cluster.get("chief", []))
+    workers = chiefs + list(cluster.get("worker", []))
+    index = int(task.get("index", 0))
+    return workers, index if task.get("type", "worker") == "chief" else index + len(chiefs)

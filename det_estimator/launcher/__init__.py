@@ -1,5 +1,6 @@
 """Starts the processes of a trial run (horovodrun, or the command itself on one slot). Imports no TensorFlow."""
 
+from det_estimator.launcher._job import HostSlots, Job, ProcessSpec, exec_single, parse_hosts, resolve_slots
 from det_estimator.launcher._launch import (
     chief_address,
     describe,
@@ -14,13 +15,19 @@ from det_estimator.launcher._launch import (
 )
 
 __all__ = [
+    "HostSlots",
+    "Job",
+    "ProcessSpec",
     "chief_address",
     "describe",
+    "exec_single",
     "free_port",
     "horovodrun_command",
     "is_self_launching",
+    "parse_hosts",
     "pause_on_signals",
     "process_command",
+    "resolve_slots",
     "script_command",
     "start",
     "worker_command",

@@ -9,6 +9,7 @@ are kept beside it. Checkpoint files themselves live in the experiment's
 ``checkpoint_storage``; the store only records them. Reads return frozen records.
 """
 
+from det_estimator.store._jobs import BATCH_INFERENCE, JobRecord
 from det_estimator.store._recorder import StoreRecorder
 from det_estimator.store._records import (
     Assignment,
@@ -35,6 +36,7 @@ from det_estimator.store._store import (
 )
 
 __all__ = [
+    "BATCH_INFERENCE",
     "SCHEMA_VERSION",
     "STORE_VARIABLE",
     "Assignment",
@@ -43,6 +45,7 @@ __all__ = [
     "ExperimentBusyError",
     "ExperimentRecord",
     "ExperimentStore",
+    "JobRecord",
     "MetricKind",
     "MetricRecord",
     "NewTrial",

@@ -98,6 +98,27 @@ MIGRATIONS: list[str] = [
     ALTER TABLE trials ADD COLUMN restarts INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE trial_runs ADD COLUMN start_batches INTEGER NOT NULL DEFAULT 0;
     """,
+    # 3 -> 4: jobs (``det-estimator job run``): a script run on N slots outside any
+    # experiment, such as batch inference, with its state and its output log.
+    """
+    CREATE TABLE jobs (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        name TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        state TEXT NOT NULL,
+        config TEXT NOT NULL,
+        context_dir TEXT NOT NULL,
+        command TEXT NOT NULL,
+        slots INTEGER NOT NULL,
+        log_path TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        ended_at REAL,
+        exit_status INTEGER,
+        error TEXT,
+        launcher_pid INTEGER,
+        launcher_host TEXT
+    );
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

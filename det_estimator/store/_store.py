@@ -11,6 +11,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Optional, Union
 
+from det_estimator.store._jobs import JobTable
 from det_estimator.store._records import (
     Assignment,
     BestValidation,
@@ -59,7 +60,7 @@ class ExperimentBusyError(StoreError):
     """Another live process already runs the experiment."""
 
 
-class ExperimentStore:
+class ExperimentStore(JobTable):
     """The record of every experiment run on this store.
 
     SQLite in WAL mode: readers never block the writer, and several processes (two

@@ -57,3 +57,45 @@ class TensorBoard(tf.keras.callbacks.TensorBoard, Callback):
 
 
 TFKerasTensorBoard = TensorBoard
+
+
+class CoreTensorBoard(tf.keras.callbacks.TensorBoard):
+    """Keras' TensorBoard callback for a script's own ``model.fit``, writing where the experiment's files live.
+
+    ``det.keras.TensorBoard(core_context, ...)`` takes the arguments of
+    ``tf.keras.callbacks.TensorBoard`` after ``core_context``. On the chief of a trial
+    the events go to ``keras/`` in the trial's TensorBoard directory
+    (``core_context.train.get_tensorboard_path()``), beside the metrics the experiment
+    store writes there, and ``log_dir`` is ignored; the other processes write into a
+    temporary directory removed when the process ends, so that they never mix their
+    events with the chief's. Without a TensorBoard directory (no store), ``log_dir``
+    is used as Keras would.
+
+    Args:
+        core_context: the context of ``det.core.init()``.
+        *args: the arguments of ``tf.keras.callbacks.TensorBoard``.
+        **kwargs: its keyword arguments.
+
+    Example:
+        ::
+
+            tensorboard = det.keras.TensorBoard(core_context, histogram_freq=1)
+            model.fit(x, y, callbacks=[det_callback, tensorboard])
+    """
+
+    def __init__(self, core_context: Any, *args: Any, **kwargs: Any) -> None:
+        given = args[0] if args else kwargs.pop("log_dir", "logs")
+        args = args[1:]
+        directory = core_context.train.get_tensorboard_path()
+        if directory is not None:
+            log_dir = os.path.join(str(directory), SUBDIRECTORY)
+            if given != "logs":
+                logger.warning("TensorBoard(log_dir=%r) is ignored: the events go to %s.", given, log_dir)
+        elif core_context.distributed.rank != 0:
+            import tempfile
+
+            self._scratch = tempfile.TemporaryDirectory(prefix="det-estimator-tensorboard-")
+            log_dir = self._scratch.name
+        else:
+            log_dir = given
+        super().__init__(log_dir, *args, **kwargs)

@@ -1,0 +1,83 @@
+"""The job commands: ``job run`` (batch inference on N slots), ``job list`` and ``job logs``."""
+
+import argparse
+import sys
+from pathlib import Path
+
+from det_estimator.cli._experiments import UsageError
+from det_estimator.cli._output import format_time, print_table
+from det_estimator.orchestration import print_json
+from det_estimator.orchestration._jobs import JobConfigError, load_job_config, run_job
+from det_estimator.store import ExperimentStore, State, to_json_value
+
+
+def run(store: ExperimentStore, args: argparse.Namespace) -> int:
+    """Runs a job config's script on its slots in the foreground, recorded in the store."""
+    from det_estimator.config import ConfigError
+    from det_estimator.config._source import read_source
+
+    context_dir = Path(args.context_dir).resolve()
+    if not context_dir.is_dir():
+        raise UsageError(f"CONTEXT_DIR {args.context_dir} is not a directory.")
+    if not Path(args.config).is_file():
+        raise UsageError(f"CONFIG {args.config} is not a file.")
+    try:
+        spec = load_job_config(read_source(args.config), default_name=Path(args.config).stem, slots=args.slots)
+    except (ConfigError, JobConfigError) as error:
+        raise UsageError(f"{args.config}: {error}") from error
+    scripts = [word for word in spec.command if word.endswith(".py")]
+    if scripts and not (Path(scripts[0]).is_absolute() or (context_dir / scripts[0]).is_file()):
+        raise UsageError(f"The job's command runs {scripts[0]}, which is not in CONTEXT_DIR {context_dir}.")
+    shown = sys.stderr if args.json else sys.stdout
+    print(f"Running job {spec.name!r} on {spec.slots} slot(s): {' '.join(spec.command)}", file=shown, flush=True)
+    job = run_job(store, spec, str(context_dir), stream=shown, verbose=args.verbose).job
+    if args.json:
+        print_json(job, sys.stdout)
+    else:
+        print(f"Job {job.id} {job.state} (exit status {job.exit_status}); its output: det-estimator job logs {job.id}")
+    if job.state != State.COMPLETED:
+        error = job.error or {}
+        print(f"Job {job.id} failed: {error.get('message', '')}", file=sys.stderr)
+        if error.get("traceback"):
+            sys.stderr.write(error["traceback"])
+        return 1
+    return 0
+
+
+def list_jobs(store: ExperimentStore, args: argparse.Namespace) -> int:
+    """Every job: id, name, kind, state, slots, times, exit status."""
+    jobs = store.jobs()
+    if args.json:
+        print_json([to_json_value(job) for job in jobs], sys.stdout)
+        return 0
+    if not jobs:
+        print(f"No jobs yet in {store.path}.")
+        return 0
+    rows = [
+        [
+            job.id,
+            job.name,
+            job.kind,
+            job.state,
+            job.slots,
+            format_time(job.created_at),
+            format_time(job.ended_at),
+            "-" if job.exit_status is None else job.exit_status,
+        ]
+        for job in jobs
+    ]
+    print_table(["ID", "NAME", "KIND", "STATE", "SLOTS", "CREATED", "ENDED", "EXIT"], rows)
+    return 0
+
+
+def job_logs(store: ExperimentStore, args: argparse.Namespace) -> int:
+    """Everything a job's processes printed."""
+    job = store.job(args.job_id)
+    log = Path(job.log_path)
+    if not log.exists():
+        print(f"Job {args.job_id} has no log yet ({log}).", file=sys.stderr)
+        return 1
+    with log.open(encoding="utf-8", errors="replace") as lines:
+        for line in lines:
+            sys.stdout.write(line)
+    return 0

@@ -1,0 +1,198 @@
+"""What ``context.fit`` adds to ``model.fit``: validation required, epochs from the searcher, equal steps everywhere.
+
+- **Epochs.** In an experiment, ``epochs`` and ``initial_epoch`` come from the
+  searcher: each operation's length is a number of epochs (``searcher.max_length``
+  in epochs), or of batches or records rounded up to whole epochs; a resumed trial
+  starts where its checkpoint stopped. Run by hand they are the caller's.
+- **Equal steps.** Every process must train the same number of batches per epoch
+  (Horovod averages gradients at every batch): the shares of arrays are cut to the
+  number of full-or-partial batches every process has, Sequences and datasets are
+  run for the smallest number of batches any process has.
+"""
+
+import copy
+import logging
+import math
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import numpy as np
+import tensorflow as tf
+
+from det_estimator.core import DistributedContext, Unit
+from det_estimator.errors import DetEstimatorError
+
+logger = logging.getLogger("det_estimator.keras")
+
+# Keras' batch size when none is given.
+KERAS_DEFAULT_BATCH_SIZE = 32
+
+
+class FitError(DetEstimatorError, ValueError):
+    """``context.fit`` cannot run as called."""
+
+
+@dataclass(frozen=True)
+class Lengths:
+    """How a searcher operation's length maps to ``model.fit``'s epochs.
+
+    Attributes:
+        unit: the unit of ``searcher.max_length``.
+        steps_per_epoch: batches per epoch (on every process; each is one global batch).
+        global_batch_size: records per global batch, for lengths in records.
+    """
+
+    unit: Unit
+    steps_per_epoch: Optional[int]
+    global_batch_size: Optional[int]
+
+    def epochs(self, length: int) -> int:
+        """The epochs to train in all for an operation of ``length``, rounded up to a whole epoch.
+
+        Raises:
+            FitError: a length in batches or records when the batches per epoch are unknown.
+        """
+        if self.unit == Unit.EPOCHS:
+            return int(length)
+        if not self.steps_per_epoch:
+            raise FitError(
+                f"searcher.max_length is in {self.unit.value.lower()}, and the batches of an epoch are unknown "
+                "(a tf.data.Dataset of unknown length): give max_length in epochs, or pass steps_per_epoch."
+            )
+        batches = int(length)
+        if self.unit == Unit.RECORDS:
+            batches = max(1, math.ceil(length / self.global_batch_size))
+        epochs = max(1, math.ceil(batches / self.steps_per_epoch))
+        if epochs * self.steps_per_epoch != batches:
+            logger.warning(
+                "searcher length %d %s is %d batches, not a whole number of epochs of %d batches: training %d epochs",
+                length,
+                self.unit.value.lower(),
+                batches,
+                self.steps_per_epoch,
+                epochs,
+            )
+        return epochs
+
+
+def has_validation(validation_data: Any, validation_split: float) -> bool:
+    """Whether ``model.fit`` would validate with these arguments."""
+    return validation_data is not None or bool(validation_split)
+
+
+def require_validation(validation_data: Any, validation_split: float) -> None:
+    """In an experiment ``context.fit`` must validate: the searcher and checkpoint retention need the metrics.
+
+    Raises:
+        FitError: no validation data.
+    """
+    if not has_validation(validation_data, validation_split):
+        raise FitError(
+            "context.fit() in an experiment needs validation data: pass validation_data=(x_val, y_val) (or a "
+            "Sequence or tf.data.Dataset), x_val= and y_val=, or validation_split=. The searcher judges the trial "
+            "by its validation metrics."
+        )
+
+
+def local_steps(x: Any, batch_size: Optional[int]) -> Optional[int]:
+    """The batches of one epoch of this process's training input; None when unknown."""
+    if isinstance(x, tf.data.Dataset):
+        cardinality = int(x.cardinality().numpy())
+        return cardinality if cardinality >= 0 else None
+    if isinstance(x, tf.keras.utils.Sequence):
+        return len(x)
+    leaves = tf.nest.flatten(x)
+    if not leaves:
+        return None
+    return math.ceil(len(leaves[0]) / (batch_size or KERAS_DEFAULT_BATCH_SIZE))
+
+
+def equal_steps(
+    distributed: DistributedContext, x: Any, y: Any, sample_weight: Any, batch_size: Optional[int]
+) -> tuple[Any, Any, Any, Optional[int]]:
+    """The training input cut so that every process trains the same batches per epoch (a collective).
+
+    Returns:
+        ``(x, y, sample_weight, steps_per_epoch)``: arrays cut to the common number of
+        batches (and ``steps_per_epoch`` None), a dataset cut with ``take``, or a
+        Sequence with the common ``steps_per_epoch``.
+
+    Raises:
+        FitError: a process's input has an unknown number of batches (pass ``steps_per_epoch``).
+    """
+    mine = local_steps(x, batch_size)
+    every = distributed.allgather(mine)
+    if any(steps is None for steps in every):
+        raise FitError(
+            "With several processes, context.fit() needs the batches of an epoch of every process's input, and a "
+            "tf.data.Dataset here has an unknown or infinite length: pass steps_per_epoch=."
+        )
+    steps = min(every)
+    if steps < 1:
+        raise FitError(f"A process has no training batch (batches per process: {every}): give it more data.")
+    if steps != max(every):
+        logger.info("every process trains %d batches per epoch (the fewest any has; they have %s)", steps, every)
+    if isinstance(x, tf.data.Dataset):
+        return (x.take(steps) if mine != steps else x), y, sample_weight, None
+    if isinstance(x, tf.keras.utils.Sequence):
+        return x, y, sample_weight, steps
+    records = steps * (batch_size or KERAS_DEFAULT_BATCH_SIZE)
+
+    def cut(structure: Any) -> Any:
+        return None if structure is None else tf.nest.map_structure(lambda leaf: leaf[:records], structure)
+
+    return cut(x), cut(y), cut(sample_weight), None
+
+
+def split_validation(x: Any, y: Any, sample_weight: Any, validation_split: float) -> tuple[Any, Any]:
+    """Keras' own ``validation_split`` of arrays: the last fraction of each share validates.
+
+    Returns:
+        ``((x, y, sample_weight) to train on, (x, y, sample_weight) to validate on)``.
+    """
+    from keras.src.engine import data_adapter
+
+    (x, y, sample_weight), validation = data_adapter.train_validation_split(
+        (x, y, sample_weight), validation_split=validation_split
+    )
+    return (x, y, sample_weight), validation
+
+
+def merge_histories(histories: list[tf.keras.callbacks.History]) -> Optional[tf.keras.callbacks.History]:
+    """One History of several ``fit`` calls in a row (one per searcher operation): the last's, with every epoch.
+
+    The Histories given are left as they are.
+    """
+    histories = [history for history in histories if history is not None]
+    if not histories:
+        return None
+    last = histories[-1]
+    if len(histories) == 1:
+        return last
+    merged: dict[str, list] = {}
+    epochs: list[int] = []
+    for history in histories:
+        epochs.extend(history.epoch)
+        for key, values in history.history.items():
+            merged.setdefault(key, []).extend(values)
+    combined = copy.copy(last)
+    combined.epoch, combined.history = epochs, merged
+    return combined
+
+
+def searcher_metric_value(history: tf.keras.callbacks.History, metric: str) -> Any:
+    """The searcher metric's latest value in ``history``: ``val_loss`` or ``loss`` both name the validation loss.
+
+    Raises:
+        FitError: no validation logged that metric.
+    """
+    name = metric if metric.startswith("val_") else f"val_{metric}"
+    values = history.history.get(name) if history is not None else None
+    if not values:
+        logged = sorted(key for key in (history.history if history is not None else {}) if key.startswith("val_"))
+        raise FitError(
+            f"searcher.metric {metric!r} was not among the validation metrics of context.fit(): "
+            f"{', '.join(logged) or 'none'} (name one of them, with or without val_)."
+        )
+    value = values[-1]
+    return float(value) if isinstance(value, (int, float, np.floating, np.integer)) else value

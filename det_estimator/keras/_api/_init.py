@@ -1,0 +1,166 @@
+"""``det.keras.init()``: the new Keras API's entry point, on the Core API."""
+
+import atexit
+import json
+import logging
+import os
+import sys
+from typing import Any, Optional, Union
+
+import tensorflow as tf
+
+from det_estimator import _horovod, _info, core
+from det_estimator.config import load_experiment_config
+from det_estimator.config._source import read_source
+from det_estimator.errors import DetEstimatorError
+from det_estimator.keras._api._context import KerasContext, Optimizations, TrainingContext
+from det_estimator.keras._devices import pin_local_gpu
+from det_estimator.store import BATCH_INFERENCE
+
+logger = logging.getLogger("det_estimator.keras")
+
+# The seed of a script run by hand that names none: two runs by hand give the same result.
+DEFAULT_SEED = 0
+
+
+def init(
+    *,
+    seed: Optional[int] = None,
+    config: Union[dict[str, Any], str, os.PathLike, None] = None,
+    checkpoint_storage: Optional[Union[str, os.PathLike]] = None,
+) -> KerasContext:
+    """Starts the new Keras API: seeds Python, NumPy and TensorFlow, and returns the :class:`KerasContext`.
+
+    Call it first in the training (or batch-inference) script. It knows how the script
+    was started:
+
+    - **By an experiment** (``det-estimator experiment create`` of a config whose
+      ``entrypoint_script`` is ``python3 train.py``, on one slot or several under
+      Horovod): the context is the trial's; the seed is the trial's seed, the
+      hyperparameters are the trial's, and :meth:`KerasContext.fit` trains as the
+      searcher says, checkpoints, pauses and resumes.
+    - **By a job** (``det-estimator job run``): ``context.config_data`` is the job
+      config's ``data``; there is no ``context.training``.
+    - **By hand** (``python3 train.py``): the run is recorded as a new experiment of one
+      trial in the default store (``DET_ESTIMATOR_STORE``, created if missing), seeded
+      with ``seed`` (default 0), with the hyperparameters of ``config`` if given; ``fit``
+      honours ``epochs`` and ``initial_epoch``, as ``model.fit`` does.
+
+    The run ends, and is recorded as completed, paused or failed, when the script exits
+    (or at :meth:`KerasContext.close`).
+
+    Args:
+        seed: the seed of a run by hand (default 0) or of a job; a launched trial uses its own.
+        config: the experiment config (a dict, or the path of a YAML file) to record a
+            run by hand with (``hyperparameters``, ``data``, ...); ignored when launched.
+        checkpoint_storage: where a run by hand writes checkpoints (default: the
+            config's, else ``checkpoints`` in the current directory).
+
+    Returns:
+        The context.
+
+    Raises:
+        DetEstimatorError: started by ``det_estimator.launch.tensorflow`` on several
+            processes (the new Keras API distributes with Horovod; see the message).
+    """
+    _refuse_tf_config_workers()
+    info = _info.get_cluster_info()
+    if _horovod_size() > 1:
+        hvd = _horovod.init()
+        pin_local_gpu(hvd.local_rank())  # one GPU per process, before any TensorFlow work
+    if info is not None and info.task_type == BATCH_INFERENCE:
+        context = _job_context(info, seed)
+    else:
+        context = _trial_context(info, seed, config, checkpoint_storage)
+    _close_at_exit(context)
+    return context
+
+
+def _trial_context(
+    info: Optional[_info.ClusterInfo],
+    seed: Optional[int],
+    config: Union[dict[str, Any], str, os.PathLike, None],
+    checkpoint_storage: Optional[Union[str, os.PathLike]],
+) -> KerasContext:
+    launched = info is not None
+    if config is not None and not launched:
+        # The run by hand records the command that started it as its entrypoint.
+        config = {key: value for key, value in read_source(config).items() if key != "entrypoint_script"}
+    core_context = core.init(config=config, checkpoint_storage=checkpoint_storage).start()
+    run_info = core_context.info
+    trial = run_info.trial
+    if launched:
+        if seed is not None and seed != trial.trial_seed:
+            logger.info("det.keras.init(seed=%d) is ignored in an experiment: the trial's seed is used", seed)
+        seed = trial.trial_seed
+    elif seed is None:
+        seed = DEFAULT_SEED
+    _seed_everything(seed)
+    experiment_config = load_experiment_config(trial.config)
+    optimizations = experiment_config.optimizations
+    training = TrainingContext(
+        hparams=dict(trial.hparams),
+        trial_id=trial.trial_id,
+        experiment_id=trial.experiment_id,
+        seed=seed,
+        core=core_context,
+        launched=launched,
+        latest_checkpoint=run_info.latest_checkpoint if launched else None,
+        test_mode=run_info.test_mode,
+        searcher_metric=experiment_config.searcher.metric,
+    )
+    return KerasContext(
+        core_context.distributed,
+        training,
+        dict(run_info.user_data),
+        seed,
+        Optimizations(
+            aggregation_frequency=optimizations.aggregation_frequency,
+            average_aggregated_gradients=optimizations.average_aggregated_gradients,
+            gradient_compression=optimizations.gradient_compression,
+        ),
+        run_info.store_path,
+        run_info.task_type,
+    )
+
+
+def _job_context(info: _info.ClusterInfo, seed: Optional[int]) -> KerasContext:
+    distributed = core.DistributedContext.from_environment() if info.slots > 1 else core.DummyDistributedContext()
+    seed = DEFAULT_SEED if seed is None else seed
+    _seed_everything(seed)
+    return KerasContext(distributed, None, dict(info.user_data), seed, Optimizations(), info.store_path, info.task_type)
+
+
+def _seed_everything(seed: int) -> None:
+    """Python's ``random``, NumPy's global generator and TensorFlow's, as Keras does it."""
+    tf.keras.utils.set_random_seed(int(seed))
+
+
+def _horovod_size() -> int:
+    return int(os.environ.get("HOROVOD_SIZE", "1"))
+
+
+def _refuse_tf_config_workers() -> None:
+    raw = os.environ.get("TF_CONFIG")
+    if not raw or _horovod_size() > 1:
+        return
+    workers = json.loads(raw).get("cluster", {}).get("worker", [])
+    if len(workers) > 1:
+        raise DetEstimatorError(
+            f"det.keras.init() runs on {len(workers)} TF_CONFIG workers (det_estimator.launch.tensorflow): the new "
+            "Keras API distributes with Horovod, which needs no strategy scope in the script. Make the entrypoint "
+            "`python3 train.py` (run under horovodrun on several slots) or `python3 -m det_estimator.launch.horovod "
+            "-- python3 train.py`; for tf.distribute, use det.keras.DeterminedCallback in your own model.fit."
+        )
+
+
+def _close_at_exit(context: KerasContext) -> None:
+    """Ends the run when the script ends: failed if it raised, else completed or paused."""
+    previous = sys.excepthook
+
+    def record_failure(exc_type: type, exc: BaseException, tb: Any) -> None:
+        previous(exc_type, exc, tb)
+        context._end(exc)
+
+    sys.excepthook = record_failure
+    atexit.register(context._end, None)

@@ -1,0 +1,120 @@
+"""The model's architecture in the checkpoints ``context.fit`` writes, and a model loaded back from one.
+
+``DeterminedCallback`` checkpoints the weights and the optimizer's state (a TensorFlow
+checkpoint, ``model_checkpoint``). ``context.fit`` adds the architecture beside them
+(``model_architecture.json``, Keras' ``model.to_json()``), so that
+``context.load_checkpoint_model`` rebuilds the model with no code of the training
+script. A subclassed model has no such description: load it into a model you build
+(``load_checkpoint_model(..., model=build_model())``).
+"""
+
+import contextlib
+import json
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Optional
+
+import tensorflow as tf
+
+from det_estimator.core import CheckpointContext
+from det_estimator.errors import DetEstimatorError
+from det_estimator.keras._determined_callback import STATE_FILE, WEIGHTS_PREFIX
+
+logger = logging.getLogger("det_estimator.keras")
+
+ARCHITECTURE_FILE = "model_architecture.json"
+
+
+class CheckpointLoadError(DetEstimatorError, ValueError):
+    """A checkpoint cannot be loaded as a Keras model."""
+
+
+def architecture_of(model: tf.keras.Model) -> Optional[str]:
+    """The model's architecture as Keras' JSON, or None for a model Keras cannot describe (subclassed)."""
+    try:
+        return model.to_json()
+    except (NotImplementedError, TypeError, ValueError) as error:
+        logger.info("the checkpoints hold no architecture of this model (%s); load them into a model you build", error)
+        return None
+
+
+class ArchitectureWriter:
+    """``core_context.checkpoint`` as the callback sees it: every checkpoint also gets the model's architecture.
+
+    Every other attribute is the wrapped context's.
+
+    Args:
+        checkpoint: the core context's checkpoint part.
+        model: the model being trained.
+        rank: this process's rank (the chief writes the file).
+    """
+
+    def __init__(self, checkpoint: CheckpointContext, model: tf.keras.Model, rank: int) -> None:
+        self._checkpoint = checkpoint
+        self._rank = rank
+        self._architecture = architecture_of(model)
+        self.last_storage_id: Optional[str] = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._checkpoint, name)
+
+    @contextlib.contextmanager
+    def store_path(self, metadata: Optional[dict[str, Any]] = None, *, shard: bool = False) -> Iterator[tuple]:
+        """The wrapped ``store_path``, which writes the architecture before the checkpoint is sealed."""
+        with self._checkpoint.store_path(metadata, shard=shard) as (path, storage_id):
+            yield path, storage_id
+            if self._rank == 0 and self._architecture is not None:
+                (Path(path) / ARCHITECTURE_FILE).write_text(self._architecture, encoding="utf-8")
+        self.last_storage_id = storage_id
+
+
+class CoreWithArchitecture:
+    """A core context whose ``checkpoint`` is an :class:`ArchitectureWriter`; everything else is the context's."""
+
+    def __init__(self, core_context: Any, checkpoint: ArchitectureWriter) -> None:
+        self._core_context = core_context
+        self.checkpoint = checkpoint
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._core_context, name)
+
+
+def load_model(path: Path, model: Optional[tf.keras.Model] = None, custom_objects: Optional[dict] = None) -> Any:
+    """The Keras model of a checkpoint written by ``context.fit`` (or ``DeterminedCallback``).
+
+    Args:
+        path: the checkpoint's directory.
+        model: a model of the same architecture to load the weights into (needed when
+            the checkpoint holds no architecture); it is returned.
+        custom_objects: layers and functions of your own the architecture names.
+
+    Raises:
+        CheckpointLoadError: the checkpoint has no Keras weights, or no architecture and no ``model`` was given.
+    """
+    if not Path(f"{path / WEIGHTS_PREFIX}.index").is_file():
+        raise CheckpointLoadError(
+            f"The checkpoint {path} holds no Keras weights ({WEIGHTS_PREFIX}.index): it was not written by "
+            "context.fit() or det.keras.DeterminedCallback."
+        )
+    if model is None:
+        architecture = path / ARCHITECTURE_FILE
+        if not architecture.is_file():
+            raise CheckpointLoadError(
+                f"The checkpoint {path} holds the weights but not the architecture of its model (a subclassed "
+                "model, or one trained with DeterminedCallback alone): pass model=<a model built as in training>."
+            )
+        model = tf.keras.models.model_from_json(architecture.read_text(encoding="utf-8"), custom_objects=custom_objects)
+    status = tf.train.Checkpoint(model=model).read(str(path / WEIGHTS_PREFIX))
+    status.expect_partial()  # the optimizer's state is there too, and unused for inference
+    try:
+        status.assert_existing_objects_matched()
+    except AssertionError as error:
+        raise CheckpointLoadError(f"The checkpoint {path} holds the weights of another model: {error}") from None
+    return model
+
+
+def checkpoint_state(path: Path) -> dict[str, Any]:
+    """The position a checkpoint was written at (epoch, batch, steps), as the callback saved it."""
+    state = path / STATE_FILE
+    return json.loads(state.read_text(encoding="utf-8")) if state.is_file() else {}

@@ -1,0 +1,245 @@
+"""``context.wrap_data``: each process's share of NumPy arrays, a Sequence or a tf.data.Dataset, and back.
+
+The shares follow the Keras trial's rule for data it shards (``wrap_dataset``,
+validation Sequences): process ``rank`` of ``size`` takes every ``size``-th element
+starting at its rank, round robin.
+
+- Arrays ``(x, y[, w])`` are shared by record: record ``i`` goes to process
+  ``i % size``. With ``batch_size = global_batch_size / size`` on every process, the
+  records of global step ``k`` are then records ``k * global_batch_size`` to
+  ``(k + 1) * global_batch_size - 1``, the very batch ``model.fit`` on one process
+  with the global batch size reads, whatever the batch size: training on N
+  processes follows the order of training on one.
+- A ``keras.utils.Sequence`` is shared by batch: batch ``j`` of the Sequence goes to
+  process ``j % size``.
+- A ``tf.data.Dataset`` is shared by element with ``Dataset.shard`` (wrap it before
+  batching, so that an element is a record).
+
+Predictions made on a share are put back in the input's order by :func:`in_input_order`.
+"""
+
+import threading
+import weakref
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import numpy as np
+import tensorflow as tf
+
+from det_estimator.core import DistributedContext
+from det_estimator.keras._sequences import as_batch
+
+KINDS = "(x, y), (x, y, sample_weights), one array, a keras.utils.Sequence or a tf.data.Dataset"
+
+
+@dataclass(frozen=True)
+class Share:
+    """How one process's data was cut from the whole.
+
+    Attributes:
+        unit: ``"record"`` (arrays, datasets) or ``"batch"`` (Sequences): what goes round robin.
+        rank: this process's rank.
+        size: the number of processes.
+        total: the number of units in the whole (None for a dataset, whose length may be unknown).
+    """
+
+    unit: str
+    rank: int
+    size: int
+    total: Optional[int] = None
+
+
+class ShardedSequence(tf.keras.utils.Sequence):
+    """Batches ``rank``, ``rank + size``, ... of a Sequence; remembers each batch's size, to reorder predictions.
+
+    Args:
+        sequence: the whole Sequence.
+        rank: this process's rank.
+        size: the number of processes.
+    """
+
+    def __init__(self, sequence: tf.keras.utils.Sequence, rank: int, size: int) -> None:
+        super().__init__()
+        self.sequence = sequence
+        self.share = Share("batch", rank, size, len(sequence))
+        self._indices = range(rank, len(sequence), size)
+        self._lock = threading.Lock()
+        self.batch_sizes: dict[int, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._indices)
+
+    def __getitem__(self, index: int) -> Any:
+        item = self.sequence[self._indices[index]]
+        batch = as_batch(item, self._indices[index])
+        with self._lock:
+            self.batch_sizes[index] = _rows(tf.nest.flatten(batch[0])[0])
+        return item
+
+    def on_epoch_end(self) -> None:
+        self.sequence.on_epoch_end()
+
+
+class Sharder:
+    """Cuts data into this process's share and remembers what it cut, to put predictions back in order.
+
+    Args:
+        distributed: this process's place in the job.
+    """
+
+    def __init__(self, distributed: DistributedContext) -> None:
+        self._distributed = distributed
+        # id(array) -> (weak reference, share): arrays cannot be dict keys, nor weak-keyed.
+        self._arrays: dict[int, tuple[weakref.ref, Share]] = {}
+        self._datasets: weakref.WeakSet[tf.data.Dataset] = weakref.WeakSet()
+
+    def wrap(self, *data: Any) -> Any:
+        """This process's share of ``data``; see :meth:`KerasContext.wrap_data`."""
+        if not data:
+            raise TypeError(f"wrap_data() takes {KINDS}. Received: nothing")
+        first = data[0]
+        if len(data) == 1 and isinstance(first, tf.data.Dataset):
+            return self._wrap_dataset(first)
+        if len(data) == 1 and isinstance(first, tf.keras.utils.Sequence):
+            return self._wrap_sequence(first)
+        if isinstance(first, (tf.data.Dataset, tf.keras.utils.Sequence)):
+            raise TypeError(
+                f"wrap_data() takes a {type(first).__name__} alone, like model.fit(x=...). "
+                f"Received: {len(data)} arguments"
+            )
+        if len(data) > 3:
+            raise TypeError(f"wrap_data() takes {KINDS}. Received: {len(data)} arguments")
+        return self._wrap_arrays(data)
+
+    def _wrap_dataset(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
+        if self._distributed.size > 1:
+            dataset = dataset.shard(self._distributed.size, self._distributed.rank)
+        self._datasets.add(dataset)
+        return dataset
+
+    def _wrap_sequence(self, sequence: tf.keras.utils.Sequence) -> tf.keras.utils.Sequence:
+        if self._distributed.size == 1:
+            return sequence
+        if len(sequence) < self._distributed.size:
+            raise ValueError(
+                f"A Sequence of {len(sequence)} batches cannot be shared by {self._distributed.size} processes: "
+                "each needs at least one batch. Use smaller batches."
+            )
+        return ShardedSequence(sequence, self._distributed.rank, self._distributed.size)
+
+    def _wrap_arrays(self, data: tuple) -> Any:
+        structure = tuple(_as_arrays(part) for part in data)
+        leaves = tf.nest.flatten(structure)
+        lengths = {len(leaf) for leaf in leaves}
+        if len(lengths) != 1:
+            shapes = tf.nest.map_structure(lambda leaf: leaf.shape, structure)
+            raise ValueError(f"The arrays given to wrap_data() must all have one record per row. Received: {shapes}")
+        (total,) = lengths
+        rank, size = self._distributed.rank, self._distributed.size
+        if total < size:
+            raise ValueError(f"wrap_data() got {total} records for {size} processes: each needs at least one record.")
+        if size > 1:
+            structure = tf.nest.map_structure(lambda leaf: leaf[rank::size], structure)
+        share = Share("record", rank, size, total)
+        for leaf in tf.nest.flatten(structure):
+            self._arrays[id(leaf)] = (weakref.ref(leaf), share)
+        return structure if len(structure) > 1 else structure[0]
+
+    def share_of(self, data: Any) -> Optional[Share]:
+        """How ``data`` (an array or structure of arrays, a Sequence or a Dataset) was cut; None if it was not."""
+        if isinstance(data, ShardedSequence):
+            return data.share
+        if isinstance(data, tf.data.Dataset):
+            return Share("record", self._distributed.rank, self._distributed.size) if self._derived(data) else None
+        leaves = tf.nest.flatten(data) if data is not None else []
+        if not leaves:
+            return None
+        entry = self._arrays.get(id(leaves[0]))
+        if entry is None or entry[0]() is not leaves[0]:
+            return None
+        return entry[1]
+
+    def _derived(self, dataset: tf.data.Dataset) -> bool:
+        """Whether ``dataset`` was built from one :meth:`wrap` returned (batched, mapped, ...)."""
+        seen, pending = set(), [dataset]
+        while pending:
+            current = pending.pop()
+            if current in self._datasets:
+                return True
+            if id(current) not in seen:
+                seen.add(id(current))
+                pending.extend(current._inputs())
+        return False
+
+
+def in_input_order(
+    predictions: Any, share: Share, distributed: DistributedContext, batch_sizes: Optional[list[int]] = None
+) -> Any:
+    """Every process's predictions on its share, put back in the order of the whole input, on every process.
+
+    Args:
+        predictions: this process's predictions (an array, or a list or dict of arrays
+            for a model with several outputs), in its share's order.
+        share: how the share was cut.
+        distributed: this process's place in the job (every process must call this).
+        batch_sizes: for a Sequence's share, the size of each of its batches in order.
+
+    Returns:
+        The predictions of the whole input, in its order.
+    """
+    leaves = [np.asarray(leaf) for leaf in tf.nest.flatten(predictions)]
+    gathered = distributed.allgather((leaves, batch_sizes))
+    merged = []
+    for position in range(len(leaves)):
+        parts = [process_leaves[position] for process_leaves, _ in gathered]
+        if share.unit == "record":
+            merged.append(_interleave_records(parts))
+        else:
+            merged.append(_interleave_batches(parts, [sizes for _, sizes in gathered]))
+    return tf.nest.pack_sequence_as(predictions, merged)
+
+
+def _interleave_records(parts: list[np.ndarray]) -> np.ndarray:
+    """Record ``i`` of the whole is record ``i // size`` of process ``i % size``."""
+    size = len(parts)
+    total = sum(len(part) for part in parts)
+    whole = np.empty((total, *parts[0].shape[1:]), dtype=np.result_type(*parts))
+    for rank, part in enumerate(parts):
+        whole[rank::size] = part
+    return whole
+
+
+def _interleave_batches(parts: list[np.ndarray], sizes: list[list[int]]) -> np.ndarray:
+    """Batch ``j`` of the whole is batch ``j // size`` of process ``j % size``."""
+    pieces = []
+    for rank, (part, batch_sizes) in enumerate(zip(parts, sizes)):
+        bounds = np.cumsum([0, *batch_sizes])
+        if bounds[-1] != len(part):
+            raise ValueError(
+                f"Process {rank} predicted {len(part)} records for batches of {bounds[-1]} records in all: "
+                "the Sequence's batches changed size between reads."
+            )
+        pieces.append([part[bounds[i] : bounds[i + 1]] for i in range(len(batch_sizes))])
+    ordered = []
+    for index in range(max(len(batches) for batches in pieces)):
+        for batches in pieces:
+            if index < len(batches):
+                ordered.append(batches[index])
+    return np.concatenate(ordered) if ordered else parts[0][:0]
+
+
+def _as_arrays(structure: Any) -> Any:
+    """NumPy arrays, in the structure given (lists as tuples, dicts kept)."""
+    if isinstance(structure, (list, tuple)):
+        return tuple(_as_arrays(item) for item in structure)
+    if isinstance(structure, dict):
+        return {key: _as_arrays(item) for key, item in structure.items()}
+    array = np.asarray(structure)
+    if array.ndim == 0:
+        raise ValueError(f"wrap_data() takes arrays with one row per record. Received a scalar: {structure!r}")
+    return array
+
+
+def _rows(leaf: Any) -> int:
+    shape = getattr(leaf, "shape", None)
+    return int(shape[0]) if shape is not None and len(shape) else len(leaf)

@@ -1,0 +1,428 @@
+"""DeterminedCallback: metrics, checkpoints, pause and resume for a script's own ``model.fit``, on the Core API."""
+
+import json
+import logging
+import numbers
+import tempfile
+from pathlib import Path
+from typing import Any, Optional, Union
+
+import numpy as np
+import tensorflow as tf
+
+from det_estimator import core
+
+logger = logging.getLogger("det_estimator.keras")
+
+# Files of a checkpoint written by the callback.
+WEIGHTS_PREFIX = "model_checkpoint"
+STATE_FILE = "callback_state.json"
+# Keys of the state, also copied into the checkpoint's metadata.
+_STATE_VERSION = 1
+
+
+class DeterminedCallback(tf.keras.callbacks.Callback):
+    """Reports metrics and progress, checkpoints, pauses and resumes a script's own ``model.fit``.
+
+    Pass it to ``model.fit(..., callbacks=[...])`` of a model already compiled (under a
+    ``tf.distribute`` strategy's scope, or with Horovod's ``DistributedOptimizer``, or
+    on one process). Every process of the job must use it, with the same arguments.
+
+    - **Metrics**: training metrics (Keras' running averages of the epoch, averaged
+      over the processes) every ``report_every_batches`` batches and at each epoch's
+      end; validation metrics at the end of each epoch in which Keras validated, under
+      Keras' names without the ``val_`` prefix (``loss``, not ``val_loss``; when the
+      experiment's ``searcher.metric`` is a ``val_`` name, that name is reported too).
+      Steps are counted in batches trained since the start of training.
+    - **Progress**: batches trained, of ``epochs * steps_per_epoch``.
+    - **Checkpoints**: through ``core_context.checkpoint``, every
+      ``checkpoint_every_epochs`` epochs, every ``checkpoint_every_batches`` batches if
+      set, when pausing, and at the end of training: the model's weights and the
+      optimizer's state (a TensorFlow checkpoint named ``model_checkpoint``), and the
+      position (epoch, batch within the epoch, batches in all) with the ``continue_id``
+      (``callback_state.json``, also in the checkpoint's metadata). The chief writes
+      them; every process takes part, as ``tf.distribute`` requires.
+    - **Pause**: every ``check_preempt_every_batches`` batches all processes ask
+      ``core_context.preempt.should_preempt()`` together (one answer for all); when it
+      says so the callback checkpoints and stops training at that batch, skipping the
+      validation of the interrupted epoch.
+    - **Resume**: in ``on_train_begin``, given ``checkpoint``, every process loads its
+      weights. If the checkpoint's ``continue_id`` equals ``continue_id``, it also loads
+      the optimizer's state and continues at the exact epoch and batch where the
+      checkpoint was taken (the batches already trained in that epoch are read from the
+      input and skipped). Otherwise training starts at ``initial_epoch`` from the
+      checkpoint's weights (a warm start).
+
+    Exact resumption assumes an input that Keras reads afresh each epoch in the same
+    order (arrays with ``shuffle=False``, a ``Sequence``, or a finite
+    ``tf.data.Dataset``); a repeating dataset with ``steps_per_epoch`` starts again from
+    its own beginning. Keras' running averages of the training metrics restart at the
+    batch of a resume. Do not combine it with Keras' ``BackupAndRestore`` (they drive
+    the same mechanism of ``fit``) or ``ModelCheckpoint`` (redundant).
+
+    Args:
+        core_context: the context of ``det.core.init()``.
+        checkpoint: the uuid of a checkpoint to start from, or None. In an experiment,
+            ``det.get_cluster_info().latest_checkpoint``.
+        continue_id: saved with every checkpoint; when it equals the one saved in
+            ``checkpoint``, training continues where that checkpoint stopped instead of
+            starting over from its weights. In an experiment,
+            ``det.get_cluster_info().trial.trial_id``.
+        report_every_batches: report training metrics every this many batches (they are
+            always reported at the end of each epoch too); None for epoch ends only.
+        checkpoint_every_epochs: checkpoint at the end of every this many epochs; None
+            for no epoch checkpoints (there are still the pause's and the final one).
+        checkpoint_every_batches: also checkpoint every this many batches trained, for
+            long epochs; None (the default) for none.
+        check_preempt_every_batches: ask whether to pause every this many batches; a
+            pause is obeyed within this many batches. Each check is a small collective
+            among the processes.
+        train_metrics_report_period: the reference system's name for
+            ``report_every_batches`` (``"epoch"`` or a number of batches).
+        checkpoint_epochs: the reference system's name for ``checkpoint_every_epochs``.
+
+    Raises:
+        ValueError: a period is not a positive int.
+
+    Example:
+        ::
+
+            distributed, strategy = det.core.DistributedContext.from_tf_config()
+            with det.core.init(distributed=distributed) as core_context:
+                with strategy.scope():
+                    model = build_model()
+                    model.compile(optimizer="adam", loss="mse")
+                info = det.get_cluster_info()
+                callback = det.keras.DeterminedCallback(
+                    core_context, checkpoint=info.latest_checkpoint, continue_id=info.trial.trial_id
+                )
+                model.fit(x, y, epochs=10, validation_data=(vx, vy), callbacks=[callback])
+    """
+
+    def __init__(
+        self,
+        core_context: core.Context,
+        checkpoint: Optional[str] = None,
+        continue_id: Union[int, str, None] = None,
+        *,
+        report_every_batches: Optional[int] = 100,
+        checkpoint_every_epochs: Optional[int] = 1,
+        checkpoint_every_batches: Optional[int] = None,
+        check_preempt_every_batches: int = 10,
+        train_metrics_report_period: Union[int, str, None] = None,
+        checkpoint_epochs: Optional[int] = None,
+    ) -> None:
+        super().__init__()
+        if train_metrics_report_period is not None:
+            report_every_batches = None if train_metrics_report_period == "epoch" else train_metrics_report_period
+        if checkpoint_epochs is not None:
+            checkpoint_every_epochs = checkpoint_epochs or None
+        for name, value in (
+            ("report_every_batches", report_every_batches),
+            ("checkpoint_every_epochs", checkpoint_every_epochs),
+            ("checkpoint_every_batches", checkpoint_every_batches),
+            ("check_preempt_every_batches", check_preempt_every_batches),
+        ):
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise ValueError(f"Argument `{name}` must be a positive int or None. Received: {name}={value!r}")
+        if check_preempt_every_batches is None:
+            raise ValueError("Argument `check_preempt_every_batches` must be a positive int. Received: None")
+        self._core = core_context
+        self._checkpoint = checkpoint
+        self._continue_id = continue_id
+        self._report_every = report_every_batches
+        self._checkpoint_epochs = checkpoint_every_epochs
+        self._checkpoint_batches = checkpoint_every_batches
+        self._preempt_every = check_preempt_every_batches
+        # Keras hands the logs over as tensors; they are read only when reported, so that
+        # the callback adds no synchronisation to the batches between reports.
+        self._supports_tf_logs = True
+        self._reset_position()
+
+    def _reset_position(self) -> None:
+        self._steps_completed = 0  # batches trained since the start of training, over every run
+        self._epoch = 0  # the epoch being trained
+        self._batch = 0  # batches trained in it
+        self._epoch_start_steps = 0
+        self._last_checkpoint_steps: Optional[int] = None
+        self._last_training_report: Optional[int] = None
+        self._preempted = False
+        self._resume_status: Any = None
+        self._train_function: Any = None
+        self._writer: Optional[tf.train.Checkpoint] = None
+        self._steps_per_epoch: Optional[int] = None
+        self._epochs: Optional[int] = None
+
+    # ----- start and resume -----
+
+    def on_train_begin(self, logs: Optional[dict[str, Any]] = None) -> None:
+        model = self.model
+        if getattr(model, "optimizer", None) is None:
+            raise ValueError("DeterminedCallback needs a compiled model: call model.compile() before model.fit().")
+        if getattr(model, "_training_state", None) is not None:
+            raise ValueError(
+                "DeterminedCallback cannot be combined with tf.keras.callbacks.BackupAndRestore: both restore the "
+                "position of model.fit. Remove BackupAndRestore; the callback's checkpoints resume training."
+            )
+        self._reset_position()
+        self._steps_per_epoch = self.params.get("steps")
+        self._epochs = self.params.get("epochs")
+        if self._checkpoint is not None:
+            self._restore(self._checkpoint)
+        total = self._epochs * self._steps_per_epoch if self._epochs and self._steps_per_epoch else None
+        self._core.train.report_start(self._steps_completed, total)
+
+    def _restore(self, storage_id: str) -> None:
+        with self._core.checkpoint.restore_path(storage_id) as path:
+            state_file = Path(path) / STATE_FILE
+            if not state_file.is_file():
+                raise core.CheckpointError(
+                    f"Checkpoint {storage_id} was not written by DeterminedCallback: it has no {STATE_FILE}."
+                )
+            state = json.loads(state_file.read_text(encoding="utf-8"))
+            continuing = self._continue_id is not None and state.get("continue_id") == self._continue_id
+            self._load_weights(str(Path(path) / WEIGHTS_PREFIX), with_optimizer=continuing)
+        if not continuing:
+            logger.info("starting from the weights of checkpoint %s (a new training: continue_id differs)", storage_id)
+            return
+        epoch, batch = int(state["epoch"]), int(state["batch"])
+        self._steps_completed = int(state["steps_completed"])
+        self._last_checkpoint_steps = self._steps_completed
+        self._epoch, self._batch = epoch, batch
+        self._epoch_start_steps = self._steps_completed - batch
+        # fit() asks the model's training state where to start right after on_train_begin.
+        self.model._training_state = _ResumePosition(epoch, batch)
+        if batch:
+            self._skip_batches_on_first_call(batch)
+        logger.info("continuing from checkpoint %s at epoch %d, batch %d", storage_id, epoch, batch)
+
+    def _load_weights(self, prefix: str, with_optimizer: bool) -> None:
+        model = self.model
+        if with_optimizer and model.built:
+            # Create the optimizer's slots now, so that their values are restored at once
+            # rather than when the first batch creates them.
+            with model.distribute_strategy.scope():
+                _build_optimizer(model.optimizer, model.trainable_variables)
+        if with_optimizer:
+            root = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
+        else:
+            # The model tracks its optimizer too: read through a view of its other parts,
+            # so that a warm start keeps the fresh optimizer.
+            parts = dict(model._trackable_children(save_type="checkpoint"))
+            parts.pop("optimizer", None)
+            root = tf.train.Checkpoint(model=tf.train.Checkpoint(**parts))
+        status = root.read(prefix)
+        status.expect_partial()
+        # Variables created later (an unbuilt model) are restored when they are created:
+        # keep the reading alive until then.
+        self._resume_status = (root, status)
+
+    def _skip_batches_on_first_call(self, batches: int) -> None:
+        """Makes the first training step read and drop ``batches`` batches: those the checkpoint already trained."""
+        model = self.model
+        train_function = model.train_function
+
+        def skip_then_train(iterator: Any) -> Any:
+            for _ in range(batches):
+                next(iterator)
+            model.train_function = train_function
+            return train_function(iterator)
+
+        model.train_function = skip_then_train
+        self._train_function = train_function
+
+    # ----- epochs and batches -----
+
+    def on_epoch_begin(self, epoch: int, logs: Optional[dict[str, Any]] = None) -> None:
+        if isinstance(getattr(self.model, "_training_state", None), _ResumePosition):
+            self.model._training_state = None  # fit read it already; nothing else may see it
+        if epoch != self._epoch:
+            self._epoch, self._batch = epoch, 0
+            self._epoch_start_steps = self._steps_completed
+
+    def on_train_batch_end(self, batch: int, logs: Optional[dict[str, Any]] = None) -> None:
+        before = self._steps_completed
+        self._batch = batch + 1
+        self._steps_completed = self._epoch_start_steps + self._batch
+        steps = self._steps_completed
+
+        def due(period: Optional[int]) -> bool:
+            # Crossed rather than equal: with steps_per_execution > 1 Keras calls back every few batches.
+            return bool(period) and steps // period > before // period
+
+        if due(self._report_every):
+            self._report_training(self._running_metrics(logs))
+        if due(self._checkpoint_batches) and not self._at_epoch_end():
+            self._save()
+        if due(self._preempt_every):
+            self._core.train.report_batches(steps)
+            if self._core.preempt.should_preempt():
+                self._preempted = True
+                self.model.stop_training = True
+                if not self._at_epoch_end():
+                    # Checkpoint at this batch and leave fit without validating the partial epoch.
+                    if self._last_checkpoint_steps != steps:
+                        self._save()
+                    self.model.evaluate = _skip_evaluation
+                logger.info("pausing after %d batches", steps)
+
+    def _at_epoch_end(self) -> bool:
+        return self._steps_per_epoch is not None and self._batch >= self._steps_per_epoch
+
+    def on_epoch_end(self, epoch: int, logs: Optional[dict[str, Any]] = None) -> None:
+        if self._preempted and not self._at_epoch_end():
+            return  # checkpointed at the batch of the pause; this epoch is not over
+        logs = dict(logs or {})
+        training = {key: value for key, value in logs.items() if not key.startswith("val_")}
+        if self._last_training_report != self._steps_completed:
+            self._report_training(training)
+        validation = {key[len("val_") :]: value for key, value in logs.items() if key.startswith("val_")}
+        if validation:
+            self._report_validation(validation)
+        self._epoch, self._batch = epoch + 1, 0
+        self._epoch_start_steps = self._steps_completed
+        due = self._checkpoint_epochs is not None and (epoch + 1) % self._checkpoint_epochs == 0
+        if due or self._preempted:
+            self._save()
+
+    def on_train_end(self, logs: Optional[dict[str, Any]] = None) -> None:
+        if "evaluate" in vars(self.model):
+            del self.model.evaluate
+        if self._train_function is not None:
+            self.model.train_function = self._train_function
+            self._train_function = None
+        if isinstance(getattr(self.model, "_training_state", None), _ResumePosition):
+            self.model._training_state = None
+        if self._last_checkpoint_steps != self._steps_completed:
+            self._save()
+        self._core.train.report_batches(self._steps_completed, force=True)
+        self._resume_status = None
+
+    # ----- reports -----
+
+    def _running_metrics(self, logs: Optional[dict[str, Any]]) -> Optional[dict[str, Any]]:
+        """The epoch's running training metrics, as Keras computes them for the epoch's end.
+
+        A batch's logs hold the sum of every replica's own values under a strategy of
+        several replicas; the model's metrics read in cross-replica context are the
+        values over all of them (a collective under MultiWorkerMirroredStrategy, at the
+        same batch on every process).
+        """
+        model = self.model
+        if model.distribute_strategy.num_replicas_in_sync > 1 and hasattr(model, "get_metrics_result"):
+            return model.get_metrics_result()
+        return logs
+
+    def _report_training(self, logs: Optional[dict[str, Any]]) -> None:
+        metrics = self._combined(logs)
+        self._last_training_report = self._steps_completed
+        if metrics:
+            self._core.train.report_training_metrics(self._steps_completed, metrics)
+
+    def _report_validation(self, logs: dict[str, Any]) -> None:
+        metrics = self._combined(logs)
+        if not metrics:
+            return
+        searcher_metric = _searcher_metric(self._core)
+        if searcher_metric and searcher_metric.startswith("val_") and searcher_metric[4:] in metrics:
+            metrics[searcher_metric] = metrics[searcher_metric[4:]]
+        metrics["epochs"] = self._epoch + 1
+        metrics["batches"] = self._steps_completed
+        self._core.train.report_validation_metrics(self._steps_completed, metrics)
+
+    def _combined(self, logs: Optional[dict[str, Any]]) -> dict[str, Any]:
+        """The numeric logs as floats, averaged over the processes (a collective when there are several)."""
+        metrics = {}
+        for key, value in (logs or {}).items():
+            value = _to_float(value)
+            if value is not None:
+                metrics[key] = value
+        distributed = self._core.distributed
+        if distributed.size > 1:
+            every = distributed.allgather(metrics)
+            metrics = {key: float(np.mean([m[key] for m in every if key in m])) for key in sorted(every[0])}
+        return metrics
+
+    # ----- checkpoints -----
+
+    def _save(self) -> None:
+        """Writes a checkpoint of the model, the optimizer and the position; every process calls it."""
+        state = {
+            "version": _STATE_VERSION,
+            "continue_id": self._continue_id,
+            "epoch": self._epoch,
+            "batch": self._batch,
+            "steps_completed": self._steps_completed,
+            "steps_per_epoch": self._steps_per_epoch,
+            "epochs": self._epochs,
+        }
+        if self._at_epoch_end():
+            state["epoch"], state["batch"] = self._epoch + 1, 0
+        metadata = {"steps_completed": self._steps_completed, "framework": "tensorflow-keras", **state}
+        if self._writer is None:  # built once: each new one would trace its save functions again
+            self._writer = tf.train.Checkpoint(model=self.model, optimizer=self.model.optimizer)
+        checkpoint = self._writer
+        rank = self._core.distributed.rank
+        with self._core.checkpoint.store_path(metadata, shard=True) as (path, storage_id):
+            if rank == 0:
+                checkpoint.write(str(Path(path) / WEIGHTS_PREFIX))
+                (Path(path) / STATE_FILE).write_text(json.dumps(state, indent=2), encoding="utf-8")
+            else:
+                # Reading variables of a tf.distribute strategy can be a collective: every
+                # process writes, the others into a directory thrown away.
+                with tempfile.TemporaryDirectory(prefix="det-estimator-ckpt-") as scratch:
+                    checkpoint.write(str(Path(scratch) / WEIGHTS_PREFIX))
+        self._last_checkpoint_steps = self._steps_completed
+        logger.info("checkpoint %s after %d batches", storage_id, self._steps_completed)
+
+
+class _ResumePosition:
+    """What ``fit`` asks a model's ``_training_state`` for: the epoch and batch at which to start."""
+
+    def __init__(self, epoch: int, batch: int) -> None:
+        self.epoch = epoch
+        self.batch = batch
+
+    def maybe_load_initial_counters_from_ckpt(self, steps_per_epoch: Any, initial_epoch: int, mode: Any) -> tuple:
+        return self.epoch, self.batch
+
+    def back_up(self, *args: Any, **kwargs: Any) -> None:
+        """Keras' own fault-tolerance calls it when it saves; the callback saves instead."""
+
+    def delete_backup(self) -> None:
+        """Nothing to delete."""
+
+
+def _skip_evaluation(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    """Stands in for ``model.evaluate`` in the epoch a pause interrupts: no validation of a partial epoch."""
+    return {}
+
+
+def _build_optimizer(optimizer: Any, variables: list[Any]) -> None:
+    """Creates an optimizer's slot variables for ``variables`` (Keras 2.11+ optimizers, and legacy ones)."""
+    if hasattr(optimizer, "build") and not isinstance(optimizer, tf.keras.optimizers.legacy.Optimizer):
+        optimizer.build(variables)
+    elif hasattr(optimizer, "_create_all_weights"):
+        optimizer._create_all_weights(variables)
+
+
+def _to_float(value: Any) -> Optional[float]:
+    """A metric's value as a float, or None when it is not a number (a tensor is read)."""
+    if isinstance(value, (tf.Tensor, tf.Variable)):
+        if value.shape.rank != 0:
+            return None
+        value = value.numpy()
+    if isinstance(value, np.ndarray):
+        if value.ndim != 0:
+            return None
+        value = value.item()
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return float(value)
+    return None
+
+
+def _searcher_metric(core_context: core.Context) -> Optional[str]:
+    info = getattr(core_context, "info", None)
+    trial = getattr(info, "trial", None)
+    config = getattr(trial, "config", None) or {}
+    return (config.get("searcher") or {}).get("metric")

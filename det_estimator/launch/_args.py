@@ -1,0 +1,53 @@
+"""Command-line arguments shared by the launchers, and where their processes run."""
+
+import argparse
+import os
+from typing import Optional
+
+from det_estimator import _info
+from det_estimator.launcher import HostSlots, resolve_slots
+
+CHIEF_IP_VARIABLE = "DET_CHIEF_IP"
+CHIEF_PORT_VARIABLE = "DET_CHIEF_PORT"
+
+
+def parse(prog: str, description: str, argv: Optional[list[str]]) -> tuple[argparse.Namespace, list[str]]:
+    """The launcher's options and the command after ``--``.
+
+    Raises:
+        SystemExit: no command was given (argparse prints the usage).
+    """
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("--slots", type=int, default=None, help="processes to start on this machine")
+    parser.add_argument("--hosts", default=None, help="host:slots entries separated by commas")
+    parser.add_argument("--port", type=int, default=None, help="first port of the workers on other hosts")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command to run on every slot")
+    args = parser.parse_args(argv)
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        parser.error("give the command to run after --, e.g. -- python3 train.py")
+    return args, command
+
+
+def placement(args: argparse.Namespace) -> list[HostSlots]:
+    """Where the processes run: ``--hosts`` / ``--slots``, else the experiment's cluster info, else one here."""
+    info = _info.get_cluster_info()
+    return resolve_slots(
+        args.slots,
+        args.hosts,
+        info.slots if info is not None else None,
+        info.container_addrs if info is not None else (),
+    )
+
+
+def chief_settings(entries: list[HostSlots]) -> dict[str, str]:
+    """``DET_CHIEF_IP`` and ``DET_CHIEF_PORT`` for det-estimator's object collectives (kept when already set)."""
+    from det_estimator.launcher import chief_address, free_port
+
+    hosts = None if all(entry.is_local for entry in entries) else ",".join(f"{e.host}:{e.slots}" for e in entries)
+    return {
+        CHIEF_IP_VARIABLE: os.environ.get(CHIEF_IP_VARIABLE) or chief_address(hosts),
+        CHIEF_PORT_VARIABLE: os.environ.get(CHIEF_PORT_VARIABLE) or str(free_port()),
+    }

@@ -1,0 +1,220 @@
+"""Jobs: a script run on N slots outside any experiment (batch inference), recorded in the store with its log.
+
+``det-estimator job run CONFIG CONTEXT_DIR`` reads a job config::
+
+    entrypoint_script: python3 batch_inference.py    # or entrypoint: python3 ...
+    data:                                            # anything; the script's context.config_data
+      trial_id: 1
+      batch_size: 64
+    resources:
+      slots: 2                                       # or slots_per_trial; --slots wins
+
+and runs the command on each slot (under horovodrun on several), in the context
+directory, with ``DET_CLUSTER_INFO`` naming a :class:`~det_estimator.ClusterInfo` of
+task type ``BATCH_INFERENCE``: ``det.keras.init()`` there gives a context without
+``training``, whose ``config_data`` is ``data``. Imports no TensorFlow.
+"""
+
+import os
+import shlex
+import tempfile
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional, TextIO
+
+from det_estimator import _info, launcher
+from det_estimator.errors import DetEstimatorError
+from det_estimator.orchestration._processes import first_traceback
+from det_estimator.store import BATCH_INFERENCE, ExperimentStore, JobRecord, State
+
+_KEYS = ("entrypoint", "entrypoint_script", "name", "description", "labels", "data", "resources")
+_RESOURCE_KEYS = ("slots", "slots_per_trial")
+
+
+class JobConfigError(DetEstimatorError, ValueError):
+    """A job config that cannot be run; the message names the key."""
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A validated job config.
+
+    Attributes:
+        name: the job's name (the config's ``name``, else the config file's stem).
+        command: the command each slot runs, as words.
+        data: the config's ``data`` section, the script's ``context.config_data``.
+        slots: the processes to run (``resources.slots``, else ``slots_per_trial``, else 1).
+        config: the config as given.
+    """
+
+    name: str
+    command: tuple[str, ...]
+    data: dict[str, Any]
+    slots: int
+    config: dict[str, Any]
+
+
+def load_job_config(raw: Any, default_name: str = "job", slots: Optional[int] = None) -> JobSpec:
+    """Validates a job config (the parsed YAML).
+
+    Args:
+        raw: the parsed config.
+        default_name: the name when the config gives none.
+        slots: the processes to run, overriding the config's.
+
+    Raises:
+        JobConfigError: not a mapping, an unknown key, no command, no ``data`` mapping, or a bad slot count.
+    """
+    if not isinstance(raw, Mapping):
+        raise JobConfigError(f"A job config must be a mapping of keys. Received: {type(raw).__name__}")
+    unknown = sorted(str(key) for key in raw if key not in _KEYS)
+    if unknown:
+        raise JobConfigError(f"Unknown key {unknown[0]!r} in the job config; a job config has {', '.join(_KEYS)}.")
+    command = _command(raw)
+    data = raw.get("data")
+    if not isinstance(data, Mapping):
+        received = "nothing" if data is None else type(data).__name__
+        raise JobConfigError(
+            "A job config needs a `data` mapping: the job's settings, which the script reads as "
+            f"context.config_data (e.g. data: {{trial_id: 1, batch_size: 64}}). Received: {received}"
+        )
+    resources = raw.get("resources") or {}
+    if not isinstance(resources, Mapping) or any(key not in _RESOURCE_KEYS for key in resources):
+        raise JobConfigError(
+            f"`resources` of a job config takes {' or '.join(_RESOURCE_KEYS)}. Received: {resources!r}"
+        )
+    configured = resources.get("slots", resources.get("slots_per_trial", 1))
+    if isinstance(configured, bool) or not isinstance(configured, int) or configured < 1:
+        raise JobConfigError(f"`resources.slots` must be a positive integer. Received: {configured!r}")
+    name = raw.get("name") or default_name
+    return JobSpec(str(name), command, dict(data), slots or configured, dict(raw))
+
+
+def _command(raw: Mapping) -> tuple[str, ...]:
+    if "entrypoint" in raw and "entrypoint_script" in raw:
+        raise JobConfigError("Give either `entrypoint` or `entrypoint_script` in a job config, not both.")
+    key = "entrypoint_script" if "entrypoint_script" in raw else "entrypoint"
+    value = raw.get(key)
+    if isinstance(value, str):
+        words = tuple(shlex.split(value))
+    elif isinstance(value, (list, tuple)) and all(isinstance(word, str) for word in value):
+        words = tuple(value)
+    else:
+        words = ()
+    if not words or (len(words) == 1 and ":" in words[0] and not words[0].endswith(".py")):
+        raise JobConfigError(
+            f"A job config needs the command to run: `entrypoint_script: python3 batch_inference.py`. "
+            f"Received: {key}={value!r}"
+        )
+    return words
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    """How a job ended: its record (state, exit status, error, log)."""
+
+    job: JobRecord
+
+
+def run_job(
+    store: ExperimentStore,
+    spec: JobSpec,
+    context_dir: str,
+    stream: Optional[TextIO] = None,
+    verbose: bool = False,
+) -> JobOutcome:
+    """Records the job, runs its processes to the end, and records how it ended.
+
+    Everything the processes print goes to the job's log; with ``verbose`` also to
+    ``stream``. Ctrl-C (or SIGTERM) ends the processes and records the job as failed.
+
+    Args:
+        store: the store to record the job in.
+        spec: the validated config.
+        context_dir: the directory the command runs in.
+        stream: where ``verbose`` output goes.
+        verbose: show the processes' output as it comes.
+
+    Returns:
+        The outcome, with the job's final record.
+    """
+    job_id = store.create_job(spec.name, spec.config, context_dir, list(spec.command), spec.slots)
+    job = store.job(job_id)
+    log_path = Path(job.log_path)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".det-estimator-job-") as scratch:
+        info = _info.ClusterInfo(
+            task_type=BATCH_INFERENCE,
+            trial=None,
+            latest_checkpoint=None,
+            user_data=spec.data,
+            store_path=str(store.path),
+            checkpoint_dir="",
+            slots=spec.slots,
+        )
+        info_path = Path(scratch) / "info.json"
+        info.write(info_path)
+        env = dict(
+            os.environ,
+            **{
+                _info.INFO_VARIABLE: str(info_path),
+                "DET_CHIEF_IP": "127.0.0.1",
+                "DET_CHIEF_PORT": str(launcher.free_port()),
+                "PYTHONUNBUFFERED": "1",
+            },
+        )
+        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        command = launcher.process_command(launcher.script_command(list(spec.command)), spec.slots, None)
+        status, interrupted = _run_processes(command, env, context_dir, log_path, job_id, stream if verbose else None)
+    state = State.COMPLETED if status == 0 and not interrupted else State.ERROR
+    error = None
+    if state == State.ERROR:
+        error = _error_of(log_path, status, interrupted)
+    store.end_job(job_id, state, status, error)
+    return JobOutcome(store.job(job_id))
+
+
+def _run_processes(
+    command: list[str], env: dict[str, str], cwd: str, log_path: Path, job_id: int, echo: Optional[TextIO]
+) -> tuple[int, bool]:
+    """Runs the job's processes, copying their output to the log; returns (exit status, interrupted)."""
+    interrupted = threading.Event()
+    with log_path.open("a", encoding="utf-8") as log:
+        started = time.strftime("%Y-%m-%d %H:%M:%S")
+        log.write(f"--- det-estimator: job {job_id}, {started}: {launcher.describe(command)} ---\n")
+        log.flush()
+        process = launcher.start(command, env, cwd)
+
+        def stop() -> None:
+            interrupted.set()
+            process.terminate()
+
+        def copy() -> None:
+            for line in process.stdout:
+                log.write(line)
+                log.flush()
+                if echo is not None:
+                    echo.write(line)
+                    echo.flush()
+
+        pump = threading.Thread(target=copy, daemon=True)
+        pump.start()
+        with launcher.pause_on_signals(stop):
+            status = process.wait()
+        pump.join(timeout=30)
+    return status, interrupted.is_set()
+
+
+def _error_of(log_path: Path, status: Optional[int], interrupted: bool) -> dict[str, Any]:
+    """The job's error: the first traceback of its log, else its last line."""
+    if interrupted:
+        return {"message": "the job was interrupted (Ctrl-C or SIGTERM)", "traceback": ""}
+    lines = log_path.read_text(encoding="utf-8", errors="replace").splitlines()
+    block = first_traceback(lines)
+    if block:
+        return {"message": block[-1], "traceback": "\n".join(block) + "\n"}
+    message = lines[-1] if len(lines) > 1 else f"the job's processes exited with status {status} without output"
+    return {"message": message, "traceback": ""}

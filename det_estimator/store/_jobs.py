@@ -1,0 +1,138 @@
+"""Jobs in the store: scripts run on N slots outside any experiment (``det-estimator job run``).
+
+A job is what the reference system calls a generic task: batch inference, say. It has
+no trials, metrics or checkpoints of its own; the store keeps its config, its command,
+how many processes ran it, its state, how it ended and where its output log is.
+"""
+
+import json
+import os
+import socket
+import sqlite3
+import time
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from det_estimator.store._records import State
+
+BATCH_INFERENCE = "BATCH_INFERENCE"
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """One job.
+
+    Attributes:
+        kind: what the job does (``BATCH_INFERENCE``).
+        config: the job's config as given (``data``, ``resources``, the entrypoint).
+        command: the command run on every slot, as words.
+        log_path: the file that keeps everything its processes printed.
+        exit_status: how its processes exited, once they did.
+        error: the first traceback of its output when it failed (``message``, ``traceback``).
+        launcher_pid, launcher_host: the process that runs it.
+    """
+
+    id: int
+    name: str
+    kind: str
+    state: State
+    config: dict[str, Any]
+    context_dir: str
+    command: list[str]
+    slots: int
+    log_path: str
+    created_at: float
+    ended_at: Optional[float]
+    exit_status: Optional[int]
+    error: Optional[dict[str, Any]]
+    launcher_pid: Optional[int] = None
+    launcher_host: Optional[str] = None
+
+
+class JobTable:
+    """The store's methods for jobs; a base of ``ExperimentStore``, which provides ``_write``, ``_connection``."""
+
+    _connection: sqlite3.Connection
+
+    def create_job(
+        self,
+        name: str,
+        config: dict[str, Any],
+        context_dir: str,
+        command: list[str],
+        slots: int,
+        kind: str = BATCH_INFERENCE,
+    ) -> int:
+        """Records a new ACTIVE job run by this process; returns its id.
+
+        Its output log goes to ``<store files>/jobs/<id>/output.log``.
+        """
+        with self._write() as db:  # type: ignore[attr-defined]
+            cursor = db.execute(
+                "INSERT INTO jobs (name, kind, state, config, context_dir, command, slots, log_path, created_at,"
+                " launcher_pid, launcher_host) VALUES (?, ?, ?, ?, ?, ?, ?, '', ?, ?, ?)",
+                (
+                    name,
+                    kind,
+                    State.ACTIVE.value,
+                    json.dumps(config),
+                    context_dir,
+                    json.dumps(list(command)),
+                    slots,
+                    time.time(),
+                    os.getpid(),
+                    socket.gethostname(),
+                ),
+            )
+            job_id = int(cursor.lastrowid)
+            log_path = self.files_dir / "jobs" / str(job_id) / "output.log"  # type: ignore[attr-defined]
+            db.execute("UPDATE jobs SET log_path = ? WHERE id = ?", (str(log_path), job_id))
+        return job_id
+
+    def end_job(
+        self, job_id: int, state: State, exit_status: Optional[int] = None, error: Optional[dict[str, Any]] = None
+    ) -> None:
+        """Records how a job ended."""
+        with self._write() as db:  # type: ignore[attr-defined]
+            db.execute(
+                "UPDATE jobs SET state = ?, ended_at = ?, exit_status = ?, error = ? WHERE id = ?",
+                (State(state).value, time.time(), exit_status, None if error is None else json.dumps(error), job_id),
+            )
+
+    def jobs(self) -> list[JobRecord]:
+        """Every job, oldest first."""
+        rows = self._connection.execute("SELECT * FROM jobs ORDER BY id").fetchall()
+        return [_job_record(row) for row in rows]
+
+    def job(self, job_id: int) -> JobRecord:
+        """One job.
+
+        Raises:
+            UnknownIdError: there is no job ``job_id``.
+        """
+        from det_estimator.store._store import UnknownIdError
+
+        row = self._connection.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        if row is None:
+            raise UnknownIdError(f"There is no job {job_id} in the store {self.path}.")  # type: ignore[attr-defined]
+        return _job_record(row)
+
+
+def _job_record(row: sqlite3.Row) -> JobRecord:
+    return JobRecord(
+        id=row["id"],
+        name=row["name"],
+        kind=row["kind"],
+        state=State(row["state"]),
+        config=json.loads(row["config"]),
+        context_dir=row["context_dir"],
+        command=json.loads(row["command"]),
+        slots=row["slots"],
+        log_path=row["log_path"],
+        created_at=row["created_at"],
+        ended_at=row["ended_at"],
+        exit_status=row["exit_status"],
+        error=None if row["error"] is None else json.loads(row["error"]),
+        launcher_pid=row["launcher_pid"],
+        launcher_host=row["launcher_host"],
+    )

@@ -1,0 +1,124 @@
+"""examples/digits_keras_api through the command: test mode, pause and resume, the full run on 2 processes."""
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import yaml
+from sklearn.datasets import load_digits
+
+from det_estimator.keras._api._model_files import load_model
+from det_estimator.store import ExperimentStore
+
+from .conftest import COMMAND
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "digits_keras_api"
+BATCHES_PER_EPOCH = 47  # 1500 records in global batches of 32
+
+
+@pytest.fixture
+def example(tmp_path):
+    """A copy of the example whose checkpoints and predictions go under tmp_path."""
+    directory = tmp_path / "digits_keras_api"
+    shutil.copytree(EXAMPLE, directory, ignore=shutil.ignore_patterns("runs", "checkpoints"))
+    for name in ("const.yaml", "distributed.yaml", "batch_inference.yaml"):
+        path = directory / name
+        path.write_text(path.read_text().replace("host_path: runs/checkpoints", f"host_path: {tmp_path}/checkpoints"))
+    return directory
+
+
+def job_config(example: Path, trial_id: int, slots: int) -> Path:
+    raw = yaml.safe_load((example / "batch_inference.yaml").read_text())
+    raw["data"].update(trial_id=trial_id, output=str(example.parent / "predictions.npy"))
+    raw["resources"] = {"slots": slots}
+    path = example.parent / f"job-{slots}.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def described(det, store: Path) -> dict:
+    return json.loads(det(store, "experiment", "describe", 1, "--json").stdout)
+
+
+def test_the_example_runs_in_test_mode_and_its_job_predicts_every_digit(example, tmp_path, det):
+    store = tmp_path / "store.sqlite"
+    result = det(store, "experiment", "create", example / "const.yaml", example, "--test", timeout=300)
+    assert "Experiment 1 COMPLETED after 1 batches." in result.stdout
+    summary = described(det, store)
+    (trial,) = summary["trials"]
+    assert trial["validations"] and trial["validations"][-1]["batches"] == 1
+    (checkpoint,) = summary["checkpoints"]
+    assert (Path(checkpoint["path"]) / "model_architecture.json").is_file()
+
+    det(store, "job", "run", job_config(example, trial["id"], slots=1), example, timeout=300)
+    probabilities = np.load(tmp_path / "predictions.npy")
+    assert probabilities.shape == (1797, 10)
+    np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-5)
+
+
+@pytest.mark.parametrize("slots", [1, pytest.param(2, marks=pytest.mark.slow)])
+def test_a_paused_trial_resumes_where_it_stopped(example, tmp_path, det, slots):
+    store = tmp_path / "store.sqlite"
+    raw = yaml.safe_load((example / "const.yaml").read_text())
+    raw["searcher"]["max_length"] = {"epochs": 10_000}  # only the pause ends the first run
+    raw["resources"] = {"slots_per_trial": slots}
+    config = example / "long.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    running = subprocess.Popen(
+        [COMMAND, "--store", str(store), "experiment", "create", str(config), str(example)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    try:
+        for line in running.stdout:
+            if line.startswith("checkpoint "):
+                break
+        det(store, "experiment", "pause", 1)
+        output, _ = running.communicate(timeout=300)
+    finally:
+        if running.poll() is None:
+            running.kill()
+    assert running.returncode == 0 and "Experiment 1 PAUSED after " in output, output[-3000:]
+    stopped = json.loads(det(store, "experiment", "list", "--json").stdout)[0]["batches_trained"]
+    assert BATCHES_PER_EPOCH <= stopped < 10_000 * BATCHES_PER_EPOCH
+    epochs = stopped // BATCHES_PER_EPOCH + 2
+
+    with ExperimentStore(store) as opened:
+        experiment = opened.experiment(1)
+        experiment.config["searcher"]["max_length"] = {"epochs": epochs}
+        opened.update_experiment(1, experiment.config, experiment.slots, experiment.test)
+    resumed = det(store, "experiment", "resume", 1, timeout=400)
+    assert f"COMPLETED after {epochs * BATCHES_PER_EPOCH} batches" in resumed.stdout, resumed.stdout[-3000:]
+    validations = described(det, store)["trials"][0]["validations"]
+    # One validation per epoch, each once: the resumed run went on from the pause, not from epoch 0.
+    assert [v["metrics"]["epochs"] for v in validations] == list(range(1, epochs + 1))
+    assert [v["batches"] for v in validations] == [BATCHES_PER_EPOCH * e for e in range(1, epochs + 1)]
+
+
+@pytest.mark.slow
+def test_the_example_in_full_on_two_processes_and_its_job_on_two(example, tmp_path, det):
+    store = tmp_path / "store.sqlite"
+    det(store, "experiment", "create", example / "distributed.yaml", example, timeout=600)
+    summary = described(det, store)
+    assert summary["state"] == "COMPLETED" and summary["best_validation"]["value"] > 0.9
+    trial_id = summary["trials"][0]["id"]
+    det(store, "job", "run", job_config(example, trial_id, slots=2), example, timeout=400)
+
+    with ExperimentStore(store) as opened:
+        best = max(opened.checkpoints(1, trial_id=trial_id), key=lambda c: c.validation_metrics["val_accuracy"])
+    digits = load_digits()
+    x = (digits.data / 16.0).astype("float32")
+    expected = load_model(Path(best.path)).predict(x, batch_size=64, verbose=0)
+    predictions = np.load(tmp_path / "predictions.npy")
+    np.testing.assert_allclose(predictions, expected, rtol=1e-5, atol=1e-6)
+    assert (predictions.argmax(axis=1) == digits.target).mean() > 0.9
+    tf.keras.backend.clear_session()

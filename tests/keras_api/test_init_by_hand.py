@@ -1,0 +1,43 @@
+"""A script calling det.keras.init() with no experiment runs as plain Keras would, and is recorded in a new store."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from .conftest import WORKERS
+
+
+def run(*args: str, store, cwd) -> dict:
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", DET_ESTIMATOR_STORE=str(store))
+    command = [sys.executable, str(WORKERS / "by_hand.py"), *args]
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=240, cwd=cwd)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    (line,) = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
+    return json.loads(line[len("RESULT ") :])
+
+
+def test_the_script_by_hand_trains_as_plain_keras_and_creates_the_store(tmp_path, det):
+    store = tmp_path / "not" / "there" / "yet" / "store.sqlite"
+    plain = run("--plain", store=tmp_path / "unused.sqlite", cwd=tmp_path)
+    with_api = run(store=store, cwd=tmp_path)  # its checkpoints go to ./checkpoints
+
+    # epochs and initial_epoch are honoured by hand, the seed is init()'s default, the rest is Keras'.
+    assert with_api["epoch"] == plain["epoch"] == [1, 2]
+    assert sorted(with_api["history"]) == sorted(plain["history"]) == ["loss", "mae", "val_loss", "val_mae"]
+    for name, values in plain["history"].items():
+        assert with_api["history"][name] == pytest.approx(values, rel=1e-6), name
+    for mine, theirs in zip(with_api["weights"], plain["weights"]):
+        np.testing.assert_allclose(np.array(mine), np.array(theirs), rtol=1e-6, atol=1e-7)
+
+    assert store.is_file()
+    (experiment,) = json.loads(det(store, "experiment", "list", "--json").stdout)
+    assert (experiment["name"], experiment["state"], experiment["slots"]) == ("by_hand", "COMPLETED", 1)
+    described = json.loads(det(store, "experiment", "describe", experiment["id"], "--json").stdout)
+    validations = described["trials"][0]["validations"]
+    assert [v["metrics"]["loss"] for v in validations] == pytest.approx(plain["history"]["val_loss"], rel=1e-6)
+    assert described["checkpoints"], "the run by hand keeps a checkpoint"
+    assert all(checkpoint["path"].startswith(str(tmp_path / "checkpoints")) for checkpoint in described["checkpoints"])

@@ -1,0 +1,91 @@
+"""det-estimator job run/list/logs: bad input is refused with a message and exit status 2; a job records its end."""
+
+import json
+
+import pytest
+import yaml
+
+from det_estimator.orchestration._jobs import JobConfigError, load_job_config
+
+
+def write(path, raw) -> str:
+    path.write_text(yaml.safe_dump(raw))
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({"entrypoint_script": "python3 job.py"}, "needs a `data` mapping"),
+        ({"entrypoint_script": "python3 job.py", "data": [1, 2]}, "needs a `data` mapping"),
+        ({"data": {"a": 1}}, "needs the command to run"),
+        ({"entrypoint": "model_def:Trial", "data": {}}, "needs the command to run"),
+        ({"entrypoint_script": "python3 job.py", "data": {}, "searcher": {}}, "Unknown key 'searcher'"),
+        ({"entrypoint_script": "python3 job.py", "data": {}, "resources": {"slots": 0}}, "positive integer"),
+        ({"entrypoint": "python3 job.py", "entrypoint_script": "python3 job.py", "data": {}}, "not both"),
+    ],
+)
+def test_a_bad_job_config_is_refused_with_exit_status_2(tmp_path, det, raw, message):
+    (tmp_path / "job.py").write_text("print('never run')\n")
+    result = det(tmp_path / "store.sqlite", "job", "run", write(tmp_path / "job.yaml", raw), tmp_path, check=False)
+    assert result.returncode == 2
+    assert message in result.stderr and "job.yaml" in result.stderr
+
+
+def test_a_missing_config_context_or_script_is_refused_with_exit_status_2(tmp_path, det):
+    store = tmp_path / "store.sqlite"
+    missing = det(store, "job", "run", tmp_path / "nope.yaml", tmp_path, check=False)
+    assert missing.returncode == 2 and "is not a file" in missing.stderr
+    config = write(tmp_path / "job.yaml", {"entrypoint_script": "python3 absent.py", "data": {}})
+    no_dir = det(store, "job", "run", config, tmp_path / "nowhere", check=False)
+    assert no_dir.returncode == 2 and "is not a directory" in no_dir.stderr
+    no_script = det(store, "job", "run", config, tmp_path, check=False)
+    assert no_script.returncode == 2 and "absent.py" in no_script.stderr
+    unknown = det(store, "job", "logs", 42, check=False)
+    assert unknown.returncode == 2 and "There is no job 42" in unknown.stderr
+
+
+def test_a_job_runs_its_script_with_its_data_and_records_how_it_ended(tmp_path, det):
+    store = tmp_path / "store.sqlite"
+    (tmp_path / "job.py").write_text(
+        "import json, det_estimator as det\n"
+        "info = det.get_cluster_info()\n"
+        "print('DATA', json.dumps(info.user_data), info.task_type, info.trial)\n"
+    )
+    (tmp_path / "fails.py").write_text("raise RuntimeError('no model here')\n")
+    ok = det(
+        store,
+        "job",
+        "run",
+        write(tmp_path / "ok.yaml", {"entrypoint_script": "python3 job.py", "data": {"n": 3}}),
+        tmp_path,
+    )
+    assert "Job 1 COMPLETED" in ok.stdout
+    assert 'DATA {"n": 3} BATCH_INFERENCE None' in det(store, "job", "logs", 1).stdout
+
+    failed = det(
+        store,
+        "job",
+        "run",
+        write(tmp_path / "bad.yaml", {"entrypoint": "python3 fails.py", "data": {}}),
+        tmp_path,
+        check=False,
+    )
+    assert failed.returncode == 1 and "RuntimeError: no model here" in failed.stderr
+    jobs = json.loads(det(store, "job", "list", "--json").stdout)
+    assert [(job["name"], job["state"], job["exit_status"]) for job in jobs] == [
+        ("ok", "COMPLETED", 0),
+        ("bad", "ERROR", 1),
+    ]
+    assert jobs[1]["error"]["message"] == "RuntimeError: no model here"
+    assert "ok" in det(store, "job", "list").stdout
+
+
+def test_slots_come_from_the_command_line_then_the_config():
+    raw = {"entrypoint_script": "python3 job.py", "data": {}, "resources": {"slots": 3}}
+    assert load_job_config(raw).slots == 3
+    assert load_job_config(raw, slots=2).slots == 2
+    assert load_job_config({**raw, "resources": {"slots_per_trial": 4}}).slots == 4
+    assert load_job_config({"entrypoint_script": "python3 job.py", "data": {}}).command == ("python3", "job.py")
+    with pytest.raises(JobConfigError, match="mapping of keys"):
+        load_job_config(["not", "a", "mapping"])

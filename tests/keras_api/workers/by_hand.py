@@ -1,0 +1,52 @@
+"""A Keras script run by hand: ``--plain`` is plain Keras, otherwise the same with the new Keras API.
+
+Prints ``RESULT <json>``: the history, the epochs trained and the final weights.
+"""
+
+import json
+import sys
+
+import numpy as np
+import tensorflow as tf
+
+
+def data() -> tuple:
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(200, 5)).astype("float32")
+    y = (x[:, :1] * 2.0 - x[:, 1:2] + 0.1 * rng.normal(size=(200, 1))).astype("float32")
+    return (x[:160], y[:160]), (x[160:], y[160:])
+
+
+def build() -> tf.keras.Model:
+    model = tf.keras.Sequential(
+        [
+            tf.keras.Input((5,)),
+            tf.keras.layers.Dense(8, activation="tanh"),
+            tf.keras.layers.Dropout(0.2),
+            tf.keras.layers.Dense(1),
+        ]
+    )
+    model.compile(optimizer=tf.keras.optimizers.Adam(0.01), loss="mse", metrics=["mae"])
+    return model
+
+
+def main(plain: bool) -> None:
+    (x, y), validation = data()
+    arguments = dict(batch_size=16, epochs=3, initial_epoch=1, validation_data=validation, verbose=0)
+    if plain:
+        tf.keras.utils.set_random_seed(0)
+        model = build()
+        history = model.fit(x, y, **arguments)
+    else:
+        import det_estimator as det
+
+        context = det.keras.init()
+        x, y = context.wrap_data(x, y)
+        model = build()
+        history = context.fit(model, x, y, **arguments)
+    result = {"history": history.history, "epoch": history.epoch, "weights": [w.tolist() for w in model.get_weights()]}
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main(plain="--plain" in sys.argv)
