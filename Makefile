@@ -8,6 +8,7 @@ PYTHON := $(VENV)/bin/python
 
 setup:
 	DET_VENV=$(VENV) bash scripts/setup.sh
+	bash scripts/setup_system.sh
 
 lint: setup
 	$(PYTHON) -m ruff check .

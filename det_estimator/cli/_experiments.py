@@ -166,6 +166,7 @@ def trial_json(store: ExperimentStore, trial: TrialRecord, with_metrics: bool) -
     """A trial as ``--json`` shows it: its record, where its TensorBoard files are, its runs (and its metrics)."""
     shown = {**to_json_value(trial), "tensorboard_dir": trial.tensorboard_dir}
     shown["runs"] = to_json_value(store.trial_runs(trial.id))
+    shown["restart_causes"] = to_json_value(store.restarts(trial.id))
     if with_metrics:
         for key, kind in (("training", MetricKind.TRAINING), ("validations", MetricKind.VALIDATION)):
             shown[key] = [{"batches": m.batches, "metrics": m.metrics} for m in store.metrics(trial.id, kind)]
@@ -269,6 +270,11 @@ def _describe_trial(store: ExperimentStore, trial: TrialRecord) -> None:
         for number, run in enumerate(runs, 1):
             cause = "" if run.error is None else f"  {run.error.get('type') or 'error'}: {run.error.get('message')}"
             print(f"    {number}. {format_time(run.started_at)}  {run.state}{cause}")
+    restarts = store.restarts(trial.id)
+    if restarts:
+        print(f"  restarts:        {len(restarts)} (max_restarts {trial_max_restarts(store, trial)})")
+        for restart in restarts:
+            print(f"    {restart.number}. {format_time(restart.restarted_at)}  {restart.cause}")
     validations = store.metrics(trial.id, MetricKind.VALIDATION)
     if validations:
         names = sorted({name for v in validations for name in v.metrics})
@@ -277,6 +283,11 @@ def _describe_trial(store: ExperimentStore, trial: TrialRecord) -> None:
             ["BATCHES", *[name.upper() for name in names]],
             [[v.batches, *[v.metrics.get(name) for name in names]] for v in validations],
         )
+
+
+def trial_max_restarts(store: ExperimentStore, trial: TrialRecord) -> Any:
+    """The ``max_restarts`` of the trial's experiment ("-" for a store older than the key)."""
+    return store.experiment(trial.experiment_id).config.get("max_restarts", "-")
 
 
 def plot(store: ExperimentStore, args: argparse.Namespace) -> int:

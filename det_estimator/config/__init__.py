@@ -8,11 +8,14 @@ Typical use::
     hparams = config.sample_hyperparameters(config.reproducibility.experiment_seed)
 
 Keys that the reference format has but det-estimator does not implement yet are
-rejected with a message that says so; unknown keys are rejected too. Every
+rejected with a message that says so; unknown keys are rejected too. Keys that matter
+only on a cluster (a container image, bind mounts, a workspace...) are accepted and
+ignored, with one :class:`ClusterKeysIgnoredWarning` naming them. Every
 error is a :class:`ConfigError` whose message names the key's dotted path.
 """
 
 from det_estimator.config._checkpoint_storage import CheckpointStorageConfig
+from det_estimator.config._environment import ClusterKeysIgnoredWarning, EnvironmentConfig
 from det_estimator.config._errors import ConfigError
 from det_estimator.config._experiment_config import ExperimentConfig, load_experiment_config
 from det_estimator.config._hyperparameters import (
@@ -33,9 +36,11 @@ __all__ = [
     "AshaBracket",
     "CategoricalHyperparameter",
     "CheckpointStorageConfig",
+    "ClusterKeysIgnoredWarning",
     "ConfigError",
     "ConstHyperparameter",
     "DoubleHyperparameter",
+    "EnvironmentConfig",
     "ExperimentConfig",
     "Hyperparameter",
     "IntHyperparameter",

@@ -8,6 +8,13 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from det_estimator.config._checkpoint_storage import CheckpointStorageConfig, parse_checkpoint_storage
+from det_estimator.config._environment import (
+    EnvironmentConfig,
+    cluster_only_keys,
+    parse_environment,
+    parse_max_restarts,
+    warn_ignored,
+)
 from det_estimator.config._errors import PREFIX, ConfigError, describe, invalid_value
 from det_estimator.config._fields import (
     MAPPING_RULE,
@@ -23,6 +30,7 @@ from det_estimator.config._fields import (
 from det_estimator.config._hyperparameters import (
     GLOBAL_BATCH_SIZE,
     check_global_batch_size,
+    grid_size,
     hyperparameters_to_dict,
     parse_hyperparameters,
     sample_hyperparameters,
@@ -61,21 +69,11 @@ _TOP_LEVEL_KEYS = (
     "resources",
     "optimizations",
     "reproducibility",
-)
-# Top-level keys of the reference format that are not implemented yet.
-_TOP_LEVEL_NOT_SUPPORTED = (
-    "bind_mounts",
-    "data_layer",
-    "debug",
-    "environment",
-    "internal",
     "max_restarts",
-    "profiling",
-    "project",
-    "security",
-    "tensorboard_storage",
-    "workspace",
+    "environment",
 )
+# The reference format's other top-level keys matter only on a cluster: they are accepted
+# with a warning (det_estimator/config/_environment.py), so none is refused as "not yet".
 _ENTRYPOINT_RULE = '"module:TrialClass" (e.g. "model_def:MyTrial") or a command (e.g. "python3 train.py")'
 _SCRIPT_RULE = 'a command, e.g. "python3 train.py"'
 _GLOBAL_BATCH_SIZE_PATH = join("hyperparameters", GLOBAL_BATCH_SIZE)
@@ -109,6 +107,10 @@ class ExperimentConfig:
         resources: The ``resources`` section.
         optimizations: The ``optimizations`` section.
         reproducibility: The ``reproducibility`` section, with the seed actually used.
+        max_restarts: How many times a failed trial is restarted from its latest
+            checkpoint before it ends as ERROR (5, as the reference).
+        environment: The ``environment`` section: the variables every worker process
+            gets (its cluster-only keys are ignored with a warning).
     """
 
     entrypoint_module: str
@@ -130,6 +132,8 @@ class ExperimentConfig:
     resources: ResourcesConfig
     optimizations: OptimizationsConfig
     reproducibility: ReproducibilityConfig
+    max_restarts: int
+    environment: EnvironmentConfig
 
     @property
     def entrypoint(self) -> str:
@@ -222,6 +226,8 @@ class ExperimentConfig:
             "resources": self.resources.to_dict(),
             "optimizations": self.optimizations.to_dict(),
             "reproducibility": self.reproducibility.to_dict(),
+            "max_restarts": self.max_restarts,
+            "environment": self.environment.to_dict(),
         }
 
 
@@ -320,11 +326,15 @@ def _check_consistency(config: ExperimentConfig, smallest_global_batch_size: Opt
             check_epochs_allowed(length, path, config.records_per_epoch)
     if smallest_global_batch_size is not None and smallest_global_batch_size < config.resources.slots_per_trial:
         raise _fewer_records_than_slots(smallest_global_batch_size, config.resources.slots_per_trial)
+    if config.searcher.name == "grid":
+        grid_size(config.hyperparameters)  # every range needs a count: refused here, before anything is recorded
 
 
 def _parse(raw: Mapping[Any, Any]) -> ExperimentConfig:
     # Keys are validated in a fixed order (the order of the fields), and the first error is raised.
-    check_keys(raw, "", _TOP_LEVEL_KEYS, _TOP_LEVEL_NOT_SUPPORTED)
+    ignored: dict[str, str] = {}
+    raw = cluster_only_keys(raw, ignored)
+    check_keys(raw, "", _TOP_LEVEL_KEYS)
     entrypoint_module, entrypoint_class, entrypoint_command = _parse_entrypoint(raw)
     metadata = {
         "name": read_str(raw, "name", "", default=""),
@@ -353,8 +363,12 @@ def _parse(raw: Mapping[Any, Any]) -> ExperimentConfig:
         resources=parse_resources(raw.get("resources"), "resources"),
         optimizations=parse_optimizations(raw.get("optimizations"), "optimizations"),
         reproducibility=parse_reproducibility(raw.get("reproducibility"), "reproducibility"),
+        max_restarts=parse_max_restarts(raw),
+        environment=parse_environment(raw.get("environment"), "environment", ignored),
     )
     _check_consistency(config, smallest_global_batch_size)
+    # Only once the config is valid: a config refused gets its error, not a warning too.
+    warn_ignored(ignored)
     return config
 
 

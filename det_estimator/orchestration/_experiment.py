@@ -14,10 +14,10 @@ from det_estimator.config import ExperimentConfig, load_experiment_config
 from det_estimator.errors import DetEstimatorError, error_record
 from det_estimator.orchestration._display import Display
 from det_estimator.orchestration._follow import StoreFollower
-from det_estimator.orchestration._processes import SlotPool, TrialProcess
+from det_estimator.orchestration._processes import SlotPool, TrialProcess, device_type, restart_cause
 from det_estimator.orchestration._runs import begin_run, checkpoint_storage_root, end_run
 from det_estimator.orchestration._search import SearchRunner
-from det_estimator.store import ExperimentRecord, ExperimentStore, SearchState, State, TrialRecord
+from det_estimator.store import ExperimentRecord, ExperimentStore, SearchState, State, TrialRecord, TrialRunRecord
 
 # How often the launcher looks at the store for progress and pause requests.
 _POLL_SECONDS = 0.25
@@ -137,6 +137,8 @@ class _ExperimentLoop:
         self._search = SearchRunner(store, experiment, self._config, storage, retry)
         self._slots = SlotPool(experiment.slots, experiment.hosts)
         self._per_trial = self._config.resources.slots_per_trial
+        # The config's environment variables, for the kind of device the slots are.
+        self._environment = self._config.environment.variables_for(device_type())
         self._running: dict[int, TrialProcess] = {}
         self._pausing = False
         self._follower = StoreFollower(store, experiment.id, since=time.time())
@@ -201,8 +203,34 @@ class _ExperimentLoop:
             outcome = process.finish()
             self._slots.release(process.allocation)
             del self._running[trial_id]
-            error = self._store.trial_runs(trial_id)[-1].error or {}
-            self._search.on_run_ended(process.trial, outcome, invalid_hp=error.get("type") == "InvalidHP")
+            run = self._store.trial_runs(trial_id)[-1]
+            invalid_hp = (run.error or {}).get("type") == "InvalidHP"
+            if outcome == State.ERROR and not invalid_hp and self._restart(trial_id, run, process.first_failure):
+                continue
+            self._search.on_run_ended(process.trial, outcome, invalid_hp=invalid_hp)
+
+    def _restart(self, trial_id: int, failed: TrialRunRecord, first_failure: Optional[tuple[int, int]]) -> bool:
+        """Queues a failed trial again, to run from its latest valid checkpoint; False when it may not.
+
+        As the reference: up to ``max_restarts`` times per trial, whatever failed (an
+        exception, a killed process, a host gone). Not while pausing, nor once the search
+        has ended or has closed the trial.
+        """
+        trial = self._store.trial(trial_id)
+        limit = self._config.max_restarts
+        if self._pausing or self._search.shutdown or trial.search_state != SearchState.RUNNING:
+            return False
+        if trial.restarts >= limit:
+            if limit:
+                self._display.message(f"trial {trial_id} failed again; its {limit} restart(s) are used up")
+            return False
+        cause = restart_cause(failed, first_failure)
+        number = self._store.count_restart(trial_id, failed.id, cause)
+        self._store.set_search_state(trial_id, SearchState.QUEUED)
+        self._display.message(
+            f"trial {trial_id} failed ({cause}); restart {number} of {limit}, from its latest checkpoint"
+        )
+        return True
 
     def _queued(self) -> list[TrialRecord]:
         return [
@@ -221,7 +249,9 @@ class _ExperimentLoop:
             allocation = self._slots.allocate(self._per_trial)
             if allocation is None:
                 break
-            process = TrialProcess(self._store, self._experiment, trial, allocation, self._display, self._verbose)
+            process = TrialProcess(
+                self._store, self._experiment, trial, allocation, self._display, self._verbose, self._environment
+            )
             self._store.set_search_state(trial.id, SearchState.RUNNING)
             process.start()
             self._running[trial.id] = process

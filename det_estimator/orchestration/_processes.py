@@ -2,6 +2,9 @@
 
 import dataclasses
 import os
+import re
+import shutil
+import signal
 import tempfile
 import threading
 import time
@@ -12,7 +15,10 @@ from typing import Optional
 from det_estimator import _info, launcher
 from det_estimator.orchestration._display import Display
 from det_estimator.orchestration._runs import begin_run, end_run
-from det_estimator.store import ExperimentRecord, ExperimentStore, State, TrialRecord
+from det_estimator.store import ExperimentRecord, ExperimentStore, State, TrialRecord, TrialRunRecord
+
+# What horovodrun prints when one of its processes ends badly: "Process 1 exit with status code -9."
+_PROCESS_EXIT = re.compile(r"Process (\d+) exit with status code (-?\d+)")
 
 
 @dataclass(frozen=True)
@@ -88,6 +94,8 @@ class TrialProcess:
         allocation: its slots, and their hosts.
         display: where ``verbose`` output goes.
         verbose: show the processes' output.
+        environment: variables set in every process of the run, on every host (the
+            config's ``environment.environment_variables``).
     """
 
     def __init__(
@@ -98,8 +106,10 @@ class TrialProcess:
         allocation: Allocation,
         display: Display,
         verbose: bool,
+        environment: Optional[dict[str, str]] = None,
     ) -> None:
         self.trial = trial
+        self._environment = dict(environment or {})
         self.allocation = allocation
         hosts = allocation.hosts
         self._store = store
@@ -124,8 +134,11 @@ class TrialProcess:
         command = (
             launcher.worker_command() if experiment.command is None else launcher.script_command(experiment.command)
         )
+        # horovodrun passes its own environment on to the processes it starts over ssh, so
+        # the config's variables reach the other hosts too.
         env = dict(
             os.environ,
+            **self._environment,
             **{
                 _info.INFO_VARIABLE: str(info_path),
                 "DET_CHIEF_IP": launcher.chief_address(hosts),
@@ -164,8 +177,11 @@ class TrialProcess:
         self._pump.join(timeout=30)
         self._log.close()
         failed = status != 0
+        self.first_failure: Optional[tuple[int, int]] = None
         if failed:
-            _record_failure_from_log(self._store, self.info.trial.run_id, Path(self.trial.log_path))
+            lines = _run_lines(Path(self.trial.log_path))
+            self.first_failure = first_failed_process(lines)
+            _record_failure_from_log(self._store, self.info.trial.run_id, lines)
         state = end_run(self._store, self.info, failed, status)
         self._scratch.cleanup()
         return state
@@ -185,16 +201,88 @@ def _run_header(store: ExperimentStore, info: _info.ClusterInfo) -> str:
     return f"--- det-estimator: run {number} of trial {run.trial_id}, {started}, {start} ---\n"
 
 
-def _record_failure_from_log(store: ExperimentStore, run_id: int, log_path: Path) -> None:
-    """Records the first traceback of the log as the run's error, when no process recorded one itself."""
+def _run_lines(log_path: Path) -> list[str]:
+    """The lines the last run wrote to the trial's log (the log holds every run of the trial)."""
+    lines = log_path.read_text(encoding="utf-8", errors="replace").splitlines()
+    starts = [index for index, line in enumerate(lines) if line.startswith("--- det-estimator: run ")]
+    return lines[starts[-1] + 1 :] if starts else lines
+
+
+def first_failed_process(lines: list[str]) -> Optional[tuple[int, int]]:
+    """``(rank, exit status)`` of the process whose failure ended a horovodrun job, from its output; None if none.
+
+    horovodrun names it ("The first process to do so was: / Process name: 1 / Exit code: 137");
+    else its first "Process 1 exit with status code -9." line counts.
+    """
+    for index, line in enumerate(lines):
+        if "The first process to do so was" in line:
+            name = re.search(r"Process name: (\d+)", "\n".join(lines[index + 1 : index + 3]))
+            code = re.search(r"Exit code: (-?\d+)", "\n".join(lines[index + 1 : index + 3]))
+            if name and code:
+                return int(name.group(1)), int(code.group(1))
+    for line in lines:
+        match = _PROCESS_EXIT.search(line)
+        if match:
+            return int(match.group(1)), int(match.group(2))
+    return None
+
+
+def _record_failure_from_log(store: ExperimentStore, run_id: int, lines: list[str]) -> None:
+    """Records the first traceback of the run's output as its error, when no process recorded one itself."""
     if store.trial_run(run_id).error is not None:
         return
-    lines = log_path.read_text(encoding="utf-8", errors="replace").splitlines()
     block = first_traceback(lines)
-    message = block[-1] if block else (lines[-1] if lines else "the trial's processes exited without output")
+    rank = None
+    if block:
+        message = block[-1]
+    else:
+        exits = [match for match in map(_PROCESS_EXIT.search, lines) if match]
+        if exits:
+            rank, status = int(exits[0].group(1)), int(exits[0].group(2))
+            message = f"the process exited with status {status}{_signal_name(status)}"
+        else:
+            message = lines[-1] if lines else "the trial's processes exited without output"
     store.record_run_error(
-        run_id, {"rank": None, "type": None, "message": message, "traceback": "\n".join(block) + "\n" if block else ""}
+        run_id, {"rank": rank, "type": None, "message": message, "traceback": "\n".join(block) + "\n" if block else ""}
     )
+
+
+def _signal_name(status: int) -> str:
+    """`` (killed by SIGKILL)`` for a status that says a signal ended the process, else ``""``."""
+    number = -status if status < 0 else status - 128 if status > 128 else 0
+    try:
+        return f" (killed by {signal.Signals(number).name})" if number else ""
+    except ValueError:
+        return ""
+
+
+def restart_cause(run: TrialRunRecord, first_failure: Optional[tuple[int, int]] = None) -> str:
+    """The failing rank's error line, as a restart records it: ``rank 1: RuntimeError: ...``.
+
+    A process killed by a signal records no error of its own, and the others then fail on
+    their lost peer: when horovodrun says the first process to fail was killed
+    (``first_failure``), that is the cause, not what the survivors recorded.
+    """
+    if first_failure is not None and _signal_name(first_failure[1]):
+        rank, status = first_failure
+        return f"rank {rank}: the process exited with status {status}{_signal_name(status)}"
+    error = run.error or {}
+    message = str(error.get("message") or "").strip().splitlines()
+    line = message[0] if message else ""
+    if error.get("type"):
+        line = f"{error['type']}: {line}" if line else str(error["type"])
+    if not line:
+        line = "the processes failed" if run.exit_status is None else f"the processes exited with {run.exit_status}"
+    return line if error.get("rank") is None else f"rank {error['rank']}: {line}"
+
+
+def device_type() -> str:
+    """The kind of device this machine's slots are, as the reference keys per-device settings: cuda, rocm or cpu."""
+    if shutil.which("nvidia-smi") or os.path.exists("/dev/nvidiactl"):
+        return "cuda"
+    if os.path.exists("/dev/kfd"):
+        return "rocm"
+    return "cpu"
 
 
 def first_traceback(lines: list[str]) -> list[str]:

@@ -25,6 +25,7 @@ from det_estimator.store._records import (
     TrialRunRecord,
     to_json_value,
 )
+from det_estimator.store._restarts import RestartRecord
 from det_estimator.store._schema import SCHEMA_VERSION, StoreError
 from det_estimator.store._store import (
     STORE_VARIABLE,
@@ -49,6 +50,7 @@ __all__ = [
     "MetricKind",
     "MetricRecord",
     "NewTrial",
+    "RestartRecord",
     "SearchState",
     "State",
     "StoreError",

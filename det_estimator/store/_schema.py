@@ -119,6 +119,19 @@ MIGRATIONS: list[str] = [
         launcher_host TEXT
     );
     """,
+    # 4 -> 5: automatic restarts of a failed trial: which run failed, and its cause (the
+    # failing rank's error line), one row per restart.
+    """
+    CREATE TABLE trial_restarts (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        trial_id INTEGER NOT NULL REFERENCES trials(id),
+        failed_run_id INTEGER NOT NULL REFERENCES trial_runs(id),
+        number INTEGER NOT NULL,
+        cause TEXT NOT NULL,
+        restarted_at REAL NOT NULL
+    );
+    CREATE INDEX trial_restarts_by_trial ON trial_restarts (trial_id);
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -25,6 +25,7 @@ from det_estimator.store._records import (
     TrialRecord,
     TrialRunRecord,
 )
+from det_estimator.store._restarts import RestartRecord
 from det_estimator.store._schema import StoreError, migrate
 
 STORE_VARIABLE = "DET_ESTIMATOR_STORE"
@@ -289,11 +290,34 @@ class ExperimentStore(JobTable):
                 (length, json.dumps(metric), trial_id),
             )
 
-    def count_restart(self, trial_id: int) -> int:
-        """Counts one more automatic restart of a failed trial; returns how many it has had."""
+    def count_restart(self, trial_id: int, failed_run_id: Optional[int] = None, cause: str = "") -> int:
+        """Counts one more automatic restart of a failed trial, with its cause; returns how many it has had.
+
+        Args:
+            trial_id: the trial restarted.
+            failed_run_id: the run whose failure causes the restart (recorded with ``cause``).
+            cause: the failing rank's error line.
+        """
         with self._write() as db:
             db.execute("UPDATE trials SET restarts = restarts + 1 WHERE id = ?", (trial_id,))
-            return int(db.execute("SELECT restarts FROM trials WHERE id = ?", (trial_id,)).fetchone()[0])
+            number = int(db.execute("SELECT restarts FROM trials WHERE id = ?", (trial_id,)).fetchone()[0])
+            if failed_run_id is not None:
+                db.execute(
+                    "INSERT INTO trial_restarts (trial_id, failed_run_id, number, cause, restarted_at)"
+                    " VALUES (?, ?, ?, ?, ?)",
+                    (trial_id, failed_run_id, number, cause, time.time()),
+                )
+            return number
+
+    def restarts(self, trial_id: int) -> list[RestartRecord]:
+        """The trial's automatic restarts, first first."""
+        rows = self._connection.execute(
+            "SELECT * FROM trial_restarts WHERE trial_id = ? ORDER BY id", (trial_id,)
+        ).fetchall()
+        return [
+            RestartRecord(row["trial_id"], row["failed_run_id"], row["number"], row["cause"], row["restarted_at"])
+            for row in rows
+        ]
 
     def claim(self, experiment_id: int, pid: Optional[int] = None) -> None:
         """Makes process ``pid`` (default: this one) the experiment's launcher, if no live one is.

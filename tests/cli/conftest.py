@@ -52,6 +52,8 @@ class Context:
                 "save_trial_best": 1,
             },
             "reproducibility": {"experiment_seed": 1},
+            # A failure ends the run at once; tests of automatic restarts set their own.
+            "max_restarts": 0,
         }
         config.update(overrides)
         return config

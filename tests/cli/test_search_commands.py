@@ -41,6 +41,7 @@ def write_config(directory: Path, searcher: dict, hparams: dict = None, filename
             "save_trial_best": 0,
         },
         "reproducibility": {"experiment_seed": 11},
+        "max_restarts": 0,  # a failing trial exits the search at once
     }
     path = directory / filename
     path.write_text(yaml.safe_dump(config))

@@ -9,9 +9,9 @@ from det_estimator.config import ConfigError, load_experiment_config
 REMOVE = object()
 
 TOP_LEVEL_KEYS = (
-    "checkpoint_policy, checkpoint_storage, data, description, entrypoint, entrypoint_script, hyperparameters, labels, "
-    "min_checkpoint_period, min_validation_period, name, optimizations, perform_initial_validation, "
-    "records_per_epoch, reproducibility, resources, scheduling_unit, searcher"
+    "checkpoint_policy, checkpoint_storage, data, description, entrypoint, entrypoint_script, environment, "
+    "hyperparameters, labels, max_restarts, min_checkpoint_period, min_validation_period, name, optimizations, "
+    "perform_initial_validation, records_per_epoch, reproducibility, resources, scheduling_unit, searcher"
 )
 
 
@@ -43,11 +43,6 @@ CASES = [
         "unknown top-level key",
         config(max_lenght={"batches": 1}),
         f"experiment config: unknown key `max_lenght`. Expected one of: {TOP_LEVEL_KEYS}",
-    ),
-    (
-        "top-level key of the reference format not supported yet",
-        config(environment={"image": "tf"}),
-        f"experiment config: key `environment` is not supported yet. Remove it; supported keys: {TOP_LEVEL_KEYS}",
     ),
     (
         "unknown nested key",
@@ -230,8 +225,9 @@ CASES = [
     ),
     (
         "resources key not supported yet",
-        config(resources={"slots_per_trial": 2, "max_slots": 8}),
-        "experiment config: key `resources.max_slots` is not supported yet. Remove it; supported keys: slots_per_trial",
+        config(resources={"slots_per_trial": 2, "native_parallel": True}),
+        "experiment config: key `resources.native_parallel` is not supported yet. Remove it; supported keys: "
+        "slots_per_trial",
     ),
     (
         "hyperparameter minval greater than maxval",

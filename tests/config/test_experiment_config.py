@@ -100,6 +100,8 @@ def test_minimal_config_gets_every_default(monkeypatch, tmp_path):
             "average_training_metrics": True,
         },
         "reproducibility": {"experiment_seed": 5},
+        "max_restarts": 5,
+        "environment": {"environment_variables": {"cpu": [], "cuda": [], "rocm": []}},
     }
 
 

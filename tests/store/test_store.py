@@ -42,7 +42,7 @@ ACTIVE, PAUSED, COMPLETED, ERROR, INTERRUPTED = (
 )
 TRAINING, VALIDATION = MetricKind.TRAINING, MetricKind.VALIDATION
 CONFIG = {"hyperparameters": {"lr": 0.1}, "searcher": {"metric": "loss", "max_length": {"batches": 100}}}
-TABLES = ["checkpoints", "experiments", "jobs", "metrics", "sqlite_sequence", "trial_runs", "trials"]
+TABLES = ["checkpoints", "experiments", "jobs", "metrics", "sqlite_sequence", "trial_restarts", "trial_runs", "trials"]
 
 
 @pytest.fixture

@@ -53,6 +53,8 @@ def make_config(tmp_path, max_batches: int, loader: str = "numpy", **overrides) 
         "min_validation_period": {"batches": 5},
         "checkpoint_storage": {"type": "shared_fs", "host_path": str(tmp_path / "checkpoints")},
         "reproducibility": {"experiment_seed": 1},
+        # A failure ends the run: the tests of failures need no automatic restarts.
+        "max_restarts": 0,
     }
     config.update(overrides)
     return config

@@ -68,9 +68,26 @@ def make_config(tmp_path, max_batches: int, **overrides) -> dict:
         "min_validation_period": {"batches": 5},
         "checkpoint_storage": {"type": "shared_fs", "host_path": str(tmp_path / "checkpoints")},
         "reproducibility": {"experiment_seed": 1},
+        # A failure ends the run at once; tests of automatic restarts set their own.
+        "max_restarts": 0,
     }
     config.update(overrides)
     return config
+
+
+class FailingReducer(det.MetricReducer):
+    """A reducer whose accumulate raises on one rank (hyperparameter ``failing_reducer_rank``)."""
+
+    def __init__(self, failing_rank: int, rank: int):
+        self.failing_rank, self.rank = failing_rank, rank
+
+    def accumulate(self, batch):
+        if self.rank == self.failing_rank:
+            raise ValueError(f"cannot score this batch on rank {self.rank}")
+        return len(batch)
+
+    def cross_slot_reduce(self, per_slot_metrics):
+        return float(len(per_slot_metrics))
 
 
 class RecordingHook(det.RunHook):

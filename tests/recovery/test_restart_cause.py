@@ -1,0 +1,43 @@
+"""What a restart records as its cause: the failing rank's error line, or the rank that was killed."""
+
+from det_estimator.orchestration._processes import first_failed_process, restart_cause
+from det_estimator.store import State, TrialRunRecord
+
+
+def run(error=None, exit_status=1) -> TrialRunRecord:
+    return TrialRunRecord(1, 1, 0.0, 1.0, State.ERROR, False, exit_status, error)
+
+
+HOROVOD_END = [
+    "[0]<stderr>:tensorflow.python.framework.errors_impl.UnknownError: Graph execution error:",
+    "Process 1 exit with status code 137.",
+    "Terminating remaining workers after failure of Process 1.",
+    "Process 0 exit with status code 143.",
+    "RuntimeError: Horovod detected that one or more processes exited with non-zero status, thus causing the job "
+    "to be terminated. The first process to do so was:",
+    "Process name: 1",
+    "Exit code: 137",
+]
+
+
+def test_the_process_horovodrun_names_first_is_the_failed_one():
+    assert first_failed_process(HOROVOD_END) == (1, 137)
+    assert first_failed_process(["Process 0 exit with status code -9."]) == (0, -9)
+    assert first_failed_process(["all is well"]) is None
+
+
+def test_a_killed_rank_is_the_cause_rather_than_what_its_peer_recorded():
+    peer = {"rank": 0, "type": "UnknownError", "message": "Graph execution error:\n...", "traceback": ""}
+    assert restart_cause(run(peer), (1, 137)) == "rank 1: the process exited with status 137 (killed by SIGKILL)"
+    assert restart_cause(run(peer), (1, -9)) == "rank 1: the process exited with status -9 (killed by SIGKILL)"
+
+
+def test_a_rank_that_raised_is_the_cause_with_its_error_line():
+    error = {"rank": 1, "type": "RuntimeError", "message": "injected failure\nmore lines", "traceback": "..."}
+    assert restart_cause(run(error), (1, 1)) == "rank 1: RuntimeError: injected failure"
+    assert restart_cause(run(error)) == "rank 1: RuntimeError: injected failure"
+
+
+def test_a_failure_without_a_recorded_error_still_has_a_cause():
+    assert restart_cause(run(None, 3)) == "the processes exited with 3"
+    assert restart_cause(run({"rank": None, "type": None, "message": "Killed", "traceback": ""})) == "Killed"
