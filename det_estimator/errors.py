@@ -7,7 +7,8 @@ all. Most also derive from the built-in class that describes them (``ValueError`
 a bad config, ``RuntimeError`` for misuse of a lifecycle), so code that catches those
 keeps working.
 
-This module imports nothing else of det-estimator: every layer may use it.
+This module imports nothing else of det-estimator but ``_root_cause`` (which imports
+nothing of it): every layer may use it.
 """
 
 
@@ -24,12 +25,12 @@ class InvalidHP(DetEstimatorError):  # noqa: N818 -- the reference system's name
 
 
 def error_record(error: BaseException, rank: int) -> dict:
-    """What a failing process records of its error: its rank, the exception and its whole traceback."""
-    import traceback
+    """What a failing process records of its error: its root cause (see ``det_estimator._root_cause``).
 
-    return {
-        "rank": rank,
-        "type": type(error).__name__,
-        "message": str(error),
-        "traceback": "".join(traceback.format_exception(type(error), error, error.__traceback__)),
-    }
+    The record has the rank whose code raised it, the exception's type and message, its
+    traceback from the user's own frames, and what raised it (a metric, a hook); the
+    whole traceback stays in the process's output.
+    """
+    from det_estimator._root_cause import root_cause
+
+    return root_cause(error, rank).to_record()

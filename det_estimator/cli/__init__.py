@@ -3,6 +3,7 @@
 import argparse
 import os
 import sys
+from pathlib import Path
 from typing import Callable, Optional
 
 from det_estimator import __version__
@@ -138,10 +139,39 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Commands that may make a new store; every other one reads an existing store.
+_CREATING_COMMANDS = {("experiment", "create"), ("e", "create"), ("job", "run"), ("j", "run")}
+# Commands that write to the store, which must then be writable.
+_WRITING_COMMANDS = _CREATING_COMMANDS | {
+    (name, action) for name in ("experiment", "e") for action in ("pause", "resume")
+}
+
+
+def _store_to_open(args: argparse.Namespace) -> Optional[str]:
+    """The store file a command uses; None when there is none and the command has nothing to show.
+
+    Only commands that create experiments or jobs make a new store: reading commands
+    refuse a path where there is no store rather than create an empty one there.
+    """
+    from det_estimator.store import default_store_path
+
+    given = args.store or os.environ.get("DET_ESTIMATOR_STORE")
+    path = Path(given).expanduser() if given else default_store_path()
+    if (args.command, getattr(args, "action", None)) in _CREATING_COMMANDS or path.exists():
+        return str(path)
+    if args.action == "list" and not given:
+        print(f"No experiments yet: there is no store at {path}.")
+        return None
+    raise UsageError(
+        f"There is no experiment store at {path}. Give the --store (or DET_ESTIMATOR_STORE) of an existing "
+        "store; `det-estimator experiment create` makes one."
+    )
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     """Runs the command line; returns the exit status (2 for a bad command line or config)."""
     from det_estimator.errors import DetEstimatorError
-    from det_estimator.store import ExperimentStore, UnknownIdError
+    from det_estimator.store import ExperimentStore, StoreUnusableError, UnknownIdError
 
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -152,14 +182,23 @@ def main(argv: Optional[list[str]] = None) -> int:
         parser.print_help()
         return 2
     try:
-        with ExperimentStore(args.store) as store:
+        store_path = _store_to_open(args)
+        if store_path is None:
+            return 0
+        with ExperimentStore(store_path) as store:
+            if (args.command, args.action) in _WRITING_COMMANDS:
+                store.check_writable()
             return run(store, args)
-    except (UsageError, UnknownIdError) as error:
+    except (UsageError, UnknownIdError, StoreUnusableError) as error:
         print(f"det-estimator: error: {error}", file=sys.stderr)
         return 2
     except DetEstimatorError as error:
         print(f"det-estimator: error: {error}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        # Outside a run (which turns Ctrl-C into a pause): nothing to save, no traceback to show.
+        print("det-estimator: interrupted.", file=sys.stderr)
+        return 130
     except BrokenPipeError:
         # The reader went away (`... | head`): not an error of ours. Point stdout at
         # devnull so that Python's exit-time flush does not raise again.

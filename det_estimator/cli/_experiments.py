@@ -2,13 +2,15 @@
 
 import argparse
 import os
-import shlex
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Optional
 
 from det_estimator import orchestration
+from det_estimator.cli._config_warnings import config_warnings
+from det_estimator.cli._entrypoint import EntrypointError, check_script_entrypoint, check_trial_entrypoint
 from det_estimator.cli._output import format_size, format_time, print_table
 from det_estimator.errors import DetEstimatorError
 from det_estimator.orchestration import format_metrics, print_json
@@ -51,10 +53,17 @@ def create(store: ExperimentStore, args: argparse.Namespace) -> int:
             )
     except ConfigError as error:
         raise UsageError(f"{args.config}: {error}") from error
-    if config.is_script:
-        _check_script(context_dir, list(config.entrypoint_command))
-    else:
-        _check_entrypoint_module(context_dir, config.entrypoint_module)
+    try:
+        if config.is_script:
+            check_script_entrypoint(context_dir, list(config.entrypoint_command))
+        else:
+            check_trial_entrypoint(context_dir, config.entrypoint_module, config.entrypoint_class)
+    except EntrypointError as error:
+        raise UsageError(f"{args.config}: {error}") from error
+    _check_slots_fit_this_machine(slots or config.resources.slots_per_trial, args.hosts)
+    _check_checkpoint_storage(orchestration.checkpoint_storage_root(config, str(context_dir)), args.config)
+    for warning in config_warnings(config):
+        print(f"det-estimator: warning: {warning}", file=sys.stderr, flush=True)
     experiment_id = orchestration.record_experiment(
         store,
         config,
@@ -298,7 +307,19 @@ def plot(store: ExperimentStore, args: argparse.Namespace) -> int:
     if output.suffix.lower() not in (".png", ".svg", ".pdf"):
         raise UsageError(f"-o {args.output}: name a .png, .svg or .pdf file.")
     store.experiment(args.experiment_id)  # an unknown id is a usage error before any drawing
-    panels = plot_learning_curves(store, args.experiment_id, output)
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=output.parent.resolve(), prefix=".det-estimator-probe-"):
+            pass
+    except OSError as error:
+        raise UsageError(
+            f"-o {args.output}: cannot write into {output.parent.resolve()}: {error.strerror or error}. "
+            "Name a file in a directory this user can create or write."
+        ) from None
+    try:
+        panels = plot_learning_curves(store, args.experiment_id, output)
+    except OSError as error:
+        raise UsageError(f"-o {args.output}: cannot write it: {error.strerror or error}.") from None
     if args.json:
         print_json({"id": args.experiment_id, "output": str(output.resolve()), "panels": panels}, sys.stdout)
     else:
@@ -344,27 +365,36 @@ def trial_logs(store: ExperimentStore, args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_entrypoint_module(context_dir: Path, module: str) -> None:
-    relative = Path(*module.split("."))
-    if not (
-        (context_dir / relative).with_suffix(".py").is_file() or (context_dir / relative / "__init__.py").is_file()
-    ):
+def _check_slots_fit_this_machine(slots: int, hosts: Optional[str]) -> None:
+    """Refuses more processes than this machine has CPUs (Horovod's rendezvous would time out after a minute)."""
+    if hosts is not None:
+        return
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if slots > cpus:
         raise UsageError(
-            f"The config's entrypoint module {module!r} is not in CONTEXT_DIR {context_dir}: expected "
-            f"{relative.with_suffix('.py')} there."
+            f"{slots} slots asked for, but this machine has {cpus} CPUs: each slot is a process of its own, and "
+            f"more processes than CPUs cannot start together. Use --slots {cpus} or fewer (or "
+            "resources.slots_per_trial), or --hosts to spread the processes over several machines."
         )
 
 
-def _check_script(context_dir: Path, command: list[str]) -> None:
-    """A ``python script.py ...`` entrypoint whose script is not in the context directory is refused."""
-    scripts = [word for word in command if word.endswith(".py")]
-    for script in scripts[:1]:
-        path = Path(script) if os.path.isabs(script) else context_dir / script
-        if not path.is_file():
-            raise UsageError(
-                f"The config's entrypoint {shlex.join(command)!r} runs {script}, which is not in CONTEXT_DIR "
-                f"{context_dir}."
-            )
+def _check_checkpoint_storage(root: Path, config_path: str) -> None:
+    """Refuses a checkpoint_storage.host_path that cannot be created or written, before anything is recorded."""
+    if root.exists() and not root.is_dir():
+        raise UsageError(
+            f"{config_path}: checkpoint_storage.host_path {root} is a file. Expected a directory (it is created if "
+            "missing) that this user can write."
+        )
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=root, prefix=".det-estimator-probe-"):
+            pass
+    except OSError as error:
+        raise UsageError(
+            f"{config_path}: checkpoint_storage.host_path {root} cannot hold checkpoints: "
+            f"{error.strerror or error}. Expected a directory this user can create and write (on a file system "
+            "every host shares, with --hosts)."
+        ) from None
 
 
 def _tell(json_output: bool, message: str, stream: Optional[Any] = None) -> None:

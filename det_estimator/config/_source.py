@@ -11,6 +11,11 @@ from det_estimator.config._errors import PREFIX, ConfigError, describe
 
 ConfigSource = Union[str, "os.PathLike[str]", Mapping[str, Any]]
 
+# Configs are a few kilobytes; these bounds refuse files and alias tricks that would
+# exhaust memory or time, and keep the store (which holds every config) small.
+MAX_CONFIG_BYTES = 1024 * 1024
+MAX_CONFIG_NODES = 100_000
+
 
 class _UniqueKeyLoader(yaml.SafeLoader):
     """A safe YAML loader that rejects a key given twice in one mapping.
@@ -36,16 +41,69 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 
 def _read_yaml(path: Path) -> Any:
     try:
+        size = path.stat().st_size
+        if size > MAX_CONFIG_BYTES:
+            raise ConfigError(
+                f"{PREFIX}{path} is {size:,} bytes; a config is at most {MAX_CONFIG_BYTES:,} bytes. Keep large data "
+                "in files that the trial reads, and their paths in the config's `data` section."
+            )
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{PREFIX}file {path} does not exist.") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise ConfigError(f"{PREFIX}cannot read {path}: {error}") from error
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"{PREFIX}{path} is not UTF-8 text: {error.reason} at byte {error.start}.") from None
+    except OSError as error:
+        raise ConfigError(f"{PREFIX}cannot read {path}: {error.strerror or error}") from None
+    # _UniqueKeyLoader is a SafeLoader: no arbitrary Python objects.
+    loader = _UniqueKeyLoader(text)
     try:
-        # _UniqueKeyLoader is a SafeLoader: no arbitrary Python objects.
-        return yaml.load(text, Loader=_UniqueKeyLoader)
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_expansion(node, path)
+        return loader.construct_document(node)
     except yaml.YAMLError as error:
-        raise ConfigError(f"{PREFIX}{path} is not valid YAML: {error}") from error
+        raise ConfigError(f"{PREFIX}{path} is not valid YAML: {error}") from None
+    finally:
+        loader.dispose()
+
+
+def _check_expansion(root: yaml.Node, path: Path) -> None:
+    """Refuses YAML whose aliases refer to themselves, or expand to more than ``MAX_CONFIG_NODES`` values.
+
+    An alias is a reference to another node, so a few hundred bytes of nested aliases
+    (the "billion laughs") stand for billions of values once anything walks them, and
+    an alias inside its own anchor makes a structure with no end.
+    """
+    expanded: dict[int, int] = {}
+    in_progress: set[int] = set()
+
+    def count(node: yaml.Node) -> int:
+        key = id(node)
+        if key in expanded:
+            return expanded[key]
+        if key in in_progress:
+            raise ConfigError(
+                f"{PREFIX}{path} has an alias inside its own anchor ({node.start_mark.line + 1}:"
+                f"{node.start_mark.column + 1}), which makes a value with no end. Expected aliases that refer to "
+                "values defined before and outside them."
+            )
+        in_progress.add(key)
+        total = 1
+        if isinstance(node, yaml.SequenceNode):
+            total += sum(count(item) for item in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            total += sum(count(name) + count(value) for name, value in node.value)
+        in_progress.discard(key)
+        if total > MAX_CONFIG_NODES:
+            raise ConfigError(
+                f"{PREFIX}{path} expands to more than {MAX_CONFIG_NODES:,} values through its aliases (`*name`). "
+                "Expected a config of ordinary size; write the values out, or keep large data in files."
+            )
+        expanded[key] = total
+        return total
+
+    count(root)
 
 
 def read_source(source: ConfigSource) -> Mapping[Any, Any]:

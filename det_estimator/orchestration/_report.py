@@ -95,16 +95,25 @@ def print_summary(summary: ExperimentSummary, stream: TextIO) -> None:
 
 
 def print_failure(store: ExperimentStore, experiment_id: int, stream: TextIO) -> None:
-    """The cause of a failed run: the failing process's error with its traceback, and where the whole log is."""
+    """The cause of a failed run, once: the failing rank, what raised it, the user's exception and frames.
+
+    The whole output of every process, with the full tracebacks, is in the trial's log,
+    which the last lines name.
+    """
     experiment = store.experiment(experiment_id)
+    failed = []
     for trial in store.trials(experiment_id):
         runs = store.trial_runs(trial.id)
         error = runs[-1].error if runs else None
-        if error is not None:
-            where = "" if error.get("rank") is None else f" on rank {error['rank']}"
-            stream.write(f"The trial failed{where}:\n{error.get('traceback') or error.get('message')}\n")
-        stream.write(
-            f"Experiment {experiment_id} failed ({experiment.state}). Its whole output: "
-            f"det-estimator trial logs {trial.id}  ({trial.log_path})\n"
-        )
+        if error is None:
+            continue
+        failed.append(trial)
+        where = "" if error.get("rank") is None else f" on rank {error['rank']}"
+        origin = f" in {error['origin']}" if error.get("origin") else ""
+        text = (error.get("traceback") or error.get("message") or "").rstrip()
+        stream.write(f"Trial {trial.id} failed{where}{origin}:\n{text}\n\n")
+    stream.write(f"Experiment {experiment_id} failed ({experiment.state}).")
+    for trial in failed or store.trials(experiment_id)[:1]:
+        stream.write(f" The whole output of trial {trial.id}: det-estimator trial logs {trial.id}  ({trial.log_path})")
+    stream.write("\n")
     stream.flush()

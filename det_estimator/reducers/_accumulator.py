@@ -10,12 +10,13 @@ in a collective.
 
 import copy
 import pickle
-import traceback
 from collections.abc import Sequence
 from typing import Any, Optional
 
 import numpy as np
 
+from det_estimator import _root_cause
+from det_estimator._root_cause import RootCause
 from det_estimator.reducers._base import MetricReducer
 
 # Envelope kinds: what one rank contributes to a reduction.
@@ -24,6 +25,8 @@ _NO_BATCH = "no-batch"
 _ERROR = "error"
 
 Envelope = tuple[str, Any]
+# A reducer's failure: what the error message says, and its root cause for the command to show.
+_Failure = tuple[str, RootCause]
 
 
 class MetricReductionError(RuntimeError):
@@ -54,7 +57,7 @@ class MetricAccumulator:
         self._reducer = copy.deepcopy(self._prototype)
         self._state: Any = None
         self._batches = 0
-        self._error: Optional[str] = None
+        self._error: Optional[_Failure] = None
 
     def accumulate(self, batch: Any) -> int:
         """Feeds one batch to the reducer; returns the number of batches seen so far.
@@ -67,7 +70,7 @@ class MetricAccumulator:
                 self._state = self._reducer.accumulate(batch)
                 self._batches += 1
             except Exception:
-                self._error = self._describe_failure("accumulate")
+                self._error = self._failure("accumulate")
         return self._batches
 
     def local_envelope(self) -> Envelope:
@@ -83,7 +86,7 @@ class MetricAccumulator:
         try:
             return pickle.dumps(self.local_envelope(), protocol=pickle.HIGHEST_PROTOCOL)
         except Exception:
-            return pickle.dumps((_ERROR, self._describe_failure("pickling the state returned by accumulate")))
+            return pickle.dumps((_ERROR, self._failure("pickling the state returned by accumulate")))
 
     def reduce_encoded(self, all_bytes: np.ndarray, sizes: np.ndarray) -> Any:
         """Reduces the gathered envelopes of all ranks (concatenated bytes and their lengths)."""
@@ -110,9 +113,9 @@ class MetricAccumulator:
             self._start_evaluation()
 
     def _reduce(self, envelopes: Sequence[Envelope]) -> Any:
-        for rank, (kind, payload) in enumerate(envelopes):
+        for kind, payload in envelopes:
             if kind == _ERROR:
-                raise MetricReductionError(payload if len(envelopes) == 1 else f"(reported by rank {rank}) {payload}")
+                self._raise(payload)
         states: list[Any] = [payload for kind, payload in envelopes if kind == _STATE]
         if not states:
             raise MetricReductionError(
@@ -122,10 +125,19 @@ class MetricAccumulator:
         try:
             return self._reducer.cross_slot_reduce(states)
         except Exception:
-            raise MetricReductionError(self._describe_failure("cross_slot_reduce")) from None
+            failure = self._failure("cross_slot_reduce")
+        self._raise(failure)
 
-    def _describe_failure(self, during: str) -> str:
-        return (
-            f"Metric {self.name!r}: the reducer {type(self._reducer).__name__} failed in {during} "
-            f"on rank {self._rank}:\n{traceback.format_exc()}"
-        )
+    def _failure(self, during: str) -> _Failure:
+        """The reducer's exception being handled now, with the user's frames, as data that can cross ranks."""
+        reducer = type(self._reducer).__name__
+        method = during if during in ("accumulate", "cross_slot_reduce") else "accumulate"
+        cause = _root_cause.cause_of_current_exception(self._rank, f"metric {self.name!r} ({reducer}.{method})")
+        return (f"Metric {self.name!r}: the reducer {reducer} failed in {during} on rank {self._rank}", cause)
+
+    @staticmethod
+    def _raise(failure: _Failure) -> None:
+        """Raises a rank's reducer failure here, noting it as the cause of whatever the failure ends."""
+        description, cause = failure
+        _root_cause.note(cause)
+        raise MetricReductionError(f"{description}:\n{cause.traceback}")

@@ -57,6 +57,17 @@ class UnknownIdError(StoreError, LookupError):
     """No experiment, trial or checkpoint has the id given."""
 
 
+def _read_only_message(path: Path, error: Exception) -> str:
+    return (
+        f"The store {path} cannot be written: {error}. Expected a store file, and a folder, that this user can "
+        "write (SQLite keeps its journal beside the file)."
+    )
+
+
+class StoreUnusableError(StoreError):
+    """The store file cannot be opened, read or written (corrupt, read-only, of a newer schema, not a file)."""
+
+
 class ExperimentBusyError(StoreError):
     """Another live process already runs the experiment."""
 
@@ -82,7 +93,14 @@ class ExperimentStore(JobTable):
     def __init__(self, path: Union[str, os.PathLike, None] = None) -> None:
         # Absolute: the experiment's processes run in its context directory, not here.
         self.path = (Path(path).expanduser() if path is not None else default_store_path()).resolve()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise StoreUnusableError(
+                f"Cannot make a store at {self.path}: its folder cannot be created ({error.strerror or error})."
+            ) from None
+        if self.path.is_dir():
+            raise StoreUnusableError(f"Cannot use {self.path} as a det-estimator store: it is a directory.")
         try:
             self._connection = sqlite3.connect(str(self.path), timeout=60.0, isolation_level=None)
             self._connection.row_factory = sqlite3.Row
@@ -90,7 +108,30 @@ class ExperimentStore(JobTable):
             self._connection.execute("PRAGMA foreign_keys = ON")
             migrate(self._connection, str(self.path))
         except sqlite3.DatabaseError as error:
-            raise StoreError(f"Cannot use {self.path} as a det-estimator store: {error}") from error
+            if "readonly" in str(error):
+                raise StoreUnusableError(_read_only_message(self.path, error)) from None
+            raise StoreUnusableError(
+                f"Cannot use {self.path} as a det-estimator store: {error}. Expected a store that det-estimator "
+                "made (an SQLite database), or a path where there is none yet."
+            ) from None
+        except StoreError as error:
+            raise StoreUnusableError(str(error)) from None
+
+    def check_writable(self) -> None:
+        """Raises :class:`StoreUnusableError` unless this process can write to the store.
+
+        Called before a command that writes starts anything, so that a read-only store
+        file or folder fails at once rather than after training has begun.
+        """
+        try:
+            self._connection.execute("BEGIN IMMEDIATE")
+            version = self._connection.execute("PRAGMA user_version").fetchone()[0]
+            self._connection.execute(f"PRAGMA user_version = {int(version)}")
+            self._connection.execute("ROLLBACK")
+        except sqlite3.OperationalError as error:
+            if self._connection.in_transaction:
+                self._connection.execute("ROLLBACK")
+            raise StoreUnusableError(_read_only_message(self.path, error)) from None
 
     @property
     def files_dir(self) -> Path:
@@ -434,9 +475,17 @@ class ExperimentStore(JobTable):
             db.execute("UPDATE trial_runs SET preempted = 1 WHERE id = ?", (run_id,))
 
     def record_run_error(self, run_id: int, error: dict[str, Any]) -> None:
-        """Records the error that ended a run (the first one recorded wins: later ones are its consequences)."""
+        """Records the error that ended a run.
+
+        The first one recorded wins (later ones are its consequences), except that an
+        error marked ``consequence`` (a process whose peer died) gives way to the
+        error of the process that died first, whichever recorded first.
+        """
+        replaceable = "error IS NULL"
+        if not error.get("consequence"):
+            replaceable += " OR json_extract(error, '$.consequence')"
         with self._write() as db:
-            db.execute("UPDATE trial_runs SET error = ? WHERE id = ? AND error IS NULL", (json.dumps(error), run_id))
+            db.execute(f"UPDATE trial_runs SET error = ? WHERE id = ? AND ({replaceable})", (json.dumps(error), run_id))
 
     def end_run(self, run_id: int, state: State, exit_status: Optional[int] = None) -> None:
         """Records how a run ended (and its processes' exit status, when they were launched)."""

@@ -7,6 +7,7 @@ import re
 import signal
 import sqlite3
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -260,14 +261,40 @@ def test_ctrl_c_pauses_the_experiment(det, context):
     running.wait_for("checkpoint ")
 
     os.killpg(running.process.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+    time.sleep(0.5)
+    os.killpg(running.process.pid, signal.SIGINT)  # an impatient second Ctrl-C changes nothing
     created = running.finish()
     assert created.returncode == 0, created.stdout + created.stderr
-    assert "Pausing: the trial finishes its batch and writes a checkpoint" in created.stdout
+    assert "failed" not in created.stdout + created.stderr
+    assert created.stdout.count("Pausing: the trial finishes its batch and writes a checkpoint") == 1
     assert f"Resume with: det-estimator experiment resume {experiment_id}" in created.stdout
     assert "Traceback" not in created.stdout + created.stderr
     experiment = det.experiment(experiment_id)
     assert experiment["state"] == "PAUSED"
     assert 0 < experiment["batches_trained"] < SLOW_BATCHES
+
+
+def test_two_resumes_of_one_paused_experiment_at_once_run_it_once(det, context, analytic):
+    config = context.write_config(SLOW_BATCHES, hparams={"seconds_per_batch": SECONDS_PER_BATCH})
+    running = det.start("experiment", "create", config, context.directory)
+    experiment_id = created_id(running.wait_for("Created experiment"))
+    running.wait_for("checkpoint ")
+    det.ok("experiment", "pause", experiment_id)
+    assert running.finish().returncode == 0
+
+    first, second = det.start("experiment", "resume", experiment_id), det.start("experiment", "resume", experiment_id)
+    results = sorted((first.finish(), second.finish()), key=lambda result: result.returncode)
+    assert [result.returncode for result in results] == [0, 2], [r.stdout + r.stderr for r in results]
+    refusal = results[1].stderr  # the second finds the first running, or about to (it holds the claim)
+    assert f"Experiment {experiment_id} is being run by process" in refusal or "is ACTIVE: it is running" in refusal
+    assert f"Experiment {experiment_id} COMPLETED after {SLOW_BATCHES} batches." in results[0].stdout
+
+    (trial,) = det.json("experiment", "describe", experiment_id)["trials"]
+    batches = [validation["batches"] for validation in trial["validations"]]
+    assert batches == sorted(set(batches)), "a validation was recorded twice"
+    assert [run["state"] for run in trial["runs"]] == ["PAUSED", "COMPLETED"]
+    for checkpoint in det.json("checkpoint", "list", experiment_id):  # the store agrees with the disk
+        assert Path(checkpoint["path"]).is_dir(), checkpoint
 
 
 # 3. Errors.
@@ -376,20 +403,13 @@ def test_plot_to_a_file_of_no_image_format_is_a_usage_error(completed, tmp_path)
     assert not output.exists()
 
 
-def test_an_entrypoint_class_that_does_not_exist_fails_the_experiment(det, context):
+def test_an_entrypoint_class_that_does_not_exist_is_refused_before_anything_is_recorded(det, context):
     config = context.write_config(entrypoint="analytic_trial:NoSuchTrial")
     result = det("experiment", "create", config, context.directory)
-    assert result.returncode == 1, result.stdout + result.stderr
-    experiment_id = created_id(result.stdout)
-    assert "The trial failed on rank 0:" in result.stderr
-    assert "Traceback (most recent call last):" in result.stderr
-    assert "AttributeError: module 'analytic_trial' has no attribute 'NoSuchTrial'" in result.stderr
-    (trial,) = det.json("experiment", "describe", experiment_id)["trials"]
-    assert f"Experiment {experiment_id} failed (ERROR). Its whole output: det-estimator trial logs {trial['id']}" in (
-        result.stderr
-    )
-    assert det.experiment(experiment_id)["state"] == "ERROR"
-    assert "has no attribute 'NoSuchTrial'" in det.ok("trial", "logs", trial["id"]).stdout
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "names 'NoSuchTrial', which" in result.stderr and "It defines: AnalyticTrial" in result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+    assert det.json("experiment", "list") == []
 
 
 # 4. Two experiments at once on one store.

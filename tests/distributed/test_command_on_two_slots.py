@@ -71,3 +71,25 @@ def test_a_rank_that_dies_fails_the_experiment_and_leaves_a_usable_checkpoint(an
     assert final["metrics"]["weight"] == pytest.approx(
         analytic.expected_weight(20, LEARNING_RATE, GLOBAL_BATCH), rel=1e-5
     )
+
+
+def test_a_reducer_failing_on_one_rank_shows_its_error_and_frames_once(analytic, runs, tmp_path):
+    context_dir = tmp_path / "code"
+    context_dir.mkdir()
+    shutil.copy(SUPPORT / "analytic_trial.py", context_dir)
+    config = analytic.make_config(tmp_path, 5, max_restarts=0)
+    config["hyperparameters"]["failing_reducer_rank"] = 1
+    (context_dir / "experiment.yaml").write_text(yaml.safe_dump(config))
+
+    status, output = det_command(
+        runs, tmp_path, "experiment", "create", str(context_dir / "experiment.yaml"), str(context_dir), "--slots", "2"
+    )
+    assert status == 1, output[-3000:]
+    shown = output[output.index("Trial 1 failed") : output.index("Experiment 1 failed")]
+    # The failing rank, the metric and the reducer's method, then the user's own frames and exception.
+    assert shown.startswith("Trial 1 failed on rank 1 in metric 'flaky' (FailingReducer.accumulate):\n"), shown
+    assert 'analytic_trial.py", line' in shown and "in accumulate" in shown
+    assert shown.rstrip().endswith("ValueError: cannot score this batch on rank 1"), shown
+    # Not TensorFlow's end of input, nor det-estimator's own frames; and shown once.
+    assert "OutOfRangeError" not in shown and "det_estimator" not in shown, shown
+    assert output.count("Trial 1 failed") == 1 and output.count("ValueError: cannot score") == 1, output[-3000:]

@@ -25,14 +25,14 @@ def data():
 
 
 @pytest.fixture
-def launched(own_store):
+def launched(own_store, tmp_path):
     """A run recorded in the test's store, as a launched trial whose searcher gives operations of 1 then 3 epochs."""
     config = {
         "searcher": {"name": "single", "metric": "val_loss", "max_length": {"epochs": 3}},
         "records_per_epoch": RECORDS,
         "hyperparameters": {"global_batch_size": BATCH_SIZE},
     }
-    core_context = core.init(config=config).start()
+    core_context = core.init(config=config, checkpoint_storage=tmp_path / "checkpoints").start()
     completed = []
     core_context.searcher = core.SearcherContext(core_context.distributed, FixedLengths([1, 3]), core.Unit.EPOCHS)
     real_operations = core_context.searcher.operations

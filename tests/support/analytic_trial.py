@@ -162,6 +162,10 @@ class AnalyticTrial(det.EstimatorTrial):
                 "mean_target": tf.compat.v1.metrics.mean(labels),
                 "records": self.context.make_metric(features["x"], lambda b: sum(len(x) for x in b), np.int64),
             }
+            failing_rank = self.context.get_hparams().get("failing_reducer_rank")
+            if failing_rank is not None:
+                reducer = FailingReducer(failing_rank, self.context.distributed.rank)
+                metrics["flaky"] = self.context.experimental.make_metric(features["x"], reducer, np.float64)
             return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op, eval_metric_ops=metrics)
 
         return tf.estimator.Estimator(model_fn)

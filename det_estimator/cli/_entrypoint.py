@@ -1,0 +1,140 @@
+"""Checks of a config's entrypoint that need no import: its file is there, and names a trial class.
+
+Importing the user's module would import TensorFlow and run their module-level code in
+the command's own process; reading its syntax tree finds most mistakes (a class that is
+missing, misspelled, a function, or not a trial) at once, with exit status 2 and nothing
+recorded, instead of after processes have started.
+"""
+
+import ast
+import os
+import shlex
+from pathlib import Path
+
+from det_estimator.errors import DetEstimatorError
+
+_EXPECTED = "a class deriving from det.EstimatorTrial or det.keras.TFKerasTrial"
+
+
+class EntrypointError(DetEstimatorError, ValueError):
+    """The config's entrypoint cannot be run; the message says why and what is expected."""
+
+
+def check_trial_entrypoint(context_dir: Path, module: str, class_name: str) -> None:
+    """Refuses an entrypoint ``module:Class`` whose module is not in ``context_dir`` or does not define a trial class.
+
+    A class whose bases are defined elsewhere, or a name the module imports or computes,
+    is accepted: only importing the module would tell.
+
+    Raises:
+        EntrypointError: the module file is missing, is not valid Python, or defines
+            ``class_name`` as something else than a trial class, or not at all.
+    """
+    relative = Path(*module.split("."))
+    candidates = [(context_dir / relative).with_suffix(".py"), context_dir / relative / "__init__.py"]
+    path = next((candidate for candidate in candidates if candidate.is_file()), None)
+    if path is None:
+        raise EntrypointError(
+            f"The config's entrypoint module {module!r} is not in CONTEXT_DIR {context_dir}: expected "
+            f"{relative.with_suffix('.py')} there."
+        )
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"), filename=str(path))
+    except SyntaxError as error:
+        raise EntrypointError(
+            f"The config's entrypoint module {path} is not valid Python: {error.msg} (line {error.lineno})."
+        ) from None
+    entrypoint = f"{module}:{class_name}"
+    top_name = class_name.split(".")[0]
+    definition = _top_level_definition(tree, top_name)
+    if definition is None:
+        if _imports_everything(tree):
+            return
+        classes = sorted(node.name for node in tree.body if isinstance(node, ast.ClassDef))
+        known = f" It defines: {', '.join(classes)}." if classes else " It defines no class."
+        raise EntrypointError(
+            f"The config's entrypoint {entrypoint!r} names {top_name!r}, which {path} does not define.{known} "
+            f"Expected {_EXPECTED}."
+        )
+    if isinstance(definition, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        raise EntrypointError(
+            f"The config's entrypoint {entrypoint!r} is a function (line {definition.lineno} of {path}), not a "
+            f"trial class. Expected {_EXPECTED}; a training script is given as a command instead, e.g. "
+            "`entrypoint: python3 train.py`."
+        )
+    value = getattr(definition, "value", None)
+    if isinstance(value, (ast.Constant, ast.List, ast.Tuple, ast.Dict, ast.Set, ast.JoinedStr)):
+        raise EntrypointError(
+            f"The config's entrypoint {entrypoint!r} is a value ({ast.unparse(value)[:40]}, line "
+            f"{definition.lineno} of {path}), not a trial class. Expected {_EXPECTED}."
+        )
+    if isinstance(definition, ast.ClassDef) and "." not in class_name and not definition.bases:
+        raise EntrypointError(
+            f"The config's entrypoint {entrypoint!r} is a class that derives from nothing (line "
+            f"{definition.lineno} of {path}), so it is not a trial. Expected {_EXPECTED}."
+        )
+    if isinstance(definition, ast.ClassDef) and "." not in class_name:
+        bases = [_base_name(base) for base in definition.bases]
+        if all(base in ("object", "ABC") for base in bases):
+            raise EntrypointError(
+                f"The config's entrypoint {entrypoint!r} derives from {', '.join(bases)} (line "
+                f"{definition.lineno} of {path}), so it is not a trial. Expected {_EXPECTED}."
+            )
+
+
+def check_script_entrypoint(context_dir: Path, command: list[str]) -> None:
+    """Refuses a ``python script.py ...`` entrypoint whose script is not in the context directory."""
+    scripts = [word for word in command if word.endswith(".py")]
+    for script in scripts[:1]:
+        path = Path(script) if os.path.isabs(script) else context_dir / script
+        if not path.is_file():
+            raise EntrypointError(
+                f"The config's entrypoint {shlex.join(command)!r} runs {script}, which is not in CONTEXT_DIR "
+                f"{context_dir}."
+            )
+
+
+def _top_level_definition(tree: ast.Module, name: str) -> "ast.AST | None":
+    """The last top-level statement that binds ``name`` (a class, function, assignment or import)."""
+    found = None
+    for node in tree.body:
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+            found = node
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            if any((alias.asname or alias.name.split(".")[0]) == name for alias in node.names):
+                found = node
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(target, ast.Name) and target.id == name for target in targets):
+                found = node
+        elif isinstance(node, (ast.If, ast.Try)) and _binds_anywhere(node, name):
+            found = node  # defined conditionally: only running it would tell
+    return found
+
+
+def _binds_anywhere(node: ast.AST, name: str) -> bool:
+    for child in ast.walk(node):
+        if isinstance(child, (ast.ClassDef, ast.FunctionDef)) and child.name == name:
+            return True
+        if isinstance(child, ast.Name) and child.id == name and isinstance(child.ctx, ast.Store):
+            return True
+        if isinstance(child, (ast.Import, ast.ImportFrom)) and any(
+            (alias.asname or alias.name) == name for alias in child.names
+        ):
+            return True
+    return False
+
+
+def _imports_everything(tree: ast.Module) -> bool:
+    return any(
+        isinstance(node, ast.ImportFrom) and any(alias.name == "*" for alias in node.names) for node in tree.body
+    )
+
+
+def _base_name(base: ast.expr) -> str:
+    """``det.EstimatorTrial`` -> ``EstimatorTrial``; anything else as written."""
+    if isinstance(base, ast.Attribute):
+        return base.attr
+    if isinstance(base, ast.Name):
+        return base.id
+    return ast.unparse(base)

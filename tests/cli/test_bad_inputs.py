@@ -1,0 +1,83 @@
+"""Every bad input of tests/support/bad_inputs.py gets its clear message and exit status, no traceback, no record.
+
+The cases run in this process through ``det_estimator.cli.main`` (each would fail its
+test by raising, if the command let an exception through); ``benchmarks/bad_inputs.py``
+runs the same cases through the installed command.
+"""
+
+import contextlib
+import io
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from det_estimator import orchestration
+from det_estimator.cli import main
+from det_estimator.config import load_experiment_config
+from det_estimator.store import ExperimentStore, MetricKind, State
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
+import bad_inputs  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def store_with_one_experiment(tmp_path_factory) -> Path:
+    """A store holding experiment 1 (COMPLETED) and its trial 1."""
+    directory = tmp_path_factory.mktemp("recorded")
+    bad_inputs.BadInput("", (), "").set_up(directory)
+    path = directory / "store.sqlite"
+    with ExperimentStore(path) as store:
+        config = load_experiment_config(bad_inputs.OK_CONFIG)
+        experiment_id = orchestration.record_experiment(store, config, str(directory))
+        store.set_state(experiment_id, State.COMPLETED)
+    return path
+
+
+def run_command(argv: list[str]) -> tuple[int, str]:
+    """Runs the command in this process; returns its exit status and everything it printed."""
+    output = io.StringIO()
+    with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
+        try:
+            status = main(argv)
+        except SystemExit as exit_:  # argparse's way of refusing a command line
+            status = exit_.code if isinstance(exit_.code, int) else 2
+    return status, output.getvalue()
+
+
+def test_the_table_holds_at_least_sixty_distinct_bad_inputs():
+    names = [case.name for case in bad_inputs.CASES]
+    assert len(names) >= 60 and len(set(names)) == len(names)
+
+
+@pytest.mark.parametrize("case", bad_inputs.CASES, ids=[case.name for case in bad_inputs.CASES])
+def test_a_bad_input_gets_a_clear_error_and_changes_nothing(case, tmp_path, store_with_one_experiment):
+    case.set_up(tmp_path)
+    status, output = run_command(case.command_line(tmp_path, store_with_one_experiment))
+
+    assert status == case.status, output
+    assert case.message in output, output
+    assert "Traceback" not in output, output
+    new_store = tmp_path / "new.sqlite"
+    if new_store.exists():  # a refused experiment is never recorded
+        with ExperimentStore(new_store) as store:
+            assert store.experiments() == []
+    with ExperimentStore(store_with_one_experiment) as store:
+        (experiment,) = store.experiments()
+        assert experiment.state == State.COMPLETED
+
+
+def test_json_output_writes_a_nan_metric_as_null(store_with_one_experiment, tmp_path):
+    path = tmp_path / "store.sqlite"
+    shutil.copy(store_with_one_experiment, path)
+    with ExperimentStore(path) as store:
+        (trial,) = store.trials(1)
+        run_id = store.start_run(trial.id)
+        store.record_metrics(trial.id, MetricKind.VALIDATION, 10, {"auc": float("nan"), "loss": 0.5}, run_id=run_id)
+    status, output = run_command(["--store", str(path), "experiment", "describe", "1", "--json"])
+    assert status == 0, output
+    described = json.loads(output)  # a bare NaN is not JSON: this would fail
+    (validation,) = described["trials"][0]["validations"]
+    assert validation["metrics"] == {"auc": None, "loss": 0.5}

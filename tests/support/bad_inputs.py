@@ -1,0 +1,357 @@
+"""Bad inputs to the det-estimator command, each with the exit status and the message it must get.
+
+Shared by ``tests/cli/test_bad_inputs.py`` (which runs them in-process, fast) and
+``benchmarks/bad_inputs.py`` (which runs the installed command and counts). Every case
+names what is wrong in words a user would use; the fragment is a part of the message
+that says what was wrong or what is expected.
+
+A case's command line may use ``{dir}`` (the case's own folder, holding the analytic
+trial and ``ok.yaml``), ``{store}`` (a store holding one COMPLETED experiment, id 1, with
+one trial, id 1) and ``{ok}`` (``{dir}/ok.yaml``).
+"""
+
+import shutil
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+
+SUPPORT = Path(__file__).resolve().parent
+
+OK_CONFIG: dict[str, Any] = {
+    "name": "analytic",
+    "entrypoint": "analytic_trial:AnalyticTrial",
+    "hyperparameters": {"global_batch_size": 8, "learning_rate": 0.01, "events_dir": "events"},
+    "searcher": {"name": "single", "metric": "loss", "max_length": {"batches": 10}},
+    "scheduling_unit": 5,
+    "min_validation_period": {"batches": 5},
+    "checkpoint_storage": {"type": "shared_fs", "host_path": "checkpoints"},
+}
+
+
+@dataclass(frozen=True)
+class BadInput:
+    """One bad command line.
+
+    Attributes:
+        name: what is wrong, in a few words.
+        argv: the command line after ``det-estimator`` (with ``{dir}``, ``{store}``, ``{ok}``).
+        message: a fragment the error output must contain.
+        status: the exit status expected.
+        files: files to write into the case's folder first: name -> text, bytes, or a
+            config dict written as YAML.
+        prepare: called with the case's folder after the files are written.
+    """
+
+    name: str
+    argv: tuple[str, ...]
+    message: str
+    status: int = 2
+    files: dict[str, Any] = field(default_factory=dict)
+    prepare: Optional[Callable[[Path], None]] = None
+
+    def command_line(self, directory: Path, store: Path) -> list[str]:
+        values = {"dir": str(directory), "store": str(store), "ok": str(directory / "ok.yaml")}
+        return [part.format(**values) for part in self.argv]
+
+    def set_up(self, directory: Path) -> None:
+        """Writes the analytic trial, ``ok.yaml`` and the case's own files into ``directory``."""
+        directory.mkdir(parents=True, exist_ok=True)
+        shutil.copy(SUPPORT / "analytic_trial.py", directory / "analytic_trial.py")
+        (directory / "ok.yaml").write_text(yaml.safe_dump(OK_CONFIG), encoding="utf-8")
+        for name, content in self.files.items():
+            path = directory / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if isinstance(content, bytes):
+                path.write_bytes(content)
+            elif isinstance(content, str):
+                path.write_text(content, encoding="utf-8")
+            else:
+                path.write_text(yaml.safe_dump(content), encoding="utf-8")
+        if self.prepare is not None:
+            self.prepare(directory)
+
+
+def config(**changes: Any) -> dict[str, Any]:
+    """``OK_CONFIG`` with top-level keys replaced (None removes one)."""
+    raw = yaml.safe_load(yaml.safe_dump(OK_CONFIG))
+    for key, value in changes.items():
+        if value is None:
+            raw.pop(key, None)
+        else:
+            raw[key] = value
+    return raw
+
+
+def searcher(**changes: Any) -> dict[str, Any]:
+    section = dict(OK_CONFIG["searcher"], **changes)
+    return {key: value for key, value in section.items() if value is not None}
+
+
+def hyperparameters(**changes: Any) -> dict[str, Any]:
+    section = dict(OK_CONFIG["hyperparameters"], **changes)
+    return {key: value for key, value in section.items() if value is not None}
+
+
+def storage(**changes: Any) -> dict[str, Any]:
+    return dict(OK_CONFIG["checkpoint_storage"], **changes)
+
+
+def _alias_bomb() -> str:
+    lines = ["data:", "  l0: &l0 [x, x, x, x, x, x, x, x, x]"]
+    for level in range(1, 9):
+        lines.append(f"  l{level}: &l{level} [{', '.join([f'*l{level - 1}'] * 9)}]")
+    return yaml.safe_dump(OK_CONFIG) + "\n".join(lines) + "\n"
+
+
+def _newer_schema_store(directory: Path) -> None:
+    with sqlite3.connect(directory / "newer.sqlite") as connection:
+        connection.execute("PRAGMA user_version = 999")
+
+
+def _create(name: str, **files: Any) -> tuple[str, ...]:
+    return ("--store", "{dir}/new.sqlite", "experiment", "create", "{dir}/" + name, "{dir}")
+
+
+def _bad_config(name: str, raw: Any, message: str) -> BadInput:
+    """A config that ``experiment create`` must refuse."""
+    return BadInput(name, _create("bad.yaml"), message, files={"bad.yaml": raw})
+
+
+CASES: list[BadInput] = [
+    # The command line.
+    BadInput("no command at all", (), "usage: det-estimator"),
+    BadInput("an unknown command", ("frobnicate",), "invalid choice: 'frobnicate'"),
+    BadInput("experiment without an action", ("experiment",), "the following arguments are required: ACTION"),
+    BadInput("create without a config", ("experiment", "create"), "the following arguments are required: CONFIG"),
+    BadInput("--slots 0", ("experiment", "create", "{ok}", "{dir}", "--slots", "0"), "must be a positive integer"),
+    BadInput("--slots -1", ("experiment", "create", "{ok}", "{dir}", "--slots", "-1"), "must be a positive integer"),
+    BadInput("--slots abc", ("experiment", "create", "{ok}", "{dir}", "--slots", "abc"), "must be a positive integer"),
+    BadInput("a negative --seed", ("experiment", "create", "{ok}", "{dir}", "--seed", "-5"), "from 0 to 2**31 - 1"),
+    BadInput("--seed of 2**31", ("experiment", "create", "{ok}", "{dir}", "--seed", "2147483648"), "from 0 to 2**31"),
+    BadInput("--hosts without slots", ("experiment", "create", "{ok}", "{dir}", "--hosts", "a"), "host:slots entries"),
+    BadInput("--hosts with 0 slots", ("experiment", "create", "{ok}", "{dir}", "--hosts", "a:0"), "host:slots entries"),
+    BadInput(
+        "--slots other than --hosts give",
+        ("--store", "{dir}/new.sqlite", "experiment", "create", "{ok}", "{dir}", "--slots", "3", "--hosts", "a:1,b:1"),
+        "--slots 3 differs from the 2 slots of --hosts a:1,b:1",
+    ),
+    BadInput(
+        "more slots than CPUs",
+        ("--store", "{dir}/new.sqlite", "experiment", "create", "{dir}/big_batch.yaml", "{dir}", "--slots", "4096"),
+        "4096 slots asked for, but this machine has",
+        files={"big_batch.yaml": config(hyperparameters=hyperparameters(global_batch_size=8192))},
+    ),
+    BadInput("a non-integer id", ("experiment", "describe", "one"), "invalid int value: 'one'"),
+    # Files and folders.
+    BadInput("a CONFIG that does not exist", _create("missing.yaml"), "is not a file"),
+    BadInput("a CONFIG that is a folder", _create("folder.yaml"), "is not a file", files={"folder.yaml/x": ""}),
+    BadInput(
+        "a CONTEXT_DIR that does not exist",
+        ("--store", "{dir}/new.sqlite", "experiment", "create", "{ok}", "{dir}/nowhere"),
+        "is not a directory",
+    ),
+    _bad_config("an empty config", "", "must be a mapping of keys to values"),
+    _bad_config("a config that is a list", "- a\n- b\n", "must be a mapping of keys to values"),
+    _bad_config("invalid YAML", "name: [unclosed\n", "is not valid YAML"),
+    _bad_config("a key given twice", "name: a\nname: b\n", "found duplicate key 'name'"),
+    _bad_config("a YAML alias bomb", _alias_bomb(), "expands to more than 100,000 values"),
+    _bad_config("an alias inside its own anchor", "data: &d\n  x: *d\n", "alias inside its own anchor"),
+    _bad_config("a config of 2 MB", "data: " + "x" * 2_000_000 + "\n", "a config is at most"),
+    BadInput("a config that is not text", _create("bad.yaml"), "is not UTF-8 text", files={"bad.yaml": b"\xff\xfe"}),
+    # The config's keys.
+    _bad_config("an unknown top-level key", config(max_lenght={"batches": 1}), "unknown key `max_lenght`"),
+    _bad_config("no entrypoint", config(entrypoint=None), "entrypoint"),
+    _bad_config("an entrypoint without a class", config(entrypoint="analytic_trial"), "entrypoint"),
+    _bad_config(
+        "entrypoint and entrypoint_script",
+        config(entrypoint_script="python3 train.py"),
+        "give either `entrypoint` or `entrypoint_script`",
+    ),
+    _bad_config("no hyperparameters", config(hyperparameters=None), "global_batch_size"),
+    _bad_config(
+        "no global_batch_size", config(hyperparameters=hyperparameters(global_batch_size=None)), "global_batch_size"
+    ),
+    _bad_config(
+        "a global_batch_size of 0", config(hyperparameters=hyperparameters(global_batch_size=0)), "global_batch_size"
+    ),
+    _bad_config(
+        "a global_batch_size that is text",
+        config(hyperparameters=hyperparameters(global_batch_size="eight")),
+        "global_batch_size",
+    ),
+    _bad_config(
+        "an int hyperparameter with minval above maxval",
+        config(hyperparameters=hyperparameters(units={"type": "int", "minval": 5, "maxval": 1})),
+        "hyperparameters.units",
+    ),
+    _bad_config(
+        "a categorical hyperparameter without values",
+        config(hyperparameters=hyperparameters(act={"type": "categorical", "vals": []})),
+        "hyperparameters.act",
+    ),
+    _bad_config(
+        "a hyperparameter of an unknown type",
+        config(hyperparameters=hyperparameters(units={"type": "integer", "minval": 1, "maxval": 5})),
+        "hyperparameters.units",
+    ),
+    _bad_config("no searcher", config(searcher=None), "searcher"),
+    _bad_config("an unknown searcher", config(searcher=searcher(name="bayes")), "searcher.name"),
+    _bad_config("no searcher metric", config(searcher=searcher(metric=None)), "searcher.metric"),
+    _bad_config("no max_length", config(searcher=searcher(max_length=None)), "searcher.max_length"),
+    _bad_config("a negative max_length", config(searcher=searcher(max_length={"batches": -5})), "searcher.max_length"),
+    _bad_config(
+        "max_length in an unknown unit", config(searcher=searcher(max_length={"steps": 5})), "searcher.max_length"
+    ),
+    _bad_config(
+        "max_length in epochs without records_per_epoch",
+        config(searcher=searcher(max_length={"epochs": 2})),
+        "records_per_epoch",
+    ),
+    _bad_config(
+        "a random search of 0 trials",
+        config(searcher=searcher(name="random", max_trials=0)),
+        "searcher.max_trials",
+    ),
+    _bad_config(
+        "an adaptive_asha search without max_trials",
+        config(searcher=searcher(name="adaptive_asha")),
+        "searcher.max_trials",
+    ),
+    _bad_config(
+        "a grid over a double without a count",
+        config(
+            searcher=searcher(name="grid"),
+            hyperparameters=hyperparameters(learning_rate={"type": "double", "minval": 0.1, "maxval": 1.0}),
+        ),
+        "count",
+    ),
+    _bad_config("a scheduling_unit of 0", config(scheduling_unit=0), "scheduling_unit"),
+    _bad_config("negative records_per_epoch", config(records_per_epoch=-1), "records_per_epoch"),
+    _bad_config(
+        "a validation period in an unknown unit", config(min_validation_period={"days": 1}), "min_validation_period"
+    ),
+    _bad_config("0 slots per trial", config(resources={"slots_per_trial": 0}), "resources.slots_per_trial"),
+    _bad_config("checkpoints on S3", config(checkpoint_storage=storage(type="s3")), "checkpoint_storage"),
+    _bad_config(
+        "a negative save_trial_latest",
+        config(checkpoint_storage=storage(save_trial_latest=-1)),
+        "checkpoint_storage.save_trial_latest",
+    ),
+    _bad_config(
+        "checkpoints under /proc",
+        config(checkpoint_storage=storage(host_path="/proc/det-estimator-checkpoints")),
+        "cannot hold checkpoints",
+    ),
+    BadInput(
+        "checkpoints in a path that is a file",
+        _create("bad.yaml"),
+        "is a file. Expected a directory",
+        files={"bad.yaml": config(checkpoint_storage=storage(host_path="a_file")), "a_file": "not a folder"},
+    ),
+    # The entrypoint.
+    _bad_config(
+        "an entrypoint module that is not there",
+        config(entrypoint="no_such_module:AnalyticTrial"),
+        "entrypoint module 'no_such_module' is not in CONTEXT_DIR",
+    ),
+    _bad_config(
+        "an entrypoint class that is not there",
+        config(entrypoint="analytic_trial:NoSuchTrial"),
+        "names 'NoSuchTrial', which",
+    ),
+    _bad_config("an entrypoint that is a function", config(entrypoint="analytic_trial:trajectory"), "is a function"),
+    _bad_config("an entrypoint that is a value", config(entrypoint="analytic_trial:NUM_RECORDS"), "is a value"),
+    BadInput(
+        "an entrypoint class that derives from nothing",
+        _create("bad.yaml"),
+        "derives from nothing",
+        files={"bad.yaml": config(entrypoint="plain:Plain"), "plain.py": "class Plain:\n    pass\n"},
+    ),
+    BadInput(
+        "an entrypoint module with a syntax error",
+        _create("bad.yaml"),
+        "is not valid Python",
+        files={"bad.yaml": config(entrypoint="broken:Trial"), "broken.py": "class Trial(\n"},
+    ),
+    _bad_config(
+        "an entrypoint script that is not there",
+        config(entrypoint="python3 nowhere.py", hyperparameters=None),
+        "runs nowhere.py, which is not in CONTEXT_DIR",
+    ),
+    # Experiments, trials and ids.
+    BadInput(
+        "describe an unknown experiment", ("--store", "{store}", "experiment", "describe", "99"), "no experiment 99"
+    ),
+    BadInput("pause an unknown experiment", ("--store", "{store}", "experiment", "pause", "99"), "no experiment 99"),
+    BadInput("resume an unknown experiment", ("--store", "{store}", "experiment", "resume", "99"), "no experiment 99"),
+    BadInput(
+        "plot an unknown experiment", ("--store", "{store}", "experiment", "plot", "99", "-o", "{dir}/c.png"), "99"
+    ),
+    BadInput(
+        "resume a completed experiment",
+        ("--store", "{store}", "experiment", "resume", "1"),
+        "is COMPLETED: it has completed; nothing to resume",
+    ),
+    BadInput(
+        "pause a completed experiment",
+        ("--store", "{store}", "experiment", "pause", "1"),
+        "only an ACTIVE one can be paused",
+    ),
+    BadInput(
+        "plot to a file of no image format",
+        ("--store", "{store}", "experiment", "plot", "1", "-o", "{dir}/curves.txt"),
+        "name a .png, .svg or .pdf file",
+    ),
+    BadInput(
+        "plot into a folder that cannot be made",
+        ("--store", "{store}", "experiment", "plot", "1", "-o", "{dir}/ok.yaml/curves.png"),
+        "cannot write into",
+    ),
+    BadInput(
+        "plot under /proc",
+        ("--store", "{store}", "experiment", "plot", "1", "-o", "/proc/curves.png"),
+        "cannot write into",
+    ),
+    BadInput("checkpoints of an unknown experiment", ("--store", "{store}", "checkpoint", "list", "99"), "99"),
+    BadInput("logs of an unknown trial", ("--store", "{store}", "trial", "logs", "99"), "99"),
+    BadInput("describe an unknown trial", ("--store", "{store}", "trial", "describe", "99"), "99"),
+    BadInput("trials of an unknown experiment", ("--store", "{store}", "trial", "list", "99"), "99"),
+    # Stores.
+    BadInput(
+        "a store that does not exist, to read",
+        ("--store", "{dir}/nowhere/store.sqlite", "experiment", "describe", "1"),
+        "There is no experiment store at",
+    ),
+    BadInput(
+        "a store that does not exist, to list",
+        ("--store", "{dir}/nowhere/store.sqlite", "experiment", "list"),
+        "There is no experiment store at",
+    ),
+    BadInput(
+        "a store that is a folder",
+        ("--store", "{dir}/folder.sqlite", "experiment", "list"),
+        "it is a directory",
+        files={"folder.sqlite/x": ""},
+    ),
+    BadInput(
+        "a store that is not a database",
+        ("--store", "{dir}/corrupt.sqlite", "experiment", "list"),
+        "file is not a database",
+        files={"corrupt.sqlite": "this is not SQLite\n" * 100},
+    ),
+    BadInput(
+        "a store of a newer det-estimator",
+        ("--store", "{dir}/newer.sqlite", "experiment", "list"),
+        "made by a newer det-estimator",
+        prepare=_newer_schema_store,
+    ),
+    BadInput(
+        "a store under /proc",
+        ("--store", "/proc/det-estimator/store.sqlite", "experiment", "create", "{ok}", "{dir}"),
+        "its folder cannot be created",
+    ),
+]
