@@ -106,6 +106,10 @@ def root_cause(error: BaseException, rank: Optional[int], origin: str = "", use_
     """
     if use_noted and _noted is not None and not isinstance(error, (KeyboardInterrupt, SystemExit)):
         return _noted
+    if _is_own_error(error):
+        # det-estimator's own errors say what was wrong and what to do: the message is the
+        # cause, and det-estimator's frames would only hide it.
+        return RootCause(rank, type(error).__name__, str(error), f"{type(error).__name__}: {error}", origin)
     links = [link for link in _chain(error) if type(link).__name__ not in _NOISE] or [error]
     entry = _entry_into_user_code(links[-1].__traceback__)
     if not origin and entry is not None and entry.f_code.co_name != "<module>":
@@ -182,6 +186,18 @@ def _frame_origin(frame: types.FrameType) -> str:
     owner = frame.f_locals.get("self")
     name = frame.f_code.co_name
     return f"{type(owner).__name__}.{name}" if owner is not None else name
+
+
+def _is_own_error(error: BaseException) -> bool:
+    """A DetEstimatorError raised by det-estimator itself (matched by name: this module imports none of it)."""
+    own = any(cls.__name__ == "DetEstimatorError" for cls in type(error).__mro__)
+    return own and error.__traceback__ is not None and not _is_user_file(_last_frame_file(error.__traceback__))
+
+
+def _last_frame_file(tb: types.TracebackType) -> str:
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb.tb_frame.f_code.co_filename
 
 
 def _is_consequence(error: BaseException) -> bool:

@@ -124,3 +124,11 @@ def test_a_peer_gone_error_gives_way_to_the_cause_in_the_store(tmp_path):
         store.record_run_error(run_id, error_record(PeerGoneError("later"), rank=0))
         store.record_run_error(run_id, error_record(RuntimeError("a later, unrelated error"), rank=0))
         assert store.trial_run(run_id).error["message"] == "the hook cannot finish"
+
+
+def test_det_estimators_own_error_is_shown_as_its_message_alone():
+    from det_estimator.config import load_experiment_config
+
+    cause = _root_cause.root_cause(raised(lambda: load_experiment_config({"name": 3})), rank=0)
+    assert cause.type == "ConfigError" and cause.traceback == f"ConfigError: {cause.message}"
+    assert "det_estimator" not in cause.traceback

@@ -2,7 +2,9 @@
 
 import contextlib
 import enum
+import errno
 import logging
+import os
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -136,11 +138,36 @@ class CheckpointContext:
                     f"store_path(shard=False) is for the chief only; process {self._distributed.rank} called it. "
                     "Call it under `if core_context.distributed.rank == 0:`, or pass shard=True on every process."
                 )
-            with self._checkpoints.write(metadata) as pending:
+            with self._out_of_space_is_clear(), self._checkpoints.write(metadata) as pending:
                 yield pending.path, pending.uuid
             self._sealed(pending.checkpoint)
             return
-        yield from self._store_sharded(metadata)
+        with self._out_of_space_is_clear():
+            yield from self._store_sharded(metadata)
+
+    @contextlib.contextmanager
+    def _out_of_space_is_clear(self) -> Iterator[None]:
+        """A checkpoint that does not fit raises a CheckpointError saying so (its partial files are gone by then)."""
+        try:
+            yield
+        except Exception as error:
+            # An OSError, or what wraps one: shutil.Error lists its files' errors, and
+            # TensorFlow's savers raise errors of their own that quote the OS's message.
+            out_of_space = getattr(error, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or any(
+                text in str(error) for text in (os.strerror(errno.ENOSPC), os.strerror(errno.EDQUOT))
+            )
+            if not out_of_space:
+                raise
+            directory = self._checkpoints.directory
+            try:
+                free = f"{shutil.disk_usage(directory).free:,} bytes free there now"
+            except OSError:
+                free = "its free space unknown"
+            raise CheckpointError(
+                f"A checkpoint could not be written into {directory}: {os.strerror(errno.ENOSPC)} ({free}). "
+                "The checkpoints written before it stay valid. Free space there, or point "
+                "checkpoint_storage.host_path at a larger file system, then resume the experiment."
+            ) from error
 
     def _store_sharded(self, metadata: dict[str, Any]) -> Iterator[tuple[Path, str]]:
         writer = pending = None
