@@ -11,7 +11,7 @@ from typing import Any, Optional
 from det_estimator import orchestration
 from det_estimator.cli._config_warnings import config_warnings
 from det_estimator.cli._entrypoint import EntrypointError, check_script_entrypoint, check_trial_entrypoint
-from det_estimator.cli._output import format_size, format_time, print_table
+from det_estimator.cli._output import format_size, format_time, print_log, print_table
 from det_estimator.errors import DetEstimatorError
 from det_estimator.orchestration import format_metrics, print_json
 from det_estimator.store import ExperimentBusyError, ExperimentStore, MetricKind, State, TrialRecord, to_json_value
@@ -354,15 +354,7 @@ def list_checkpoints(store: ExperimentStore, args: argparse.Namespace) -> int:
 
 def trial_logs(store: ExperimentStore, args: argparse.Namespace) -> int:
     """Everything a trial's processes printed."""
-    trial = store.trial(args.trial_id)
-    log = Path(trial.log_path)
-    if not log.exists():
-        print(f"Trial {args.trial_id} has no log yet ({log}).", file=sys.stderr)
-        return 1
-    with log.open(encoding="utf-8", errors="replace") as lines:
-        for line in lines:
-            sys.stdout.write(line)
-    return 0
+    return print_log(f"Trial {args.trial_id}", store.trial(args.trial_id).log_path)
 
 
 def _check_slots_fit_this_machine(slots: int, hosts: Optional[str]) -> None:

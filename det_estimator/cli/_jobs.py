@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 
 from det_estimator.cli._experiments import UsageError
-from det_estimator.cli._output import format_time, print_table
+from det_estimator.cli._output import format_time, print_log, print_table
 from det_estimator.orchestration import print_json
 from det_estimator.orchestration._jobs import JobConfigError, load_job_config, run_job
 from det_estimator.store import ExperimentStore, State, to_json_value
@@ -72,12 +72,4 @@ def list_jobs(store: ExperimentStore, args: argparse.Namespace) -> int:
 
 def job_logs(store: ExperimentStore, args: argparse.Namespace) -> int:
     """Everything a job's processes printed."""
-    job = store.job(args.job_id)
-    log = Path(job.log_path)
-    if not log.exists():
-        print(f"Job {args.job_id} has no log yet ({log}).", file=sys.stderr)
-        return 1
-    with log.open(encoding="utf-8", errors="replace") as lines:
-        for line in lines:
-            sys.stdout.write(line)
-    return 0
+    return print_log(f"Job {args.job_id}", store.job(args.job_id).log_path)

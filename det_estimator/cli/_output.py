@@ -2,6 +2,7 @@
 
 import sys
 import time
+from pathlib import Path
 from typing import Any, Optional, TextIO
 
 from det_estimator.orchestration import format_value
@@ -37,3 +38,20 @@ def format_size(size_bytes: int) -> str:
 
 def _cell(value: Any) -> str:
     return format_value(value)
+
+
+def print_log(what: str, log_path: str) -> int:
+    """Writes a trial's or job's whole output log to stdout; 1 (with a message) when it has none yet.
+
+    Args:
+        what: how the message names its owner, e.g. ``"Trial 3"``.
+        log_path: the log file.
+    """
+    log = Path(log_path)
+    if not log.exists():
+        print(f"{what} has no log yet ({log}).", file=sys.stderr)
+        return 1
+    with log.open(encoding="utf-8", errors="replace") as lines:
+        for line in lines:
+            sys.stdout.write(line)
+    return 0

@@ -11,6 +11,7 @@ import numpy as np
 import tensorflow as tf
 
 from det_estimator import __version__, core
+from det_estimator._process_random_state import python_and_numpy_state, restore_python_and_numpy_state
 from det_estimator.checkpoint import read_checkpoint
 from det_estimator.config import ExperimentConfig, Length, load_experiment_config
 from det_estimator.errors import DetEstimatorError
@@ -152,7 +153,7 @@ class EstimatorTrialController:
             # Iterator states are per process: they fit only a job of the same size.
             if metadata.get("input_state_ranks") == self._distributed.size and saved_input.is_dir():
                 self._restore_input_from = str(saved_input)
-            _restore_rng(metadata.get("rng_states", []), self._distributed.rank)
+            restore_python_and_numpy_state(metadata.get("rng_states", []), self._distributed.rank)
             for hook in self._run_hooks:
                 hook.on_checkpoint_load(str(path))
 
@@ -313,7 +314,7 @@ class EstimatorTrialController:
 
     def _checkpoint(self, session: tf.compat.v1.Session, local_checkpoint: str, metrics: Optional[dict[str, Any]]):
         """Writes a checkpoint: the chief's model files and exports, and every process's input position."""
-        rng_states = self._distributed.allgather(_rng_state())
+        rng_states = self._distributed.allgather(python_and_numpy_state())
         input_dir = Path(self._model_dir) / _input_state.INPUT_DIR
         saved = self._input_saveable and _input_state.save_input_state(session, self._control.input_saver, input_dir)
         self._input_saveable = all(self._distributed.allgather(saved))
@@ -391,24 +392,6 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     tf.random.set_seed(seed)
-
-
-def _rng_state() -> dict[str, Any]:
-    version, state, gauss = random.getstate()
-    name, keys, position, has_gauss, cached = np.random.get_state()
-    return {
-        "python": [version, list(state), gauss],
-        "numpy": [name, keys.tolist(), int(position), int(has_gauss), float(cached)],
-    }
-
-
-def _restore_rng(states: list[dict[str, Any]], rank: int) -> None:
-    if rank >= len(states):
-        return
-    version, state, gauss = states[rank]["python"]
-    random.setstate((version, tuple(state), gauss))
-    name, keys, position, has_gauss, cached = states[rank]["numpy"]
-    np.random.set_state((name, np.array(keys, dtype=np.uint32), position, has_gauss, cached))
 
 
 def _to_json(value: Any) -> Any:

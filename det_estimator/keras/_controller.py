@@ -9,6 +9,7 @@ import numpy as np
 import tensorflow as tf
 
 from det_estimator import __version__, core
+from det_estimator._process_random_state import python_and_numpy_state, restore_python_and_numpy_state
 from det_estimator.checkpoint import read_checkpoint
 from det_estimator.config import ExperimentConfig, Length, load_experiment_config
 from det_estimator.errors import DetEstimatorError
@@ -200,7 +201,7 @@ class TFKerasTrialController:
             read_variables(path, self._model)
             self._saved_callback_states = _callback_states.read_states(path)
             # Last: building the data and the model may draw random numbers of their own.
-            _random_states.restore_python_and_numpy_state(metadata.get("rng_states", []), self._distributed.rank)
+            restore_python_and_numpy_state(metadata.get("rng_states", []), self._distributed.rank)
         return iterator
 
     def _build(self, iterator: Iterator) -> None:
@@ -408,7 +409,7 @@ class TFKerasTrialController:
 
     def _checkpoint(self, iterator: Iterator, metrics: Optional[dict[str, Any]]) -> None:
         size = self._distributed.size
-        rng_states = self._distributed.allgather(_random_states.python_and_numpy_state())
+        rng_states = self._distributed.allgather(python_and_numpy_state())
         self._last_checkpoint = self._batches
         metadata = {
             "steps_completed": self._batches,

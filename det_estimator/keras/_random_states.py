@@ -1,16 +1,15 @@
-"""The random states a Keras trial resumes with: Python's, NumPy's, TensorFlow's global generator and the layers'.
+"""The TensorFlow random states a Keras trial resumes with: the global generator and the layers'.
 
 Before the model is built, Keras is told to draw its layers' randomness (dropout,
 noise and the like) from ``tf.random.Generator`` objects rather than from TensorFlow's
 stateful random ops, whose position no checkpoint can hold. The generators' states
 are variables, which every checkpoint saves, so a resumed trial draws the dropout masks
-an uninterrupted one would.
+an uninterrupted one would. Python's and NumPy's states are kept as the estimator
+controller keeps them (``det_estimator._process_random_state``).
 """
 
-import random
 from typing import Any
 
-import numpy as np
 import tensorflow as tf
 
 
@@ -41,23 +40,3 @@ def generators(model: tf.keras.Model) -> dict[str, Any]:
         if isinstance(generator, tf.random.Generator):
             found.append(generator)
     return {"global_generator": tf.random.get_global_generator(), "layer_generators": found}
-
-
-def python_and_numpy_state() -> dict[str, Any]:
-    """This process's Python and NumPy random states, as JSON values."""
-    version, state, gauss = random.getstate()
-    name, keys, position, has_gauss, cached = np.random.get_state()
-    return {
-        "python": [version, list(state), gauss],
-        "numpy": [name, keys.tolist(), int(position), int(has_gauss), float(cached)],
-    }
-
-
-def restore_python_and_numpy_state(states: list[dict[str, Any]], rank: int) -> None:
-    """Restores this process's states from :func:`python_and_numpy_state` of every process (by rank)."""
-    if rank >= len(states):
-        return
-    version, state, gauss = states[rank]["python"]
-    random.setstate((version, tuple(state), gauss))
-    name, keys, position, has_gauss, cached = states[rank]["numpy"]
-    np.random.set_state((name, np.array(keys, dtype=np.uint32), position, has_gauss, cached))
