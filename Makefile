@@ -4,7 +4,11 @@ SHELL := /bin/bash
 VENV ?= .venv
 PYTHON := $(VENV)/bin/python
 
-.PHONY: setup lint format test example
+.PHONY: setup lint format test test-all example
+
+# The tests run on this many pytest processes; most tests start processes of their own.
+TEST_WORKERS ?= 2
+PYTEST := $(PYTHON) -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
 setup:
 	DET_VENV=$(VENV) bash scripts/setup.sh
@@ -18,8 +22,12 @@ format: setup
 	$(PYTHON) -m ruff check --fix .
 	$(PYTHON) -m ruff format .
 
+# Everything but the few long end-to-end runs marked slow; test-all runs those too.
 test: lint
-	$(PYTHON) -m pytest
+	$(PYTEST) -m "not slow"
+
+test-all: lint
+	$(PYTEST)
 
 example: setup
 	$(VENV)/bin/det-estimator --store runs/store.sqlite experiment create examples/ctr_binary/distributed.yaml examples/ctr_binary

@@ -37,7 +37,7 @@ setup(
     extras_require={
         "cpu": [f"tensorflow-cpu{TENSORFLOW_RANGE}"],
         "gpu": [f"tensorflow[and-cuda]{TENSORFLOW_RANGE}"],
-        "dev": ["pytest", "pytest-timeout", "psutil", "ruff==0.17.6"],
+        "dev": ["pytest", "pytest-timeout", "pytest-xdist", "psutil", "ruff==0.17.6"],
     },
     entry_points={"console_scripts": ["det-estimator=det_estimator.cli:main"]},
     classifiers=[

@@ -54,7 +54,12 @@ def scalars(event_dir: Path, tag: str) -> dict[int, float]:
     return values
 
 
-@pytest.fixture(scope="module")
+# Under pytest-xdist, the whole module on one test process, and `completed` session-scoped:
+# other modules' tests may run between these, which would end a module-scoped fixture.
+pytestmark = pytest.mark.xdist_group("cli_experiment_commands")
+
+
+@pytest.fixture(scope="session")
 def completed(make_det, make_context, tmp_path_factory):
     """A 20-batch experiment created and run to completion once for the whole module."""
     root = tmp_path_factory.mktemp("completed")

@@ -15,7 +15,12 @@ def analytic_keras(analytic, module_loader):
     return module_loader(SUPPORT / "analytic_keras_trial.py")
 
 
-@pytest.mark.parametrize("loader", ["numpy", "sequence", "tfdata"])
+SLOW = pytest.mark.slow
+
+
+# On one process every loader goes through a pause and a kill (tests/keras); on two, the
+# default path keeps tf.data, whose iterator state is per rank, and the others are slow.
+@pytest.mark.parametrize("loader", [pytest.param("numpy", marks=SLOW), pytest.param("sequence", marks=SLOW), "tfdata"])
 def test_two_processes_follow_the_closed_form_through_a_pause_and_a_kill(analytic_keras, runs, tmp_path, loader):
     process = analytic_keras.start_run(tmp_path, 60, 2, 0.05, loader=loader)
     runs.wait_for_line(process, "checkpoint")

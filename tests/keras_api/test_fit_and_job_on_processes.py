@@ -20,6 +20,11 @@ from .conftest import WORKERS, det_command
 
 GLOBAL_BATCH_SIZE, LEARNING_RATE, EPOCHS = 32, 0.05, 3
 
+# Under pytest-xdist, the whole module on one test process; its fixtures are session-scoped
+# because that process may run other modules' tests between these, which would end a
+# module-scoped fixture and run its experiments again.
+pytestmark = pytest.mark.xdist_group("keras_api_fit_and_job")
+
 
 def worker(name: str):
     spec = importlib.util.spec_from_file_location(f"keras_api_{name}", WORKERS / f"{name}.py")
@@ -44,9 +49,9 @@ def config(directory: Path, slots: int) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def trained(tmp_path_factory):
-    """One experiment per slot count, run once for the module: slots -> (store, experiment described)."""
+    """One experiment per slot count, run once: slots -> (store, experiment described)."""
     runs = {}
     for slots in (1, 2):
         directory = tmp_path_factory.mktemp(f"slots{slots}")
@@ -57,7 +62,7 @@ def trained(tmp_path_factory):
     return runs
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def reference():
     """model.fit on one process with the global batch, the same data order and validation data."""
     linear = worker("fit_linear")
