@@ -2,7 +2,6 @@
 
 import random
 import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Optional
@@ -18,6 +17,7 @@ from det_estimator.errors import DetEstimatorError
 from det_estimator.estimator._checkpointing import check_serving_names, restore_into, write_checkpoint_files
 from det_estimator.estimator._estimator_setup import EXAMPLES_KEY, GraphRecorder, rebuild_estimator
 from det_estimator.estimator._inputs import training_input_fn, validation_input_fn
+from det_estimator.estimator._scratch import scratch_model_dir
 from det_estimator.estimator._trial import EstimatorTrial
 from det_estimator.estimator._trial_context import EstimatorTrialContext
 from det_estimator.hooks import RunHook, _input_state
@@ -106,7 +106,7 @@ class EstimatorTrialController:
             self._serving_fns = self._serving_input_receiver_fns(trial)
             self._run_hooks = [hook for hook in train_spec.hooks if isinstance(hook, RunHook)]
             self._eval_spec = eval_spec
-            with tempfile.TemporaryDirectory(prefix=f"det-estimator-rank{self._distributed.rank}-") as model_dir:
+            with scratch_model_dir(self._distributed.rank) as model_dir:
                 self._model_dir = model_dir
                 self._estimator = rebuild_estimator(
                     user_estimator, model_dir, self._seed, self._distributed, self._recorder
