@@ -4,6 +4,7 @@ import json
 import os
 from typing import Any, Optional
 
+from det_estimator.core import _devices
 from det_estimator.core._transport import Star
 
 # Set by det-estimator's launchers for every process they start.
@@ -152,10 +153,12 @@ class DistributedContext:
 
         Under ``python -m det_estimator.launch.tensorflow`` with several slots, every
         process is one worker of a ``tf.distribute.MultiWorkerMirroredStrategy``: its
-        rank is its ``TF_CONFIG`` task index, each worker counts as a machine of its
-        own, and worker 0 is the chief. On one process it returns a single-process
-        context and TensorFlow's default strategy (a ``MirroredStrategy`` when several
-        GPUs are visible).
+        rank is its ``TF_CONFIG`` task index, its local and cross ranks say where the
+        launcher placed it, and worker 0 is the chief. Several workers on one machine
+        each see only the GPU of their local rank. With a ``TF_CONFIG`` not written by
+        det-estimator's launcher, each worker counts as a machine of its own. On one
+        process it returns a single-process context and TensorFlow's default strategy (a
+        ``MirroredStrategy`` when several GPUs are visible).
 
         Create it first in the script, before building the model: TensorFlow requires
         the strategy to exist before any other TensorFlow work.
@@ -167,15 +170,18 @@ class DistributedContext:
 
         workers, index = _tf_config_workers()
         if len(workers) > 1:
-            chief_host = workers[0].rsplit(":", 1)[0]
+            local_rank, local_size, cross_rank, cross_size = _machine_placement(index, len(workers))
+            if local_size > 1:
+                # Otherwise every worker on this machine would use all of its GPUs.
+                _devices.pin_local_gpu(local_rank)
             distributed = cls(
                 rank=index,
                 size=len(workers),
-                local_rank=0,
-                local_size=1,
-                cross_rank=index,
-                cross_size=len(workers),
-                chief_ip=os.environ.get(CHIEF_IP_VARIABLE) or chief_host,
+                local_rank=local_rank,
+                local_size=local_size,
+                cross_rank=cross_rank,
+                cross_size=cross_size,
+                chief_ip=os.environ.get(CHIEF_IP_VARIABLE) or workers[0].rsplit(":", 1)[0],
             )
             return distributed, tf.distribute.MultiWorkerMirroredStrategy()
         gpus = tf.config.list_physical_devices("GPU")
@@ -202,13 +208,14 @@ class DistributedContext:
             )
         workers, index = _tf_config_workers()
         if len(workers) > 1:
+            local_rank, local_size, cross_rank, cross_size = _machine_placement(index, len(workers))
             return cls(
                 rank=index,
                 size=len(workers),
-                local_rank=0,
-                local_size=1,
-                cross_rank=index,
-                cross_size=len(workers),
+                local_rank=local_rank,
+                local_size=local_size,
+                cross_rank=cross_rank,
+                cross_size=cross_size,
                 chief_ip=os.environ.get(CHIEF_IP_VARIABLE) or workers[0].rsplit(":", 1)[0],
             )
         return DummyDistributedContext()
@@ -283,6 +290,24 @@ class DummyDistributedContext(DistributedContext):
 
     def __init__(self) -> None:
         super().__init__(rank=0, size=1, local_rank=0, local_size=1, cross_rank=0, cross_size=1)
+
+
+def _machine_placement(rank: int, size: int) -> tuple[int, int, int, int]:
+    """``(local_rank, local_size, cross_rank, cross_size)`` of the ``TF_CONFIG`` worker ``rank``.
+
+    det-estimator's TensorFlow launcher says where each worker runs (``DET_LOCAL_RANK``
+    and the like, for the same rank and size); a ``TF_CONFIG`` written by hand does not,
+    and each worker then counts as a machine of its own.
+    """
+    names = ("RANK", "SIZE", "LOCAL_RANK", "LOCAL_SIZE", "CROSS_RANK", "CROSS_SIZE")
+    try:
+        launched = [int(os.environ[f"DET_{name}"]) for name in names]
+    except (KeyError, ValueError):
+        return 0, 1, rank, size
+    if launched[:2] != [rank, size]:
+        return 0, 1, rank, size
+    local_rank, local_size, cross_rank, cross_size = launched[2:]
+    return local_rank, local_size, cross_rank, cross_size
 
 
 def _tf_config_workers() -> tuple[list[str], int]:

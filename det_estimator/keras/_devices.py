@@ -4,9 +4,12 @@ import logging
 
 import tensorflow as tf
 
+from det_estimator.core._devices import pin_local_gpu
 from det_estimator.errors import DetEstimatorError
 
 logger = logging.getLogger("det_estimator.keras")
+
+__all__ = ["apply_session_config", "pin_local_gpu", "require_eager"]
 
 
 def require_eager() -> None:
@@ -21,19 +24,6 @@ def require_eager() -> None:
             "(tf.compat.v1.disable_eager_execution() or disable_v2_behavior(), perhaps by running an EstimatorTrial "
             "before in the same process). Run the Keras trial in a process of its own."
         )
-
-
-def pin_local_gpu(local_rank: int) -> None:
-    """Makes only this process's GPU (its local rank's) visible, growing its memory as needed; no-op without GPUs."""
-    gpus = tf.config.list_physical_devices("GPU")
-    if not gpus:
-        return
-    gpu = gpus[local_rank % len(gpus)]
-    try:
-        tf.config.set_visible_devices(gpu, "GPU")
-        tf.config.experimental.set_memory_growth(gpu, True)
-    except RuntimeError as error:  # TensorFlow already started in this process (a trial run in the caller's)
-        logger.warning("The GPUs were not pinned (one per process): %s", error)
 
 
 def apply_session_config(config: tf.compat.v1.ConfigProto) -> None:

@@ -183,3 +183,33 @@ def test_a_process_that_never_starts_is_reported_after_the_rendezvous_timeout(mo
     monkeypatch.setattr(_transport, "_RENDEZVOUS_SECONDS", 0.5)
     with pytest.raises(core.PeerGoneError, match=r"Processes \[1\] of the job never connected to the chief"):
         core.DistributedContext(rank=0, size=2, local_rank=0, local_size=2, cross_rank=0, cross_size=1)
+
+
+class _FakeTensorFlowConfig:
+    """Records which GPU ``pin_local_gpu`` makes visible, on a machine with ``gpus`` GPUs."""
+
+    def __init__(self, monkeypatch, gpus: int) -> None:
+        import tensorflow as tf
+
+        self.visible, self.growing = [], []
+        self.gpus = [f"GPU:{index}" for index in range(gpus)]
+        monkeypatch.setattr(tf.config, "list_physical_devices", lambda kind=None: self.gpus if kind == "GPU" else [])
+        monkeypatch.setattr(tf.config, "set_visible_devices", lambda device, kind=None: self.visible.append(device))
+        monkeypatch.setattr(tf.config.experimental, "set_memory_growth", lambda device, on: self.growing.append(device))
+
+
+@pytest.mark.parametrize(("local_rank", "gpus", "pinned"), [(0, 2, "GPU:0"), (1, 2, "GPU:1"), (3, 2, "GPU:1")])
+def test_each_process_sees_only_its_local_ranks_gpu(monkeypatch, local_rank, gpus, pinned):
+    from det_estimator.core._devices import pin_local_gpu
+
+    fake = _FakeTensorFlowConfig(monkeypatch, gpus)
+    pin_local_gpu(local_rank)
+    assert fake.visible == [pinned] and fake.growing == [pinned]
+
+
+def test_without_gpus_nothing_is_pinned(monkeypatch):
+    from det_estimator.core._devices import pin_local_gpu
+
+    fake = _FakeTensorFlowConfig(monkeypatch, 0)
+    pin_local_gpu(1)
+    assert fake.visible == [] and fake.growing == []

@@ -145,6 +145,10 @@ def test_from_tf_config_gives_a_multi_worker_strategy_on_two_processes(tmp_path)
         import json
         import tensorflow as tf
         import det_estimator as det
+        from det_estimator.core import _devices
+
+        pinned = []
+        _devices.pin_local_gpu = pinned.append  # this machine has no GPU: record the request
         distributed, strategy = det.core.DistributedContext.from_tf_config()
         total = strategy.reduce("SUM", strategy.run(lambda: tf.constant(float(distributed.rank + 1))), axis=None)
         print("SEEN " + json.dumps({
@@ -152,6 +156,9 @@ def test_from_tf_config_gives_a_multi_worker_strategy_on_two_processes(tmp_path)
             "mwms": isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy),
             "replicas": strategy.num_replicas_in_sync, "sum": float(total),
             "gathered": distributed.allgather(distributed.rank),
+            "local": [distributed.local_rank, distributed.local_size, distributed.cross_rank, distributed.cross_size],
+            "local_broadcast": distributed.broadcast_local(distributed.rank),
+            "pinned": pinned,
         }))
         """
     )
@@ -163,11 +170,17 @@ def test_from_tf_config_gives_a_multi_worker_strategy_on_two_processes(tmp_path)
         (1, 2, 2, 3.0, [0, 1]),
     ]
     assert all(view["mwms"] for view in views)
+    # Both workers on this machine: local ranks 0 and 1, one GPU each.
+    assert [(v["local"], v["local_broadcast"], v["pinned"]) for v in views] == [
+        ([0, 2, 0, 1], 0, [0]),
+        ([1, 2, 0, 1], 0, [1]),
+    ]
 
     alone = launch(tmp_path, script, env={"TF_CPP_MIN_LOG_LEVEL": "2"})
     assert alone.returncode == 0, alone.stderr[-3000:]
     (view,) = seen(alone.stdout)
     assert (view["rank"], view["size"], view["replicas"], view["sum"]) == (0, 1, 1, 1.0)
+    assert view["pinned"] == []
     assert not view["mwms"]
 
 
