@@ -31,6 +31,8 @@ def det_command(runs, tmp_path, *args, timeout=240):
     return process.returncode, output
 
 
+# A failing rank ending the job fast is in the default path (tests/distributed/test_trial_controller.py).
+@pytest.mark.slow
 def test_a_rank_that_dies_fails_the_experiment_and_leaves_a_usable_checkpoint(analytic, runs, tmp_path):
     context_dir = tmp_path / "code"
     context_dir.mkdir()

@@ -132,6 +132,8 @@ def test_validation_metrics_are_weighted_by_the_examples_each_rank_evaluated(ana
     assert abs(per_rank_average - targets.mean()) > 1e-4, "the data must tell weighted from unweighted"
 
 
+# On one process, tests/estimator/test_trial_controller.py resumes random draws exactly.
+@pytest.mark.slow
 def test_two_processes_resume_with_the_random_draws_of_an_uninterrupted_run(analytic, tmp_path):
     def config(directory, batches):
         raw = analytic.make_config(tmp_path / directory, batches, reproducibility={"experiment_seed": 5})

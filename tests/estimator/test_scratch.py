@@ -6,13 +6,19 @@ import sys
 import textwrap
 from pathlib import Path
 
+from det_estimator.estimator import _scratch
 from det_estimator.estimator._scratch import PREFIX, remove_abandoned, scratch_model_dir
 
 HOLDER = textwrap.dedent(
     """
-    import sys, time
+    import importlib.util, sys, time
     from pathlib import Path
-    from det_estimator.estimator._scratch import scratch_model_dir
+
+    # The module alone, by its file: the estimator package would import TensorFlow.
+    spec = importlib.util.spec_from_file_location("scratch", sys.argv[3])
+    scratch = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(scratch)
+    scratch_model_dir = scratch.scratch_model_dir
 
     with scratch_model_dir(int(sys.argv[2]), Path(sys.argv[1])) as directory:
         (Path(directory) / "model.ckpt-1.data").write_bytes(b"weights")
@@ -24,7 +30,8 @@ HOLDER = textwrap.dedent(
 
 def start_holder(root: Path, rank: int) -> tuple[subprocess.Popen, Path]:
     """A process holding a scratch directory under ``root`` until it is killed; and that directory."""
-    process = subprocess.Popen([sys.executable, "-c", HOLDER, str(root), str(rank)], stdout=subprocess.PIPE, text=True)
+    command = [sys.executable, "-c", HOLDER, str(root), str(rank), _scratch.__file__]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     return process, Path(process.stdout.readline().strip())
 
 
