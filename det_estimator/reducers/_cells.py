@@ -242,7 +242,13 @@ def cells_auc(states: Sequence[Cells]) -> tuple[float, float]:
     ties = _ties_across_cells(cells)
     inside = float(np.dot(cells.positives, cells.negatives))
     # One worker's cells never overlap: then there is nothing left but rounding.
-    overlapping = max(pairs - below - above - ties - inside, 0.0) if len(states) > 1 else 0.0
+    overlapping = 0.0
+    if len(states) > 1:
+        overlapping = pairs - below - above - ties - inside
+        # Each sum above may be off by its length times the rounding unit, relative to the
+        # pairs (Higham's bound for float dot products): a remainder within that is rounding.
+        if overlapping <= 4 * len(cells.lo) * np.finfo(np.float64).eps * pairs:
+            overlapping = 0.0
     uncertain = float(np.sum(cells.uncertain)) + overlapping
     credit = below + 0.5 * ties + float(np.sum(cells.credit)) + 0.5 * uncertain
     return credit / pairs, 0.5 * uncertain / pairs

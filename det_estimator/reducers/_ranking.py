@@ -1,31 +1,52 @@
 """The math of the exact ranking metrics (ROC AUC, average precision), as pure functions.
 
-Scores become integer order keys (NumPy sorts integers faster than floats); each class is
-sorted, on several threads for large inputs. When one class is much smaller than the other
-(the usual case: few clicks among many impressions), only the smaller one is sorted: every
-key of the larger class is then placed among it through a lookup table of its key range,
-which costs a few passes over the larger class instead of sorting it.
+Every example becomes one integer: the order key of its score (integers sort faster than
+floats, in the same order) shifted left by one bit, with its label in the freed bit. One
+``np.sort`` of those "labeled keys" orders the examples by score, negatives before
+positives among equal scores, without an argsort or a split by class; each metric is then
+one pass over the sorted labels. Scores whose keys need every bit of their type (float32
+scores outside (-2, 2)) keep their labels beside the keys and are embedded in int64 keys
+only while they are sorted.
+
+Large inputs are ranked on several threads: sorted runs (one per worker) are cut at common
+scores into ranges, each range is joined and counted on a thread of its own, and pairs
+across ranges are counted from the ranges' totals.
 """
 
 import math
 import os
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, NamedTuple, Optional
 
 import numpy as np
 
-# Below this many scores, sorting is too quick for threads to pay off.
-_PARALLEL_MIN_SCORES = 1 << 18
+# Below this many examples, ranking is too quick for threads to pay off.
+_PARALLEL_MIN_EXAMPLES = 1 << 18
 _MAX_THREADS = 8
 _KEY_TYPES = {np.dtype(np.float32): np.int32, np.dtype(np.float64): np.int64}
-# The larger class is placed by lookup, rather than sorted, when it has this many times
-# more examples than the smaller one; the table has about 16 buckets per smaller-class key.
-_LOOKUP_RATIO = 8
-_LOOKUP_BUCKET_BITS = 4
-_MAX_LOOKUP_BITS = 22
-# Keys placed by lookup per piece of work: bounds the memory of their ranks.
-_LOOKUP_PIECE = 1 << 20
+_UNSIGNED = {np.dtype(np.int32): np.uint32, np.dtype(np.int64): np.uint64}
+# Positions of 0/1 labels are summed in blocks small enough that every partial sum of a
+# block is an integer below 2**24, which float32 BLAS adds exactly.
+_POSITION_BLOCK = 4096
+# Examples sampled per range to choose the scores where ranges are cut.
+_PIVOT_SAMPLES = 256
+# The metrics are counted in blocks of about this many examples.
+_BLOCK = 1 << 17
+
+
+class Examples(NamedTuple):
+    """Labeled examples as integers that sort by score.
+
+    Attributes:
+        keys: With ``labels`` None, labeled keys: ``order_key << 1 | label``. Otherwise
+            the order keys alone. int32 keys are of float32 scores, int64 keys of float64.
+        labels: bool labels, or None when they are bit 0 of ``keys``.
+        weights: Weights, one per example, or None when unweighted.
+    """
+
+    keys: np.ndarray
+    labels: Optional[np.ndarray]
+    weights: Optional[np.ndarray]
 
 
 def order_keys(scores: np.ndarray) -> np.ndarray:
@@ -72,25 +93,113 @@ def scores_from_keys(keys: np.ndarray) -> np.ndarray:
     return _flip_negatives(keys.copy()).view(float_type)
 
 
-def class_keys(positives: np.ndarray, negatives: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Order keys of the scores of both classes, in one key dtype.
+def labeled(scores: np.ndarray, is_positive: np.ndarray, weights: Optional[np.ndarray] = None) -> Examples:
+    """Examples from scores, bool labels and optional weights (all 1-D, of one length).
 
-    Scores of both classes are keyed as float64 unless both are float32 (or float16).
+    float32 and float16 scores give int32 keys, others int64 keys (see :func:`order_keys`;
+    the scores are copied). The labels are embedded in the keys when the keys leave a bit
+    free, scores in (-2, 2), which keeps float32 probabilities in 4 bytes each.
     """
-    dtype = np.result_type(np.asarray(positives).dtype, np.asarray(negatives).dtype, np.float32)
-    return order_keys(np.asarray(positives, dtype)), order_keys(np.asarray(negatives, dtype))
+    scores = np.asarray(scores)
+    if scores.dtype not in (np.float32, np.float64):
+        scores = scores.astype(np.float32 if scores.dtype == np.float16 else np.float64)
+    keys = (scores + scores.dtype.type(0)).view(_KEY_TYPES[scores.dtype])
+    low, high = (int(keys.min()), int(keys.max())) if len(keys) else (0, 0)
+    if low < 0:
+        # Only negative scores need flipping (probabilities never do).
+        keys = _flip_negatives(keys)
+        low, high = int(keys.min()), int(keys.max())
+    limit = 1 << (8 * keys.dtype.itemsize - 2)
+    if low < -limit or high >= limit:
+        return Examples(keys, is_positive.astype(bool), weights)
+    keys <<= 1
+    keys |= is_positive
+    return Examples(keys, None, weights)
 
 
-def _resolve_threads(num_threads: Optional[int], size: int) -> int:
-    if num_threads is not None:
-        return max(1, int(num_threads))
-    if size < _PARALLEL_MIN_SCORES:
-        return 1
+def plain_keys(examples: Examples) -> np.ndarray:
+    """The order keys of the examples' scores (a view when the labels are apart)."""
+    return examples.keys if examples.labels is not None else examples.keys >> 1
+
+
+def labels_of(examples: Examples) -> np.ndarray:
+    """The labels, as bool (a view when they are apart)."""
+    return examples.labels if examples.labels is not None else (examples.keys & 1).astype(bool)
+
+
+def _widened(examples: Examples) -> Examples:
+    """Examples of float32 scores re-keyed as float64 scores, labels apart."""
+    keys = order_keys(scores_from_keys(plain_keys(examples)).astype(np.float64))
+    return Examples(keys, labels_of(examples), examples.weights)
+
+
+def common_form(parts: Sequence[Examples]) -> list[Examples]:
+    """The parts in one form: one key dtype, labels embedded in all or in none, weights in all or none.
+
+    Parts that differ are re-keyed with their labels apart (float64 keys if any part has
+    them); unweighted parts then count each example once. Each part keeps its order.
+    """
+    parts = list(parts)
+    weighted = [part.weights is not None for part in parts]
+    if any(weighted) and not all(weighted):
+        parts = [part if part.weights is not None else part._replace(weights=np.ones(len(part.keys))) for part in parts]
+    if len({(part.keys.dtype, part.labels is None) for part in parts}) <= 1:
+        return parts
+    wide = any(part.keys.dtype == np.int64 for part in parts)
+    apart = [Examples(plain_keys(part), labels_of(part), part.weights) for part in parts]
+    return [_widened(part) if wide and part.keys.dtype == np.int32 else part for part in apart]
+
+
+def join(parts: Sequence[Examples]) -> Examples:
+    """One array of examples from several (in one form, see :func:`common_form`), in their order."""
+    parts = common_form(parts)
+    if len(parts) == 1:
+        return parts[0]
+    keys = np.concatenate([part.keys for part in parts])
+    labels = None if parts[0].labels is None else np.concatenate([part.labels for part in parts])
+    weights = None if parts[0].weights is None else np.concatenate([part.weights for part in parts])
+    return Examples(keys, labels, weights)
+
+
+def sort(examples: Examples) -> Examples:
+    """The examples in increasing order of score, negatives first among equal scores.
+
+    Unweighted labeled keys are sorted in place; everything else is sorted into new arrays.
+    """
+    keys, labels, weights = examples
+    if labels is None:
+        if weights is None:
+            keys.sort()
+            return examples
+        order = np.argsort(keys)
+        return Examples(keys[order], None, weights[order])
+    if keys.dtype == np.int32:
+        # The labels fit beside int32 keys in int64 while sorting.
+        wide = (keys.astype(np.int64) << 1) | labels
+        if weights is None:
+            wide.sort()
+            return Examples((wide >> 1).astype(np.int32), (wide & 1).astype(bool), None)
+        order = np.argsort(wide)
+    else:
+        # float64 scores outside (-2, 2): no integer holds the key and the label.
+        order = np.lexsort((labels, keys))
+    return Examples(keys[order], labels[order], None if weights is None else weights[order])
+
+
+def available_cpus() -> int:
+    """The CPUs this process may run on (at most 8: more do not pay off here)."""
     try:
         cpus = len(os.sched_getaffinity(0))
     except AttributeError:  # Not available on macOS.
         cpus = os.cpu_count() or 1
     return max(1, min(cpus, _MAX_THREADS))
+
+
+def resolve_threads(num_threads: Optional[int], size: int) -> int:
+    """Threads for ``size`` examples: ``num_threads``, or the available CPUs for large inputs."""
+    if num_threads is not None:
+        return max(1, int(num_threads))
+    return 1 if size < _PARALLEL_MIN_EXAMPLES else available_cpus()
 
 
 def _parallel_map(
@@ -102,10 +211,12 @@ def _parallel_map(
     start of a long one until the other threads are idle (with 2 threads, the
     pieces 250k, 250k, 500k would otherwise take 1.5 times as long).
     """
-    # NumPy releases the GIL while sorting and searching, so threads give real
-    # parallelism here.
+    # NumPy releases the GIL while sorting and in its array loops, so threads give
+    # real parallelism here.
     if threads <= 1 or len(items) <= 1:
         return [fn(item) for item in items]
+    from concurrent.futures import ThreadPoolExecutor
+
     order = list(range(len(items)))
     if cost is not None:
         order.sort(key=lambda index: cost(items[index]), reverse=True)
@@ -116,395 +227,298 @@ def _parallel_map(
     return results
 
 
+def _pivots(runs: Sequence[Examples], parts: int) -> np.ndarray:
+    """``parts - 1`` increasing order keys that cut sorted runs into ranges of about equal size."""
+    total = sum(len(run.keys) for run in runs)
+    step = max(1, total // (parts * _PIVOT_SAMPLES))
+    sample = np.sort(np.concatenate([plain_keys(_every(run, step)) for run in runs]))
+    return np.unique(sample[(np.arange(1, parts) * len(sample)) // parts])
+
+
+def _every(examples: Examples, step: int) -> Examples:
+    """Every ``step``-th example (views)."""
+    return Examples(*(None if column is None else column[::step] for column in examples))
+
+
+def _cut(run: Examples, pivots: np.ndarray) -> list[Examples]:
+    """A sorted run cut before each pivot key: every range holds whole groups of equal scores."""
+    bounds = pivots << 1 if run.labels is None else pivots
+    cuts = [0, *np.searchsorted(run.keys, bounds.astype(run.keys.dtype), "left").tolist(), len(run.keys)]
+    return [
+        Examples(*(None if column is None else column[start:stop] for column in run))
+        for start, stop in zip(cuts[:-1], cuts[1:])
+    ]
+
+
+def ranges(runs: Sequence[Examples], num_threads: Optional[int] = None) -> list[Examples]:
+    """The examples of sorted runs (in one form) as sorted ranges of increasing scores.
+
+    Equal scores never straddle two ranges. A single run is its own range; several runs
+    are cut at common scores, and the pieces of each range joined and sorted, one range
+    per thread.
+
+    Args:
+        runs: Sorted examples (see :func:`sort`), in one form (see :func:`common_form`).
+        num_threads: Threads to use; None decides from the input size.
+
+    Returns:
+        Sorted examples, every score of one below every score of the next.
+    """
+    runs = [run for run in runs if len(run.keys)]
+    if len(runs) <= 1:
+        return runs
+    threads = resolve_threads(num_threads, sum(len(run.keys) for run in runs))
+    pivots = _pivots(runs, threads) if threads > 1 else np.empty(0, runs[0].keys.dtype)
+    pieces = [_cut(run, pivots) for run in runs]
+    joined = [join([run_pieces[index] for run_pieces in pieces]) for index in range(len(pivots) + 1)]
+    return _parallel_map(sort, joined, threads, cost=lambda examples: len(examples.keys))
+
+
+def _group_start(keys: np.ndarray, labels_apart: bool) -> np.ndarray:
+    """For keys of sorted examples, the smallest key of the same score (clears the label bit)."""
+    return keys if labels_apart else keys & ~1
+
+
+def _blocks(sorted_ranges: Sequence[Examples]) -> list[Examples]:
+    """The ranges cut into blocks of about ``_BLOCK`` examples, each of whole groups of equal scores.
+
+    Blocks keep every temporary array of the metrics in the CPU's cache.
+    """
+    blocks = []
+    for part in sorted_ranges:
+        size = len(part.keys)
+        bounds = np.arange(_BLOCK, size, _BLOCK)
+        # Each bound moves back to the first example of its score.
+        bounds = np.searchsorted(part.keys, _group_start(part.keys[bounds], part.labels is not None), "left")
+        cuts = [0, *np.unique(bounds[bounds > 0]).tolist(), size] if size else []
+        blocks += [
+            Examples(*(None if column is None else column[start:stop] for column in part))
+            for start, stop in zip(cuts[:-1], cuts[1:])
+        ]
+    return blocks
+
+
+def _map_blocks(fn: Callable[..., Any], blocks: Sequence[Any], threads: int) -> list[Any]:
+    """``[fn(*block) for block in blocks]``, each thread taking a run of consecutive blocks."""
+    groups = [blocks[piece] for piece in _slices(len(blocks), min(threads, len(blocks)))]
+    results = _parallel_map(lambda group: [fn(*block) for block in group], groups, threads)
+    return [result for group in results for result in group]
+
+
 def _slices(size: int, parts: int) -> list[slice]:
     """``parts`` contiguous slices of nearly equal length covering ``range(size)``."""
-    bounds = [size * i // parts for i in range(parts + 1)]
+    bounds = [size * i // max(parts, 1) for i in range(parts + 1)]
     return [slice(start, stop) for start, stop in zip(bounds[:-1], bounds[1:])]
 
 
-def sort_keys(
-    keys: np.ndarray, weights: Optional[np.ndarray] = None, *, num_threads: Optional[int] = None
-) -> tuple[np.ndarray, Optional[np.ndarray]]:
-    """Sorts order keys, and their weights along, on several threads for large inputs.
+def _position_sums(is_positive: np.ndarray) -> tuple[int, int]:
+    """How many labels are 1, and the sum of their positions, exactly.
 
-    Each thread sorts a slice with NumPy's quicksort, then one stable sort (a
-    timsort, which only merges the sorted slices) joins them. Equal keys may
-    come out in any order, which no ranking metric can see.
-
-    Args:
-        keys: int32 or int64 keys; sorted in place when unweighted.
-        weights: Per-key weights, or None.
-        num_threads: Threads to use; None picks the number of available CPUs
-            (at most 8) for large inputs and 1 for small ones.
-
-    Returns:
-        ``(keys, weights)`` in increasing order of the keys.
+    Blocks of labels are multiplied with their positions by float32 BLAS: every partial
+    sum of a block is an integer below 2**24, so the products are exact, and far
+    cheaper than listing the positions.
     """
-    threads = min(_resolve_threads(num_threads, len(keys)), max(1, len(keys)))
-    pieces = _slices(len(keys), threads)
-    if weights is None:
-        _parallel_map(lambda piece: keys[piece].sort(), pieces, threads)
-        if threads > 1:
-            keys.sort(kind="stable")
-        return keys, None
-    orders = _parallel_map(lambda piece: np.argsort(keys[piece]) + piece.start, pieces, threads)
-    order = np.concatenate(orders)
-    if threads > 1:
-        order = order[np.argsort(keys[order], kind="stable")]
-    return keys[order], weights[order]
+    rows = len(is_positive) // _POSITION_BLOCK
+    count = position_sum = 0
+    if rows:
+        blocks = is_positive[: rows * _POSITION_BLOCK].reshape(rows, _POSITION_BLOCK).astype(np.float32)
+        weights = np.stack([np.arange(_POSITION_BLOCK, dtype=np.float32), np.ones(_POSITION_BLOCK, np.float32)], 1)
+        within, counts = (blocks @ weights).astype(np.int64).T
+        count = int(counts.sum())
+        position_sum = int(within.sum()) + int(np.dot(counts, np.arange(rows, dtype=np.int64))) * _POSITION_BLOCK
+    tail = np.flatnonzero(is_positive[rows * _POSITION_BLOCK :]) + rows * _POSITION_BLOCK
+    return count + len(tail), position_sum + int(tail.sum())
 
 
-def merge_sorted_runs(
-    runs: Sequence[np.ndarray],
-    weight_runs: Optional[Sequence[np.ndarray]] = None,
-    *,
-    num_threads: Optional[int] = None,
-) -> tuple[np.ndarray, Optional[np.ndarray]]:
-    """Joins sorted arrays of keys (and their weights) into one sorted array.
+class _TieGroups(NamedTuple):
+    """The groups of two or more equal scores in a sorted block."""
 
-    A stable sort of a concatenation (a timsort) finds the sorted runs and
-    merges them in time proportional to ``n log(number of runs)``; arrays that
-    are not sorted still come out sorted, only slower. Many runs are merged in
-    groups on several threads first.
-
-    Args:
-        runs: Arrays of keys of one integer dtype, each expected sorted.
-        weight_runs: The weights of each run, or None.
-        num_threads: Threads to use; None decides from the input size.
-
-    Returns:
-        ``(keys, weights)`` in increasing order of the keys, in new arrays.
-    """
-    threads = min(_resolve_threads(num_threads, sum(len(run) for run in runs)), len(runs) // 2)
-    if threads > 1:
-        groups = _slices(len(runs), threads)
-        merged = _parallel_map(
-            lambda group: _merge_runs(runs[group], None if weight_runs is None else weight_runs[group]),
-            groups,
-            threads,
-        )
-        runs = [keys for keys, _ in merged]
-        weight_runs = None if weight_runs is None else [weights for _, weights in merged]
-    return _merge_runs(runs, weight_runs)
+    starts: np.ndarray  # position of each group's first example
+    sizes: np.ndarray
+    positives: np.ndarray  # positives in each group
+    positives_before: np.ndarray  # positives before each group
 
 
-def _merge_runs(
-    runs: Sequence[np.ndarray], weight_runs: Optional[Sequence[np.ndarray]]
-) -> tuple[np.ndarray, Optional[np.ndarray]]:
-    keys = np.concatenate(runs)
-    if weight_runs is None:
-        return np.sort(keys, kind="stable"), None
-    order = np.argsort(keys, kind="stable")
-    return keys[order], np.concatenate(weight_runs)[order]
-
-
-class _LookupTable(NamedTuple):
-    """Buckets of equal key width over the range of sorted keys, to place other keys among them.
-
-    ``entries[b + 1]`` is the number of sorted keys in the buckets before bucket ``b``,
-    bitwise negated (so negative) when bucket ``b`` itself holds sorted keys; entries 0
-    and -1 stand for keys below and above the range.
-    """
-
-    low: int
-    high: int
-    shift: int
-    entries: np.ndarray
-
-
-def _lookup_table(sorted_keys: np.ndarray) -> _LookupTable:
-    low, high = int(sorted_keys[0]), int(sorted_keys[-1])
-    bits = min(_MAX_LOOKUP_BITS, len(sorted_keys).bit_length() + _LOOKUP_BUCKET_BITS)
-    shift = max(0, (high - low).bit_length() - bits)
-    offsets = (np.asarray(sorted_keys, np.int64) - np.int64(low)).view(np.uint64)
-    counts = np.bincount((offsets >> np.uint64(shift)).astype(np.intp), minlength=((high - low) >> shift) + 1)
-    before = np.cumsum(counts) - counts
-    entries = np.concatenate(([0], np.where(counts > 0, ~before, before), [len(sorted_keys)]))
-    # int32 entries halve the table, which keys index at random.
-    return _LookupTable(low, high, shift, entries.astype(np.int32 if len(sorted_keys) < 2**31 - 1 else np.int64))
-
-
-def _slots(keys: np.ndarray, table: _LookupTable) -> np.ndarray:
-    """The table entry of each key."""
-    last = len(table.entries) - 1
-    if keys.dtype == np.int32:
-        # In int64 nothing overflows: keys below the range get negative buckets.
-        slots = keys.astype(np.int64)
-        slots -= table.low
-        slots >>= table.shift
-        np.clip(slots, -1, last - 1, out=slots)
-        slots += 1
-        return slots
-    # Offsets of int64 keys may exceed int64: as uint64 they are exact once clipped.
-    offsets = (np.clip(keys, table.low, table.high) - np.int64(table.low)).view(np.uint64)
-    slots = (offsets >> np.uint64(table.shift)).astype(np.intp) + 1
-    slots[keys < table.low] = 0
-    slots[keys > table.high] = last
-    return slots
-
-
-def _ranks(sorted_keys: np.ndarray, table: _LookupTable, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For each of ``keys`` (any order): how many sorted keys are below it, and at most it.
-
-    A key in a bucket without sorted keys is placed by the table alone; the others, in
-    the buckets that hold sorted keys, by binary search.
-    """
-    left = table.entries[_slots(keys, table)].astype(np.intp)
-    searched = np.flatnonzero(left < 0)
-    searched_keys = keys[searched]
-    searched_left = np.searchsorted(sorted_keys, searched_keys, "left")
-    left[searched] = searched_left
-    right = left.copy()
-    tied = sorted_keys[np.minimum(searched_left, len(sorted_keys) - 1)] == searched_keys
-    right[searched[tied]] = np.searchsorted(sorted_keys, searched_keys[tied], "right")
-    return left, right
-
-
-def _cumulative(weights: Optional[np.ndarray]) -> Optional[np.ndarray]:
-    """``cumulative[i]`` is the total weight of the ``i`` smallest keys; None if unweighted."""
-    if weights is None:
+def _tie_groups(examples: Examples, is_positive: np.ndarray) -> Optional[_TieGroups]:
+    """The groups of equal scores in sorted examples, or None if every score is distinct."""
+    keys = examples.keys
+    if examples.labels is None:
+        # Labeled keys of one score differ in bit 0 alone (read unsigned: keys of
+        # opposite signs differ in the sign bit).
+        tied = np.flatnonzero((keys[1:] ^ keys[:-1]).view(_UNSIGNED[keys.dtype]) < 2)
+    else:
+        tied = np.flatnonzero(keys[1:] == keys[:-1])
+    if len(tied) == 0:
         return None
-    return np.concatenate(([0.0], np.cumsum(weights, dtype=np.float64)))
+    # Runs of consecutive positions in `tied` are the groups (a group of k ties k - 1 times).
+    first = np.concatenate(([True], np.diff(tied) != 1))
+    # (np.compress: far faster than boolean indexing)
+    starts = np.compress(first, tied)
+    ends = np.compress(np.append(first[1:], True), tied) + 1  # each group's last example
+    positives_through = np.cumsum(is_positive, dtype=np.int64)
+    before = positives_through[starts] - is_positive[starts]
+    return _TieGroups(starts, ends - starts + 1, positives_through[ends] - before, before)
 
 
-def _twice_mass_below(
-    left: np.ndarray, right: np.ndarray, hay_cumulative: Optional[np.ndarray], needle_weights: Optional[np.ndarray]
-) -> float:
-    """Sum over needles of weight * (2 * hay mass below it + hay mass equal to it)."""
-    if hay_cumulative is None:
-        # Python integers keep the count exact.
-        return int(left.sum(dtype=np.int64)) + int(right.sum(dtype=np.int64))
-    return float(np.dot(needle_weights, hay_cumulative[left] + hay_cumulative[right]))
+def _concatenated_ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """``np.concatenate([np.arange(start, start + length) for ...])``, without the loop."""
+    offsets = np.cumsum(lengths) - lengths
+    return np.repeat(starts - offsets, lengths) + np.arange(int(lengths.sum()))
 
 
-def _sorted_ranks(hay: np.ndarray, needles: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`_ranks` for sorted needles, by binary search (sorted needles keep it in cache)."""
-    left = np.searchsorted(hay, needles, "left")
-    # Ties are rare with continuous scores: find them with one gather instead of
-    # a second full binary search.
-    tied = np.flatnonzero(hay[np.minimum(left, len(hay) - 1)] == needles)
-    right = left.copy()
-    right[tied] = np.searchsorted(hay, needles[tied], "right")
-    return left, right
+class _Counts(NamedTuple):
+    """Positive and negative mass of a range: counts (int) or sums of weights (float)."""
+
+    positives: Any
+    negatives: Any
 
 
-def fill_weights(
-    positives: np.ndarray,
-    negatives: np.ndarray,
-    positive_weights: Optional[np.ndarray],
-    negative_weights: Optional[np.ndarray],
-) -> tuple[Optional[np.ndarray], Optional[np.ndarray]]:
-    """Both weight arrays, ones standing in for a missing one; or None and None."""
-    if positive_weights is None and negative_weights is None:
-        return None, None
-    if positive_weights is None:
-        positive_weights = np.ones(len(positives))
-    if negative_weights is None:
-        negative_weights = np.ones(len(negatives))
-    return positive_weights, negative_weights
+def _counts(examples: Examples) -> _Counts:
+    if examples.weights is None:
+        positives = int(np.count_nonzero(labels_of(examples)))
+        return _Counts(positives, len(examples.keys) - positives)
+    positive_mass = float(np.sum(examples.weights[labels_of(examples)], dtype=np.float64))
+    return _Counts(positive_mass, float(np.sum(examples.weights, dtype=np.float64)) - positive_mass)
 
 
-class _Placed(NamedTuple):
-    """One class sorted (the hay), the other (the needles) to be placed among it."""
+class _Groups(NamedTuple):
+    """Every group of equal scores of a sorted weighted range, in increasing order."""
 
-    hay: np.ndarray
-    hay_weights: Optional[np.ndarray]
-    needles: np.ndarray
-    needle_weights: Optional[np.ndarray]
-    table: Optional[_LookupTable]  # None when the needles are sorted too
+    positives: np.ndarray  # positive mass of each group
+    negatives: np.ndarray
 
 
-def _place(
-    hay: np.ndarray,
-    hay_weights: Optional[np.ndarray],
-    needles: np.ndarray,
-    needle_weights: Optional[np.ndarray],
-    presorted: bool,
-    num_threads: Optional[int],
-) -> _Placed:
-    """Sorts the hay, and the needles unless a lookup table of the hay places them faster."""
-    if not presorted:
-        hay, hay_weights = sort_keys(hay, hay_weights, num_threads=num_threads)
-        if len(needles) < _LOOKUP_RATIO * len(hay):
-            needles, needle_weights = sort_keys(needles, needle_weights, num_threads=num_threads)
-            presorted = True
-    return _Placed(hay, hay_weights, needles, needle_weights, None if presorted else _lookup_table(hay))
+def _all_groups(examples: Examples) -> _Groups:
+    keys = plain_keys(examples)
+    starts = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
+    weights = examples.weights.astype(np.float64)
+    positive_weights = np.where(labels_of(examples), weights, 0.0)
+    positives = np.add.reduceat(positive_weights, starts)
+    return _Groups(positives, np.add.reduceat(weights - positive_weights, starts))
 
 
-def _placed_ranks(placed: _Placed, num_threads: Optional[int]) -> list[tuple[slice, np.ndarray, np.ndarray]]:
-    """The ranks of the needles among the hay, by pieces: ``(piece, left, right)``."""
-    threads = _resolve_threads(num_threads, len(placed.hay) + len(placed.needles))
-    parts = max(threads, -(-len(placed.needles) // _LOOKUP_PIECE)) if placed.table is not None else threads
+def _auc_credit(examples: Examples) -> tuple[_Counts, Any]:
+    """A sorted range's masses, and the credit of its own pairs.
 
-    def rank(piece: slice) -> tuple[slice, np.ndarray, np.ndarray]:
-        if placed.table is None:
-            return (piece, *_sorted_ranks(placed.hay, placed.needles[piece]))
-        return (piece, *_ranks(placed.hay, placed.table, placed.needles[piece]))
+    Unweighted: twice the credit, an exact int. Each positive beats the negatives
+    before it (negatives come first among equal scores); tied pairs count one half.
+    """
+    if examples.weights is None:
+        is_positive = labels_of(examples)
+        positives, position_sum = _position_sums(is_positive)
+        groups = _tie_groups(examples, is_positive)
+        tied_pairs = 0 if groups is None else int(np.dot(groups.positives, groups.sizes - groups.positives))
+        twice_credit = 2 * position_sum - positives * (positives - 1) - tied_pairs
+        return _Counts(positives, len(examples.keys) - positives), twice_credit
+    groups = _all_groups(examples)
+    negatives_below = np.cumsum(groups.negatives) - groups.negatives
+    credit = float(np.dot(groups.positives, negatives_below + 0.5 * groups.negatives))
+    return _Counts(float(np.sum(groups.positives)), float(np.sum(groups.negatives))), credit
 
-    return _parallel_map(rank, _slices(len(placed.needles), parts), threads)
 
-
-def roc_auc_of_keys(
-    positives: np.ndarray,
-    negatives: np.ndarray,
-    positive_weights: Optional[np.ndarray] = None,
-    negative_weights: Optional[np.ndarray] = None,
-    *,
-    presorted: bool = False,
-    num_threads: Optional[int] = None,
-) -> float:
-    """Exact area under the ROC curve, from the order keys of each class.
+def roc_auc(sorted_ranges: Sequence[Examples], num_threads: Optional[int] = None) -> float:
+    """Exact area under the ROC curve of sorted ranges of increasing scores (see :func:`ranges`).
 
     The AUC is the probability that a random positive scores above a random
     negative, tied pairs counting one half (the trapezoidal ROC curve, as in
-    ``sklearn.metrics.roc_auc_score``): every key of one class is placed among
-    the sorted keys of the other.
-
-    Args:
-        positives: Order keys (:func:`order_keys`) of the positive examples.
-        negatives: Order keys of the negative examples, of the same dtype.
-        positive_weights: Weights of the positives in the same order, or None.
-        negative_weights: Weights of the negatives, or None.
-        presorted: Whether both classes are sorted already; else they are
-            sorted here (unweighted keys in place).
-        num_threads: Threads to use; None decides from the input size.
+    ``sklearn.metrics.roc_auc_score``).
 
     Returns:
         The AUC, or NaN if a class is empty.
     """
-    if len(positives) == 0 or len(negatives) == 0:
+    threads = resolve_threads(num_threads, sum(len(part.keys) for part in sorted_ranges))
+    results = _map_blocks(_auc_credit, [(block,) for block in _blocks(sorted_ranges)], threads)
+    weighted = bool(sorted_ranges) and sorted_ranges[0].weights is not None
+    credits, negatives_below = [], 0
+    for counts, credit in results:
+        # Every positive of a range beats every negative of the ranges below it.
+        credits.append(credit + (1 if weighted else 2) * counts.positives * negatives_below)
+        negatives_below += counts.negatives
+    positives = sum(counts.positives for counts, _ in results)
+    if positives == 0 or negatives_below == 0:
         return math.nan
-    positive_weights, negative_weights = fill_weights(positives, negatives, positive_weights, negative_weights)
-    placed, needles_are_negatives = _place_for_auc(
-        positives, positive_weights, negatives, negative_weights, presorted, num_threads
-    )
-    hay_cumulative = _cumulative(placed.hay_weights)
-    counts = [
-        _twice_mass_below(left, right, hay_cumulative, _piece_of(placed.needle_weights, piece))
-        for piece, left, right in _placed_ranks(placed, num_threads)
-    ]
-    # Placing the negatives among the positives counts the pairs where the negative
-    # wins: those are then subtracted from all pairs.
-    if positive_weights is None:
-        # int / int rounds correctly.
-        twice_pairs = 2 * len(positives) * len(negatives)
-        twice_concordant = twice_pairs - sum(counts) if needles_are_negatives else sum(counts)
-        return twice_concordant / twice_pairs
-    positive_mass = float(np.sum(positive_weights, dtype=np.float64))
-    twice_pairs = 2.0 * positive_mass * float(np.sum(negative_weights, dtype=np.float64))
-    twice_concordant = math.fsum(counts)
-    return (twice_pairs - twice_concordant if needles_are_negatives else twice_concordant) / twice_pairs
+    if weighted:
+        return math.fsum(credits) / (positives * negatives_below)
+    # int / int rounds correctly.
+    return sum(credits) / (2 * positives * negatives_below)
 
 
-def _piece_of(weights: Optional[np.ndarray], piece: slice) -> Optional[np.ndarray]:
-    return None if weights is None else weights[piece]
+def _precision_sum(examples: Examples, counts: _Counts, above: _Counts) -> float:
+    """Sum over the positives of a sorted range of the precision at their score.
 
-
-def _place_for_auc(
-    positives: np.ndarray,
-    positive_weights: Optional[np.ndarray],
-    negatives: np.ndarray,
-    negative_weights: Optional[np.ndarray],
-    presorted: bool,
-    num_threads: Optional[int],
-) -> tuple[_Placed, bool]:
-    """The classes placed one among the other; and whether the needles are the negatives.
-
-    The smaller class is the hay of a lookup table when the larger one is much larger;
-    otherwise both are sorted, and the smaller class is binary-searched in the larger.
+    ``above`` is the mass of the ranges of higher scores. An example is predicted
+    positive at a threshold when its score is at least the threshold, so all the
+    positives of one score share the precision at that score's first position.
     """
-    small_is_positive = len(positives) <= len(negatives)
-    small = (positives, positive_weights) if small_is_positive else (negatives, negative_weights)
-    large = (negatives, negative_weights) if small_is_positive else (positives, positive_weights)
-    if not presorted and len(large[0]) >= _LOOKUP_RATIO * len(small[0]):
-        hay, hay_weights = sort_keys(*small, num_threads=num_threads)
-        return _Placed(hay, hay_weights, *large, _lookup_table(hay)), small_is_positive
-    if not presorted:
-        small = sort_keys(*small, num_threads=num_threads)
-        large = sort_keys(*large, num_threads=num_threads)
-    return _Placed(*large, *small, None), not small_is_positive
+    if examples.weights is not None:
+        groups = _all_groups(examples)
+        # Sums from the top, as sklearn's, keep the totals of the highest thresholds exact.
+        true_positives = above.positives + np.cumsum(groups.positives[::-1])[::-1]
+        predicted = true_positives + above.negatives + np.cumsum(groups.negatives[::-1])[::-1]
+        kept = groups.positives > 0
+        return float(np.dot(groups.positives[kept], true_positives[kept] / predicted[kept]))
+    is_positive = labels_of(examples)
+    positions = np.flatnonzero(is_positive)
+    before = np.arange(len(positions))  # positives before each positive
+    groups = _tie_groups(examples, is_positive)
+    if groups is not None:
+        # Tied positives stand at their group's first position, after the positives before it.
+        # A group's positives are consecutive among the positives (negatives come first).
+        with_positives = groups.positives > 0
+        group_positives = np.compress(with_positives, groups.positives)
+        positives_before = np.compress(with_positives, groups.positives_before)
+        tied = _concatenated_ranges(positives_before, group_positives)
+        positions[tied] = np.repeat(np.compress(with_positives, groups.starts), group_positives)
+        before[tied] = np.repeat(positives_before, group_positives)
+    size = len(examples.keys)
+    true_positives = above.positives + counts.positives - before
+    predicted = above.positives + above.negatives + size - positions
+    return float(np.sum(true_positives / predicted))
 
 
-def _suffix_sums(weights: Optional[np.ndarray], size: int) -> np.ndarray:
-    """suffix[i] is the total weight of elements i.. of a sorted class; suffix[size] == 0."""
-    if weights is None:
-        return np.arange(size, -1, -1, dtype=np.int64)
-    # Summing from the top, as sklearn does, keeps the small totals of the
-    # highest thresholds free of cancellation.
-    return np.concatenate((np.cumsum(weights[::-1], dtype=np.float64)[::-1], [0.0]))
-
-
-def average_precision_of_keys(
-    positives: np.ndarray,
-    negatives: np.ndarray,
-    positive_weights: Optional[np.ndarray] = None,
-    negative_weights: Optional[np.ndarray] = None,
-    *,
-    presorted: bool = False,
-    num_threads: Optional[int] = None,
-) -> float:
-    """Exact average precision, from the order keys of each class.
+def average_precision(sorted_ranges: Sequence[Examples], num_threads: Optional[int] = None) -> float:
+    """Exact average precision of sorted ranges of increasing scores (see :func:`ranges`).
 
     Matches ``sklearn.metrics.average_precision_score``: the sum over distinct
     score thresholds ``t`` of ``(R(t) - R(t_next_higher)) * P(t)``, where an
     example is predicted positive when its score is ``>= t``. Tied scores form
     a single threshold.
 
-    Args:
-        positives: Order keys (:func:`order_keys`) of the positive examples.
-        negatives: Order keys of the negative examples, of the same dtype.
-        positive_weights: Weights of the positives in the same order, or None.
-        negative_weights: Weights of the negatives, or None.
-        presorted: Whether both classes are sorted already; else they are
-            sorted here (unweighted keys in place).
-        num_threads: Threads to use; None decides from the input size.
-
     Returns:
         The average precision, or NaN if a class is empty.
     """
-    if len(positives) == 0 or len(negatives) == 0:
+    threads = resolve_threads(num_threads, sum(len(part.keys) for part in sorted_ranges))
+    blocks = _blocks(sorted_ranges)
+    counts = _map_blocks(_counts, [(block,) for block in blocks], threads)
+    above, positives_above, negatives_above = [], 0, 0
+    for range_counts in reversed(counts):
+        above.append(_Counts(positives_above, negatives_above))
+        positives_above += range_counts.positives
+        negatives_above += range_counts.negatives
+    above.reverse()
+    if positives_above == 0 or negatives_above == 0:
         return math.nan
-    positive_weights, negative_weights = fill_weights(positives, negatives, positive_weights, negative_weights)
-    placed = _place(positives, positive_weights, negatives, negative_weights, presorted, num_threads)
-    positives, positive_weights = placed.hay, placed.hay_weights
-    # Only thresholds at a positive's score change the recall.
-    starts = np.flatnonzero(np.concatenate(([True], positives[1:] != positives[:-1])))
-    pos_suffix = _suffix_sums(positive_weights, len(positives))
-    true_positives = pos_suffix[starts]
-    false_positives = _negative_mass_from(placed, starts, num_threads)
-    recall_steps = -np.diff(pos_suffix[np.append(starts, len(positives))])
-    precision = true_positives / (true_positives + false_positives)
-    return float(np.dot(recall_steps, precision) / pos_suffix[0])
+    sums = _map_blocks(_precision_sum, list(zip(blocks, counts, above)), threads)
+    return math.fsum(sums) / positives_above
 
 
-def _negative_mass_from(placed: _Placed, starts: np.ndarray, num_threads: Optional[int]) -> np.ndarray:
-    """Negative mass at or above each positive ``placed.hay[start]`` (positives are the hay)."""
-    negatives, negative_weights = placed.needles, placed.needle_weights
-    if placed.table is None:
-        negative_suffix = _suffix_sums(negative_weights, len(negatives))
-        return negative_suffix[np.searchsorted(negatives, placed.hay[starts], "left")]
-    # A negative is below the positive at index j exactly when at most j positives are
-    # at or below it: count negatives by that number.
-    below = np.zeros(len(placed.hay) + 1)
-    for piece, _, right in _placed_ranks(placed, num_threads):
-        below += np.bincount(right, _piece_of(negative_weights, piece), len(below))
-    total = len(negatives) if negative_weights is None else float(np.sum(negative_weights, dtype=np.float64))
-    return total - np.cumsum(below)[starts]
-
-
-def sort_classes(
+def _examples_of_classes(
     positives: np.ndarray,
     negatives: np.ndarray,
-    positive_weights: Optional[np.ndarray] = None,
-    negative_weights: Optional[np.ndarray] = None,
-    *,
-    num_threads: Optional[int] = None,
-) -> tuple[np.ndarray, np.ndarray, Optional[np.ndarray], Optional[np.ndarray]]:
-    """Sorted order keys of the scores of both classes (see :func:`class_keys`), with their weights."""
-    positive_keys, negative_keys = class_keys(positives, negatives)
-    positive_keys, positive_weights = sort_keys(positive_keys, positive_weights, num_threads=num_threads)
-    negative_keys, negative_weights = sort_keys(negative_keys, negative_weights, num_threads=num_threads)
-    return positive_keys, negative_keys, positive_weights, negative_weights
+    positive_weights: Optional[np.ndarray],
+    negative_weights: Optional[np.ndarray],
+) -> Examples:
+    scores = np.concatenate([np.asarray(positives).reshape(-1), np.asarray(negatives).reshape(-1)])
+    is_positive = np.arange(len(scores)) < np.asarray(positives).size
+    weights = None
+    if positive_weights is not None or negative_weights is not None:
+        weights = np.concatenate(
+            [
+                np.ones(np.size(positives)) if positive_weights is None else np.asarray(positive_weights, np.float64),
+                np.ones(np.size(negatives)) if negative_weights is None else np.asarray(negative_weights, np.float64),
+            ]
+        )
+    return labeled(scores, is_positive, weights)
 
 
 def binary_roc_auc(
@@ -515,7 +529,7 @@ def binary_roc_auc(
     *,
     num_threads: Optional[int] = None,
 ) -> float:
-    """Exact area under the ROC curve, from the scores of each class (:func:`roc_auc_of_keys`).
+    """Exact area under the ROC curve, from the scores of each class (see :func:`roc_auc`).
 
     Args:
         positives: Scores of the positive examples, 1-D, without NaN.
@@ -528,8 +542,8 @@ def binary_roc_auc(
     Returns:
         The AUC, or NaN if a class is empty.
     """
-    keys = class_keys(positives, negatives)
-    return roc_auc_of_keys(*keys, positive_weights, negative_weights, num_threads=num_threads)
+    examples = sort(_examples_of_classes(positives, negatives, positive_weights, negative_weights))
+    return roc_auc(ranges([examples], num_threads), num_threads)
 
 
 def binary_average_precision(
@@ -540,7 +554,7 @@ def binary_average_precision(
     *,
     num_threads: Optional[int] = None,
 ) -> float:
-    """Exact average precision, from the scores of each class (:func:`average_precision_of_keys`).
+    """Exact average precision, from the scores of each class (see :func:`average_precision`).
 
     Args:
         positives: Scores of the positive examples, 1-D, without NaN.
@@ -552,5 +566,5 @@ def binary_average_precision(
     Returns:
         The average precision, or NaN if a class is empty.
     """
-    keys = class_keys(positives, negatives)
-    return average_precision_of_keys(*keys, positive_weights, negative_weights, num_threads=num_threads)
+    examples = sort(_examples_of_classes(positives, negatives, positive_weights, negative_weights))
+    return average_precision(ranges([examples], num_threads), num_threads)

@@ -5,6 +5,7 @@ offending key, because the errors surface far from the code that built the
 batch (inside an evaluation loop, possibly on a remote worker).
 """
 
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple, Optional
 
@@ -256,20 +257,21 @@ def _quick_binary_batch(reducer: str, metric: Any) -> Optional[BinaryBatch]:
     if type(metric) is not dict or not metric.keys() <= _LABELED_KEY_SET:
         return None
     labels, predictions = np.asarray(metric.get("labels")), np.asarray(metric.get("predictions"))
-    if labels.dtype.kind not in "biuf" or predictions.dtype.kind not in "biuf" or labels.size != predictions.size:
+    label_kind, prediction_kind = labels.dtype.kind, predictions.dtype.kind
+    if label_kind not in "biuf" or prediction_kind not in "biuf" or labels.size != predictions.size:
         return None
-    labels, predictions = labels.reshape(-1), predictions.reshape(-1)
+    labels, predictions = labels.ravel(), predictions.ravel()
     # A finite sum of squares proves that no prediction is NaN or infinite.
-    if predictions.dtype.kind == "f" and not np.isfinite(np.dot(predictions, predictions)):
+    if prediction_kind == "f" and not math.isfinite(np.dot(predictions, predictions)):
         return None
-    if labels.dtype == np.bool_:
+    if label_kind == "b":
         is_positive = labels
     else:
         is_positive = labels == 1
         # Binary when every nonzero label is a 1. Float labels are counted on their bit
         # patterns, which is faster; -0.0 then fails here and is accepted by the full check.
         bits = labels
-        if labels.dtype.kind == "f":
+        if label_kind == "f":
             if labels.dtype.itemsize not in _SAME_SIZE_INT:
                 return None
             bits = labels.view(_SAME_SIZE_INT[labels.dtype.itemsize])

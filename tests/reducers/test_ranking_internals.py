@@ -128,29 +128,6 @@ def test_scores_from_keys_inverts_order_keys(dtype):
     assert restored.dtype == dtype and restored.tolist() == values.tolist()
 
 
-@pytest.mark.parametrize("threads", [1, 2, 3, 8])
-@pytest.mark.parametrize("weighted", [False, True])
-def test_sort_keys_sorts_on_threads_and_moves_weights_along(threads, weighted):
-    rng = np.random.default_rng(threads)
-    keys = rng.integers(-50, 50, 1001).astype(np.int32)
-    weights = keys * 10.0 + 0.5 if weighted else None
-    sorted_keys, sorted_weights = ranking.sort_keys(keys.copy(), weights, num_threads=threads)
-    assert sorted_keys.tolist() == sorted(keys.tolist())
-    if weighted:
-        assert np.array_equal(sorted_weights, sorted_keys * 10.0 + 0.5)
-
-
-@pytest.mark.parametrize("threads", [1, 2, 4])
-def test_merge_sorted_runs_merges_on_threads_and_sorts_what_is_not_sorted(threads):
-    rng = np.random.default_rng(5)
-    runs = [np.sort(rng.integers(0, 100, size)) for size in (0, 7, 300, 1, 55)] + [rng.integers(0, 100, 40)]
-    weight_runs = [run * 2.0 for run in runs]
-    keys, weights = ranking.merge_sorted_runs(runs, weight_runs, num_threads=threads)
-    assert keys.tolist() == sorted(np.concatenate(runs).tolist())
-    assert np.array_equal(weights, keys * 2.0)
-    assert ranking.merge_sorted_runs(runs, num_threads=threads)[0].tolist() == keys.tolist()
-
-
 def reduce_in_batches(make_reducer, labels, scores, weights=None, workers=3):
     """Round-robin batches of 1 to 40 examples over several workers, states through pickle."""
     rng = np.random.default_rng(0)
@@ -250,32 +227,18 @@ def test_the_quick_batch_check_agrees_with_the_thorough_one(labels, predictions)
         assert is_positive.tolist() == expected[0].tolist() and np.array_equal(scores, expected[1])
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("hay_size", [1, 2, 1000])
-def test_lookup_ranks_match_binary_search(dtype, hay_size):
-    rng = np.random.default_rng(hay_size)
-    extremes = np.array([-np.inf, -np.finfo(dtype).max, -1e-30, 0.0, 1e-30, np.finfo(dtype).max, np.inf], dtype)
-    hay = np.sort(ranking.order_keys(np.concatenate([rng.normal(size=hay_size).astype(dtype), extremes])[:hay_size]))
-    needles = ranking.order_keys(np.concatenate([rng.normal(size=5000).astype(dtype), extremes, np.repeat(hay, 3)]))
-    table = ranking._lookup_table(hay)
-    left, right = ranking._ranks(hay, table, needles)
-    assert np.array_equal(left, np.searchsorted(hay, needles, "left"))
-    assert np.array_equal(right, np.searchsorted(hay, needles, "right"))
-
-
 @pytest.mark.parametrize("positive_fraction", [0.03, 0.97])
 @pytest.mark.parametrize("weighted", [False, True])
 @pytest.mark.parametrize(
     ("reducer_type", "reference"), [(RocAuc, roc_auc_score), (AveragePrecision, average_precision_score)]
 )
-def test_one_local_state_is_ranked_by_lookup_and_matches_sklearn(positive_fraction, weighted, reducer_type, reference):
-    # One class over 8 times larger than the other, on one unpickled state: the larger
-    # class is placed by lookup table (for average precision, when it is the negatives).
+def test_one_local_state_with_one_rare_class_matches_sklearn(positive_fraction, weighted, reducer_type, reference):
+    # One class far larger than the other, on one unpickled state ranked on several threads.
     rng = np.random.default_rng(7)
     labels = rng.random(20_000) < positive_fraction
     scores = np.round(rng.normal(size=20_000) + labels, 2).astype(np.float32)
     weights = rng.uniform(0.1, 2, 20_000) if weighted else None
-    reducer = reducer_type()
+    reducer = reducer_type(num_threads=3)
     for start in range(0, 20_000, 1000):
         batch = {"labels": labels[start : start + 1000], "predictions": scores[start : start + 1000]}
         if weighted:
@@ -283,3 +246,129 @@ def test_one_local_state_is_ranked_by_lookup_and_matches_sklearn(positive_fracti
         state = reducer.accumulate(batch)
     expected = reference(labels, scores, sample_weight=weights)
     assert reducer.cross_slot_reduce([state]) == pytest.approx(expected, rel=1e-12)
+
+
+def examples_of(labels, scores, weights=None):
+    scores = np.asarray(scores)
+    return ranking.labeled(scores.copy(), np.asarray(labels, bool), None if weights is None else np.asarray(weights))
+
+
+@pytest.mark.parametrize(
+    ("scores", "embedded", "key_dtype"),
+    [
+        (np.array([0.0, 1.0, 0.5, -0.0, 1.9999], np.float32), True, np.int32),  # probabilities and (-2, 2)
+        (np.array([0.1, -1.5, 2.0, -7.0], np.float32), False, np.int32),  # logits need every key bit
+        (np.array([0.1, 0.2, 1e-300], np.float64), True, np.int64),
+        (np.array([-np.inf, 3.0, np.inf], np.float64), False, np.int64),
+        (np.array([0.5, 0.25], np.float16), True, np.int32),
+    ],
+)
+def test_labels_ride_in_the_keys_when_a_bit_is_free(scores, embedded, key_dtype):
+    labels = np.arange(len(scores)) % 2 == 0
+    examples = examples_of(labels, scores)
+    assert (examples.labels is None) == embedded and examples.keys.dtype == key_dtype
+    assert ranking.labels_of(examples).tolist() == labels.tolist()
+    expected_scores = scores.astype(np.float32 if scores.dtype == np.float16 else scores.dtype) + 0  # -0.0 -> 0.0
+    assert ranking.scores_from_keys(ranking.plain_keys(examples)).tolist() == expected_scores.tolist()
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("scale", [1.0, 8.0])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_sort_orders_by_score_with_negatives_first_among_ties(weighted, scale, dtype):
+    rng = np.random.default_rng(11)
+    scores = (np.round(rng.uniform(-1, 1, 3000), 2) * scale).astype(dtype)  # scale 8: keys without a free bit
+    labels = rng.random(3000) < 0.4
+    weights = scores.astype(np.float64) * 10 + 100 if weighted else None
+    examples = ranking.sort(examples_of(labels, scores, weights))
+    sorted_scores = ranking.scores_from_keys(ranking.plain_keys(examples))
+    sorted_labels = ranking.labels_of(examples)
+    order = np.lexsort((labels, scores))
+    assert sorted_scores.tolist() == scores[order].tolist()
+    assert sorted_labels.tolist() == labels[order].tolist()
+    if weighted:
+        assert np.array_equal(examples.weights, sorted_scores.astype(np.float64) * 10 + 100)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3, 8])
+def test_ranges_join_runs_of_every_form_into_increasing_ranges(threads):
+    rng = np.random.default_rng(threads)
+    runs, all_scores = [], []
+    for dtype, scale, size in [(np.float32, 1, 5000), (np.float32, 9, 300), (np.float64, 1, 2000), (np.float32, 1, 0)]:
+        scores = (np.round(rng.uniform(-1, 1, size), 2) * scale).astype(dtype)
+        runs.append(ranking.sort(examples_of(rng.random(size) < 0.5, scores)))
+        all_scores.append(scores.astype(np.float64))
+    parts = ranking.ranges(ranking.common_form(runs), num_threads=threads)
+    assert 1 <= len(parts) <= threads
+    keys = [ranking.plain_keys(part) for part in parts]
+    joined = np.concatenate([ranking.scores_from_keys(k) for k in keys])
+    assert joined.tolist() == np.sort(np.concatenate(all_scores)).tolist()
+    # Equal scores never straddle two ranges.
+    for lower, upper in zip(keys, keys[1:]):
+        if len(lower) and len(upper):
+            assert lower[-1] < upper[0]
+
+
+@pytest.mark.parametrize("size", [0, 1, 4095, 4096, 4097, 3 * 4096 + 5])
+@pytest.mark.parametrize("fraction", [0.0, 0.3, 1.0])
+def test_position_sums_are_exact(size, fraction):
+    labels = np.random.default_rng(size).random(size) < fraction
+    for labels01 in (labels, labels.astype(np.int32)):
+        positions = np.flatnonzero(labels)
+        assert ranking._position_sums(labels01) == (len(positions), int(positions.sum()))
+
+
+def test_tie_groups_list_every_group_of_equal_scores():
+    scores = np.array([0.1, 0.2, 0.2, 0.3, 0.4, 0.4, 0.4, 0.5, 0.5, 0.6], np.float32)
+    labels = np.array([0, 0, 1, 1, 1, 0, 1, 0, 0, 1], bool)
+    for wide in (False, True):
+        examples = ranking.sort(examples_of(labels, scores * (10 if wide else 1)))
+        assert (examples.labels is None) != wide
+        groups = ranking._tie_groups(examples, ranking.labels_of(examples))
+        assert groups.starts.tolist() == [1, 4, 7]
+        assert groups.sizes.tolist() == [2, 3, 2]
+        assert groups.positives.tolist() == [1, 2, 0]
+        assert groups.positives_before.tolist() == [0, 2, 4]
+    assert ranking._tie_groups(ranking.sort(examples_of([0, 1], [0.1, 0.2])), np.array([0, 1])) is None
+    # Neighbouring keys of opposite signs (-2 and 0) differ in more than the label bit.
+    across_zero = ranking.sort(
+        examples_of([1, 0], np.array([-np.finfo(np.float32).smallest_subnormal, 0.0], np.float32))
+    )
+    assert ranking.plain_keys(across_zero).tolist() == [-2, 0]
+    assert ranking._tie_groups(across_zero, ranking.labels_of(across_zero)) is None
+
+
+@pytest.mark.parametrize("threads", [1, 2, 5])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("scale", [1.0, 10.0])
+@pytest.mark.parametrize(
+    ("reducer_type", "reference"), [(RocAuc, roc_auc_score), (AveragePrecision, average_precision_score)]
+)
+def test_ranked_ranges_match_sklearn_with_ties_at_every_cut(threads, weighted, scale, reducer_type, reference):
+    # Few distinct scores: tie groups are large, and every cut between ranges falls at a group.
+    rng = np.random.default_rng(12)
+    labels = rng.random(30_000) < 0.3
+    scores = (np.round(rng.normal(size=30_000) + labels, 1) / scale).astype(np.float32)
+    weights = rng.uniform(0.1, 2, 30_000) if weighted else None
+    states = []
+    for worker in range(3):
+        batch = {"labels": labels[worker::3], "predictions": scores[worker::3]}
+        if weighted:
+            batch["weights"] = weights[worker::3]
+        states.append(pickle.loads(pickle.dumps(reducer_type().accumulate(batch))))
+    expected = reference(labels, scores, sample_weight=weights)
+    assert reducer_type(num_threads=threads).cross_slot_reduce(states) == pytest.approx(expected, rel=1e-12)
+
+
+def test_a_state_of_logits_keeps_its_labels_apart_and_probabilities_take_4_bytes():
+    rng = np.random.default_rng(13)
+    labels = rng.random(10_000) < 0.5
+    logits = (rng.normal(size=10_000) * 4).astype(np.float32)
+    probabilities = (1 / (1 + np.exp(-logits))).astype(np.float32)
+    sizes = {}
+    for name, scores in (("logits", logits), ("probabilities", probabilities)):
+        state = RocAuc().accumulate({"labels": labels, "predictions": scores})
+        sizes[name] = len(pickle.dumps(state))
+        assert RocAuc().cross_slot_reduce([state]) == pytest.approx(roc_auc_score(labels, scores), rel=1e-12)
+    assert sizes["probabilities"] < 4 * 10_000 + 1000
+    assert sizes["logits"] < 5 * 10_000 + 1000
