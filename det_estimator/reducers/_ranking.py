@@ -8,9 +8,9 @@ one pass over the sorted labels. Scores whose keys need every bit of their type 
 scores outside (-2, 2)) keep their labels beside the keys and are embedded in int64 keys
 only while they are sorted.
 
-Large inputs are ranked on several threads: sorted runs (one per worker) are cut at common
-scores into ranges, each range is joined and counted on a thread of its own, and pairs
-across ranges are counted from the ranges' totals.
+The sorted runs of several workers are cut at common scores into ranges, each joined and
+sorted on a thread of its own. The metrics are counted in cache-sized blocks of whole
+groups of equal scores, on every CPU; pairs across blocks are counted from their totals.
 """
 
 import math
@@ -312,7 +312,7 @@ def _slices(size: int, parts: int) -> list[slice]:
 
 
 def _position_sums(is_positive: np.ndarray) -> tuple[int, int]:
-    """How many labels are 1, and the sum of their positions, exactly.
+    """How many examples are positive, and the sum of their positions, exactly.
 
     Blocks of labels are multiplied with their positions by float32 BLAS: every partial
     sum of a block is an integer below 2**24, so the products are exact, and far

@@ -297,9 +297,9 @@ class RocAuc(_ScoreRankingReducer):
     Equal to ``sklearn.metrics.roc_auc_score(labels, scores,
     sample_weight=weights)``: tied scores get half credit. The AUC only depends
     on the order of the scores, so probabilities and logits give the same
-    value. Each worker keeps the scores of its examples (see
-    :class:`ScoreSamples`), 4 bytes per example for float32 scores, plus the
-    weights when given.
+    value, but probabilities take less memory: each worker keeps its examples
+    (see :class:`ScoreSamples`) in 4 bytes each for float32 scores in (-2, 2),
+    5 for other float32 scores, plus the weights when given.
 
     Input per batch: ``{"labels": 0/1 or bool, "predictions": scores,
     "weights": optional, >= 0}``, flattened. ``inf`` scores are allowed; NaN

@@ -372,3 +372,22 @@ def test_a_state_of_logits_keeps_its_labels_apart_and_probabilities_take_4_bytes
         assert RocAuc().cross_slot_reduce([state]) == pytest.approx(roc_auc_score(labels, scores), rel=1e-12)
     assert sizes["probabilities"] < 4 * 10_000 + 1000
     assert sizes["logits"] < 5 * 10_000 + 1000
+
+
+@pytest.mark.parametrize("chunk", [7, 1 << 16])
+def test_batches_of_changing_score_dtypes_in_one_reducer(monkeypatch, chunk):
+    from det_estimator.reducers import _roc_auc
+
+    monkeypatch.setattr(_roc_auc, "_CHUNK_EXAMPLES", chunk)
+    rng = np.random.default_rng(14)
+    reducer, all_labels, all_scores, snapshots = AveragePrecision(), [], [], []
+    for dtype in (np.float32, np.float64, np.int64, np.float16, np.float32, bool):
+        labels = rng.random(10) < 0.5
+        scores = (np.round(rng.normal(size=10) * 3, 1) + labels).astype(dtype)
+        state = reducer.accumulate({"labels": labels, "predictions": scores})
+        all_labels.append(labels)
+        all_scores.append(scores.astype(np.float64) if dtype != np.float16 else scores.astype(np.float32))
+        snapshots.append((state, np.concatenate(all_labels), np.concatenate(all_scores)))
+    for state, labels, scores in snapshots:
+        expected = average_precision_score(labels, scores)
+        assert AveragePrecision().cross_slot_reduce([state]) == pytest.approx(expected, rel=1e-12)
