@@ -93,6 +93,13 @@ def scores_from_keys(keys: np.ndarray) -> np.ndarray:
     return _flip_negatives(keys.copy()).view(float_type)
 
 
+def score_dtype(dtype: np.dtype) -> np.dtype:
+    """The float dtype that scores of ``dtype`` are keyed in: float32 for float16, float64 for non-floats."""
+    if dtype in (np.float32, np.float64):
+        return np.dtype(dtype)
+    return np.dtype(np.float32 if dtype == np.float16 else np.float64)
+
+
 def labeled(scores: np.ndarray, is_positive: np.ndarray, weights: Optional[np.ndarray] = None) -> Examples:
     """Examples from scores, bool labels and optional weights (all 1-D, of one length).
 
@@ -101,8 +108,7 @@ def labeled(scores: np.ndarray, is_positive: np.ndarray, weights: Optional[np.nd
     free, scores in (-2, 2), which keeps float32 probabilities in 4 bytes each.
     """
     scores = np.asarray(scores)
-    if scores.dtype not in (np.float32, np.float64):
-        scores = scores.astype(np.float32 if scores.dtype == np.float16 else np.float64)
+    scores = scores.astype(score_dtype(scores.dtype), copy=False)
     keys = (scores + scores.dtype.type(0)).view(_KEY_TYPES[scores.dtype])
     low, high = (int(keys.min()), int(keys.max())) if len(keys) else (0, 0)
     if low < 0:
@@ -377,7 +383,7 @@ def _counts(examples: Examples) -> _Counts:
     if examples.weights is None:
         positives = int(np.count_nonzero(labels_of(examples)))
         return _Counts(positives, len(examples.keys) - positives)
-    positive_mass = float(np.sum(examples.weights[labels_of(examples)], dtype=np.float64))
+    positive_mass = float(np.sum(np.compress(labels_of(examples), examples.weights), dtype=np.float64))
     return _Counts(positive_mass, float(np.sum(examples.weights, dtype=np.float64)) - positive_mass)
 
 
@@ -423,6 +429,10 @@ def roc_auc(sorted_ranges: Sequence[Examples], num_threads: Optional[int] = None
     negative, tied pairs counting one half (the trapezoidal ROC curve, as in
     ``sklearn.metrics.roc_auc_score``).
 
+    Args:
+        sorted_ranges: Sorted examples, every score of one below every score of the next.
+        num_threads: Threads to use; None decides from the input size.
+
     Returns:
         The AUC, or NaN if a class is empty.
     """
@@ -431,7 +441,7 @@ def roc_auc(sorted_ranges: Sequence[Examples], num_threads: Optional[int] = None
     weighted = bool(sorted_ranges) and sorted_ranges[0].weights is not None
     credits, negatives_below = [], 0
     for counts, credit in results:
-        # Every positive of a range beats every negative of the ranges below it.
+        # Every positive of a block beats every negative of the blocks below it.
         credits.append(credit + (1 if weighted else 2) * counts.positives * negatives_below)
         negatives_below += counts.negatives
     positives = sum(counts.positives for counts, _ in results)
@@ -456,7 +466,8 @@ def _precision_sum(examples: Examples, counts: _Counts, above: _Counts) -> float
         true_positives = above.positives + np.cumsum(groups.positives[::-1])[::-1]
         predicted = true_positives + above.negatives + np.cumsum(groups.negatives[::-1])[::-1]
         kept = groups.positives > 0
-        return float(np.dot(groups.positives[kept], true_positives[kept] / predicted[kept]))
+        precision = np.compress(kept, true_positives) / np.compress(kept, predicted)
+        return float(np.dot(np.compress(kept, groups.positives), precision))
     is_positive = labels_of(examples)
     positions = np.flatnonzero(is_positive)
     before = np.arange(len(positions))  # positives before each positive
@@ -483,6 +494,10 @@ def average_precision(sorted_ranges: Sequence[Examples], num_threads: Optional[i
     score thresholds ``t`` of ``(R(t) - R(t_next_higher)) * P(t)``, where an
     example is predicted positive when its score is ``>= t``. Tied scores form
     a single threshold.
+
+    Args:
+        sorted_ranges: Sorted examples, every score of one below every score of the next.
+        num_threads: Threads to use; None decides from the input size.
 
     Returns:
         The average precision, or NaN if a class is empty.

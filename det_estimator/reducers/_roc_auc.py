@@ -16,7 +16,7 @@ from det_estimator.reducers._base import MetricReducer
 _CHUNK_EXAMPLES = 1 << 16
 
 
-class _Chunk:
+class _ChunkBuffer:
     """The next chunk's examples, copied side by side as batches arrive, until it is full.
 
     Scores keep the dtype of the chunk's first batch (a batch of another dtype starts a
@@ -53,15 +53,8 @@ class _Chunk:
         return ranking.labeled(self.scores[:size], self.is_positive[:size], weights)
 
 
-def _score_dtype(predictions: np.ndarray) -> np.dtype:
-    """The most compact dtype that keeps the order of the scores exactly."""
-    if predictions.dtype in (np.float32, np.float64):
-        return predictions.dtype
-    return np.dtype(np.float32 if predictions.dtype == np.float16 else np.float64)
-
-
 # (keyed chunks, how many of them, the chunk being filled, how many of its examples)
-_Snapshot = tuple[list[ranking.Examples], int, Optional[_Chunk], int]
+_Snapshot = tuple[list[ranking.Examples], int, Optional[_ChunkBuffer], int]
 
 
 class _Batches:
@@ -73,15 +66,15 @@ class _Batches:
 
     def __init__(self) -> None:
         self.chunks: list[ranking.Examples] = []
-        self.filling: Optional[_Chunk] = None
+        self.filling: Optional[_ChunkBuffer] = None
 
     def add(self, scores: np.ndarray, is_positive: np.ndarray, weights: Optional[np.ndarray]) -> None:
-        """Copies one batch in (converting its scores to ``_score_dtype``)."""
-        score_dtype = _score_dtype(scores)
+        """Copies one batch in (converting its scores to ``ranking.score_dtype``)."""
+        score_dtype = ranking.score_dtype(scores.dtype)
         if self.filling is not None and not self.filling.has_room(score_dtype, len(scores)):
             self._key_filling()
         if self.filling is None:
-            self.filling = _Chunk(score_dtype, max(_CHUNK_EXAMPLES, len(scores)))
+            self.filling = _ChunkBuffer(score_dtype, max(_CHUNK_EXAMPLES, len(scores)))
         self.filling.append(scores, is_positive, weights)
         if self.filling.is_full():
             self._key_filling()
