@@ -25,8 +25,10 @@ variants are timed in alternation within one run, and medians are reported.
 """
 
 import argparse
+import atexit
 import os
 import pickle
+import shutil
 import statistics
 import tempfile
 import time
@@ -307,6 +309,7 @@ def evaluate_overhead(num_examples: int, repeats: int) -> None:
         return tf.data.Dataset.from_tensor_slices((features, labels.astype(np.float32))).batch(1024)
 
     model_dir = tempfile.mkdtemp(prefix="bench_eval_")
+    atexit.register(shutil.rmtree, model_dir, ignore_errors=True)
     variants = [
         "no custom metric",
         "per-batch py_func doing nothing",

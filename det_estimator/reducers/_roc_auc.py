@@ -8,6 +8,7 @@ from typing import Any, Optional
 import numpy as np
 
 from det_estimator.reducers import _ranking as ranking
+from det_estimator.reducers import _rare_class as rare_class
 from det_estimator.reducers import _validation as validation
 from det_estimator.reducers._base import MetricReducer
 
@@ -108,7 +109,7 @@ class ScoreSamples:
         negative_weights: Weights of the negatives, or None.
     """
 
-    __slots__ = ("_snapshot", "_sorted")
+    __slots__ = ("_snapshot", "_num_threads", "_sorted")
 
     def __init__(
         self,
@@ -127,13 +128,15 @@ class ScoreSamples:
         weight = None if weights[0] is None else np.concatenate(weights)
         examples = ranking.labeled(np.concatenate(scores), is_positive, weight)
         self._snapshot: Optional[_Snapshot] = ([examples], 1, None, 0)
+        self._num_threads: Optional[int] = None
         self._sorted: Optional[ranking.Examples] = None
 
     @classmethod
-    def _view(cls, batches: _Batches) -> "ScoreSamples":
+    def _view(cls, batches: _Batches, num_threads: Optional[int]) -> "ScoreSamples":
         """A state made of the batches a reducer holds now; later batches do not change it."""
         state = cls.__new__(cls)
         state._snapshot = batches.snapshot()
+        state._num_threads = num_threads
         state._sorted = None
         return state
 
@@ -142,18 +145,23 @@ class ScoreSamples:
         """A state from the sorted examples another worker sent."""
         state = cls.__new__(cls)
         state._snapshot = None
+        state._num_threads = None
         state._sorted = examples
         return state
+
+    def _examples(self) -> ranking.Examples:
+        """The examples, sorted if they already are, else in arrival order (possibly shared arrays)."""
+        if self._sorted is not None:
+            return self._sorted
+        chunks, num_chunks, filling, filled = self._snapshot
+        parts = chunks[:num_chunks] + ([filling.examples(filled)] if filled else [])
+        return ranking.join(parts) if parts else ranking.labeled(np.empty(0, np.float32), np.empty(0, bool))
 
     def _sorted_examples(self) -> ranking.Examples:
         """The examples in increasing order of score (sorted on first use)."""
         if self._sorted is None:
-            chunks, num_chunks, filling, filled = self._snapshot
-            parts = chunks[:num_chunks] + ([filling.examples(filled)] if filled else [])
-            if not parts:
-                parts = [ranking.labeled(np.empty(0, np.float32), np.empty(0, bool))]
             # A single chunk is sorted in place: its order means nothing to anyone.
-            self._sorted = ranking.sort(ranking.join(parts))
+            self._sorted = ranking.sort_on_threads(self._examples(), self._num_threads)
             self._snapshot = None
         return self._sorted
 
@@ -243,7 +251,7 @@ class _ScoreRankingReducer(MetricReducer, abc.ABC):
         if scores.size:
             # Copied: the caller may reuse its arrays for the next batch.
             self._batches.add(scores, is_positive, weights)
-        return ScoreSamples._view(self._batches)
+        return ScoreSamples._view(self._batches, self.num_threads)
 
     def cross_slot_reduce(self, per_slot_metrics: list[ScoreSamples]) -> np.float64:
         """Computes the metric over the examples of all workers.
@@ -260,14 +268,20 @@ class _ScoreRankingReducer(MetricReducer, abc.ABC):
         """
         name = type(self).__name__
         states = validation.gather_states(name, per_slot_metrics, ScoreSamples)
-        runs = ranking.common_form([state._sorted_examples() for state in states])
-        sorted_ranges = ranking.ranges(runs, self.num_threads)
-        num_examples = sum(len(part.keys) for part in sorted_ranges)
+        value = None
+        if len(states) == 1 and not ranking.sort_is_fast():
+            # Where sorting is slow, a rare class is ranked without sorting the other.
+            parts = [states[0]._examples()]
+            value = self._compute_rare(parts[0])
+        if value is None:
+            runs = ranking.common_form([state._sorted_examples() for state in states])
+            parts = ranking.ranges(runs, self.num_threads)
+            value = self._compute(parts)
+        num_examples = sum(len(part.keys) for part in parts)
         if num_examples == 0:
             raise validation.no_examples_error(name)
-        value = self._compute(sorted_ranges)
         if math.isnan(value):
-            num_positives = sum(int(np.count_nonzero(ranking.labels_of(part))) for part in sorted_ranges)
+            num_positives = sum(int(np.count_nonzero(ranking.labels_of(part))) for part in parts)
             present = "positive" if num_positives else "negative"
             warnings.warn(
                 f"{name}: only {present} examples occur in the whole evaluation "
@@ -282,6 +296,10 @@ class _ScoreRankingReducer(MetricReducer, abc.ABC):
     @abc.abstractmethod
     def _compute(self, sorted_ranges: list[ranking.Examples]) -> float:
         """The metric of sorted ranges of increasing scores (NaN if a class is empty)."""
+
+    @abc.abstractmethod
+    def _compute_rare(self, examples: ranking.Examples) -> Optional[float]:
+        """The metric of examples in any order if a class is rare enough for ``_rare_class``; else None."""
 
 
 class RocAuc(_ScoreRankingReducer):
@@ -315,6 +333,9 @@ class RocAuc(_ScoreRankingReducer):
     def _compute(self, sorted_ranges: list[ranking.Examples]) -> float:
         return ranking.roc_auc(sorted_ranges, self.num_threads)
 
+    def _compute_rare(self, examples: ranking.Examples) -> Optional[float]:
+        return rare_class.roc_auc(examples, self.num_threads)
+
 
 class AveragePrecision(_ScoreRankingReducer):
     """Exact average precision (area under the precision-recall curve, step-wise).
@@ -341,3 +362,6 @@ class AveragePrecision(_ScoreRankingReducer):
 
     def _compute(self, sorted_ranges: list[ranking.Examples]) -> float:
         return ranking.average_precision(sorted_ranges, self.num_threads)
+
+    def _compute_rare(self, examples: ranking.Examples) -> Optional[float]:
+        return rare_class.average_precision(examples, self.num_threads)

@@ -58,7 +58,7 @@ def test_parallel_map_starts_the_costliest_items_first_and_keeps_input_order():
         return item * item
 
     items = [1, 9, 2, 7, 3]
-    assert ranking._parallel_map(square, items, threads=2, cost=lambda item: item) == [1, 81, 4, 49, 9]
+    assert ranking.parallel_map(square, items, threads=2, cost=lambda item: item) == [1, 81, 4, 49, 9]
     # Two threads take the two costliest items before any other.
     assert set(started[:2]) == {9, 7}
     assert sorted(started) == sorted(items)
@@ -391,3 +391,69 @@ def test_batches_of_changing_score_dtypes_in_one_reducer(monkeypatch, chunk):
     for state, labels, scores in snapshots:
         expected = average_precision_score(labels, scores)
         assert AveragePrecision().cross_slot_reduce([state]) == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.fixture
+def slow_sort(monkeypatch):
+    """Ranks as on a CPU where NumPy's sort is slow: rare classes by lookup, sorts on threads."""
+    monkeypatch.setattr(ranking, "sort_is_fast", lambda: False)
+
+
+@pytest.mark.parametrize("positive_fraction", [0.03, 0.5, 0.97])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("scale", [1.0, 10.0])
+@pytest.mark.parametrize(
+    ("reducer_type", "reference"), [(RocAuc, roc_auc_score), (AveragePrecision, average_precision_score)]
+)
+def test_one_state_where_sorting_is_slow_matches_sklearn(
+    slow_sort, positive_fraction, weighted, scale, reducer_type, reference
+):
+    rng = np.random.default_rng(15)
+    labels = rng.random(20_000) < positive_fraction
+    scores = (np.round(rng.normal(size=20_000) + labels, 2) / scale).astype(np.float32)  # ties; logits at scale 1
+    weights = rng.uniform(0.1, 2, 20_000) if weighted else None
+    reducer = reducer_type(num_threads=3)
+    for start in range(0, 20_000, 1000):
+        batch = {"labels": labels[start : start + 1000], "predictions": scores[start : start + 1000]}
+        if weighted:
+            batch["weights"] = weights[start : start + 1000]
+        state = reducer.accumulate(batch)
+    expected = reference(labels, scores, sample_weight=weights)
+    assert reducer.cross_slot_reduce([state]) == pytest.approx(expected, rel=1e-12)
+    # A rare class is ranked without sorting the state (average precision: rare positives only).
+    rare = positive_fraction == 0.03 or (positive_fraction == 0.97 and reducer_type is RocAuc)
+    assert (state._sorted is None) == rare
+
+
+@pytest.mark.parametrize("threads", [2, 3, 8])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("scale", [1.0, 10.0])
+def test_sort_on_threads_splits_at_scores_and_sorts_each_part(slow_sort, threads, weighted, scale):
+    rng = np.random.default_rng(threads)
+    scores = (np.round(rng.normal(size=5000), 2) * scale).astype(np.float32)
+    labels = rng.random(5000) < 0.4
+    weights = rng.uniform(0.1, 2, 5000) if weighted else None
+    examples = ranking.sort_on_threads(examples_of(labels, scores, weights), num_threads=threads)
+    expected = ranking.sort(examples_of(labels, scores, weights))
+    assert np.array_equal(examples.keys, expected.keys)
+    assert np.array_equal(ranking.labels_of(examples), ranking.labels_of(expected))
+    if weighted:
+        # Equal keys and labels may hold their weights in another order.
+        order = np.lexsort((examples.weights, examples.keys))
+        expected_order = np.lexsort((expected.weights, expected.keys))
+        assert np.array_equal(examples.weights[order], expected.weights[expected_order])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("hay_size", [1, 2, 1000])
+def test_lookup_ranks_match_binary_search(dtype, hay_size):
+    from det_estimator.reducers import _rare_class as rare_class
+
+    rng = np.random.default_rng(hay_size)
+    extremes = np.array([-np.inf, -np.finfo(dtype).max, -1e-30, 0.0, 1e-30, np.finfo(dtype).max, np.inf], dtype)
+    hay = np.sort(ranking.order_keys(np.concatenate([rng.normal(size=hay_size).astype(dtype), extremes])[:hay_size]))
+    needles = ranking.order_keys(np.concatenate([rng.normal(size=5000).astype(dtype), extremes, np.repeat(hay, 3)]))
+    table = rare_class._lookup_table(hay)
+    left, right = rare_class._ranks(hay, table, needles)
+    assert np.array_equal(left, np.searchsorted(hay, needles, "left"))
+    assert np.array_equal(right, np.searchsorted(hay, needles, "right"))
