@@ -227,27 +227,6 @@ def test_the_quick_batch_check_agrees_with_the_thorough_one(labels, predictions)
         assert is_positive.tolist() == expected[0].tolist() and np.array_equal(scores, expected[1])
 
 
-@pytest.mark.parametrize("positive_fraction", [0.03, 0.97])
-@pytest.mark.parametrize("weighted", [False, True])
-@pytest.mark.parametrize(
-    ("reducer_type", "reference"), [(RocAuc, roc_auc_score), (AveragePrecision, average_precision_score)]
-)
-def test_one_local_state_with_one_rare_class_matches_sklearn(positive_fraction, weighted, reducer_type, reference):
-    # One class far larger than the other, on one unpickled state ranked on several threads.
-    rng = np.random.default_rng(7)
-    labels = rng.random(20_000) < positive_fraction
-    scores = np.round(rng.normal(size=20_000) + labels, 2).astype(np.float32)
-    weights = rng.uniform(0.1, 2, 20_000) if weighted else None
-    reducer = reducer_type(num_threads=3)
-    for start in range(0, 20_000, 1000):
-        batch = {"labels": labels[start : start + 1000], "predictions": scores[start : start + 1000]}
-        if weighted:
-            batch["weights"] = weights[start : start + 1000]
-        state = reducer.accumulate(batch)
-    expected = reference(labels, scores, sample_weight=weights)
-    assert reducer.cross_slot_reduce([state]) == pytest.approx(expected, rel=1e-12)
-
-
 def examples_of(labels, scores, weights=None):
     scores = np.asarray(scores)
     return ranking.labeled(scores.copy(), np.asarray(labels, bool), None if weights is None else np.asarray(weights))
@@ -399,15 +378,18 @@ def slow_sort(monkeypatch):
     monkeypatch.setattr(ranking, "sort_is_fast", lambda: False)
 
 
+@pytest.mark.parametrize("sort_is_fast", [True, False])
 @pytest.mark.parametrize("positive_fraction", [0.03, 0.5, 0.97])
 @pytest.mark.parametrize("weighted", [False, True])
 @pytest.mark.parametrize("scale", [1.0, 10.0])
 @pytest.mark.parametrize(
     ("reducer_type", "reference"), [(RocAuc, roc_auc_score), (AveragePrecision, average_precision_score)]
 )
-def test_one_state_where_sorting_is_slow_matches_sklearn(
-    slow_sort, positive_fraction, weighted, scale, reducer_type, reference
+def test_one_local_state_matches_sklearn_whatever_the_sort_speed(
+    monkeypatch, sort_is_fast, positive_fraction, weighted, scale, reducer_type, reference
 ):
+    # One unpickled state, ranked on several threads; a class may be far larger than the other.
+    monkeypatch.setattr(ranking, "sort_is_fast", lambda: sort_is_fast)
     rng = np.random.default_rng(15)
     labels = rng.random(20_000) < positive_fraction
     scores = (np.round(rng.normal(size=20_000) + labels, 2) / scale).astype(np.float32)  # ties; logits at scale 1
@@ -420,9 +402,10 @@ def test_one_state_where_sorting_is_slow_matches_sklearn(
         state = reducer.accumulate(batch)
     expected = reference(labels, scores, sample_weight=weights)
     assert reducer.cross_slot_reduce([state]) == pytest.approx(expected, rel=1e-12)
-    # A rare class is ranked without sorting the state (average precision: rare positives only).
+    # Where sorting is slow, a rare class is ranked without sorting the state (average
+    # precision: rare positives only).
     rare = positive_fraction == 0.03 or (positive_fraction == 0.97 and reducer_type is RocAuc)
-    assert (state._sorted is None) == rare
+    assert (state._sorted is None) == (rare and not sort_is_fast)
 
 
 @pytest.mark.parametrize("threads", [2, 3, 8])
