@@ -375,7 +375,7 @@ def main() -> None:
     only = set(args.only.split(","))
     if "1" in only:
         exact_ranking_against_sklearn(
-            [10_000, 100_000] if args.quick else [1_000_000, 10_000_000], 1 if args.quick else 3
+            [10_000, 100_000] if args.quick else [1_000_000, 10_000_000], 1 if args.quick else 5
         )
     if "2" in only:
         binned_over_draws(20_000 if args.quick else 200_000, 2 if args.quick else 20)
