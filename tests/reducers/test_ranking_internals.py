@@ -35,7 +35,11 @@ def test_order_keys_do_not_modify_the_input():
 
 @pytest.mark.parametrize("weighted", [False, True])
 @pytest.mark.parametrize("positive_fraction", [0.02, 0.5, 0.97])
-def test_threaded_auc_equals_single_threaded(weighted, positive_fraction):
+@pytest.mark.parametrize(
+    ("metric", "reference"),
+    [(ranking.binary_roc_auc, roc_auc_score), (ranking.binary_average_precision, average_precision_score)],
+)
+def test_the_functions_of_class_scores_match_sklearn_on_any_threads(weighted, positive_fraction, metric, reference):
     rng = np.random.default_rng(1)
     n = 4001
     labels = rng.random(n) < positive_fraction
@@ -44,10 +48,10 @@ def test_threaded_auc_equals_single_threaded(weighted, positive_fraction):
     args = (scores[labels], scores[~labels])
     if weighted:
         args += (weights[labels], weights[~labels])
-    single = ranking.binary_roc_auc(*args, num_threads=1)
-    assert single == pytest.approx(roc_auc_score(labels, scores, sample_weight=weights), rel=1e-12)
+    single = metric(*args, num_threads=1)
+    assert single == pytest.approx(reference(labels, scores, sample_weight=weights), rel=1e-12)
     for threads in (2, 3, 5):
-        assert ranking.binary_roc_auc(*args, num_threads=threads) == pytest.approx(single, rel=1e-13)
+        assert metric(*args, num_threads=threads) == pytest.approx(single, rel=1e-13)
 
 
 def test_parallel_map_starts_the_costliest_items_first_and_keeps_input_order():
