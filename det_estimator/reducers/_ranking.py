@@ -11,6 +11,8 @@ only while they are sorted.
 The sorted runs of several workers are cut at common scores into ranges, each joined and
 sorted on a thread of its own. The metrics are counted in cache-sized blocks of whole
 groups of equal scores, on every CPU; pairs across blocks are counted from their totals.
+Where NumPy's sort is slow (no AVX-512), sorts are split on threads (:func:`sort_on_threads`)
+and a rare class is ranked without sorting the other (``_rare_class``).
 """
 
 import math
