@@ -6,7 +6,10 @@ trial seed, no automatic checkpoints since the controller takes them, one device
 process) and wraps the model_fn to learn what it needs from each graph.
 """
 
+import contextlib
+import tempfile
 import warnings
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 import tensorflow as tf
@@ -80,12 +83,30 @@ def rebuild_estimator(
         session_config=_session_config(estimator.config.session_config, distributed),
     )
     params = dict(estimator.params) if estimator.params else None
+    _discard_automatic_model_dir(estimator.model_dir)
     return tf.estimator.Estimator(
         model_fn=_wrap_model_fn(estimator.model_fn, recorder, warn=distributed.rank == 0),
         config=config,
         params=params,
         warm_start_from=getattr(estimator, "_warm_start_settings", None),
     )
+
+
+def _discard_automatic_model_dir(model_dir: Optional[str]) -> None:
+    """Removes the empty folder TensorFlow made for an Estimator built without a model_dir.
+
+    ``tf.estimator.Estimator(model_fn)`` makes one with ``tempfile.mkdtemp()``, the usual
+    way in a trial (the reference system chose the model_dir too). The rebuilt Estimator
+    runs in the controller's model_dir, so that folder would be left behind, empty, by
+    every run. Only an empty folder named as ``mkdtemp`` names them is removed.
+    """
+    if not model_dir:
+        return
+    path = Path(model_dir)
+    if path.parent != Path(tempfile.gettempdir()) or not path.name.startswith("tmp"):
+        return
+    with contextlib.suppress(OSError):
+        path.rmdir()  # refuses a folder that holds anything
 
 
 # The rebuilt Estimator reads the user's `model_fn` (so overriding it works), and never asks
