@@ -60,18 +60,30 @@ def order_keys(scores: np.ndarray) -> np.ndarray:
     keys back to scores.
 
     Args:
-        scores: NaN-free scores. float32 gives int32 keys, float64 gives int64
-            keys; other dtypes are converted to float64 first.
+        scores: NaN-free scores. float32 and float16 give int32 keys, others int64
+            keys (see :func:`score_dtype`).
 
     Returns:
         A new integer array, one key per score.
     """
+    return _keys_and_range(scores)[0]
+
+
+def _keys_and_range(scores: np.ndarray) -> tuple[np.ndarray, int, int]:
+    """:func:`order_keys` of the scores, and the smallest and largest key (0 and 0 if none)."""
     scores = np.asarray(scores)
-    if scores.dtype not in (np.float32, np.float64):
-        scores = scores.astype(np.float64)
+    scores = scores.astype(score_dtype(scores.dtype), copy=False)
     # Adding zero copies the array and turns -0.0 into +0.0, which compare equal
     # but have different bit patterns.
-    return _flip_negatives((scores + scores.dtype.type(0)).view(_KEY_TYPES[scores.dtype]))
+    keys = (scores + scores.dtype.type(0)).view(_KEY_TYPES[scores.dtype])
+    if len(keys) == 0:
+        return keys, 0, 0
+    low = int(keys.min())
+    if low < 0:
+        # Only negative scores need flipping (probabilities never do).
+        keys = _flip_negatives(keys)
+        low = int(keys.min())
+    return keys, low, int(keys.max())
 
 
 def _flip_negatives(bits: np.ndarray) -> np.ndarray:
@@ -109,14 +121,7 @@ def labeled(scores: np.ndarray, is_positive: np.ndarray, weights: Optional[np.nd
     the scores are copied). The labels are embedded in the keys when the keys leave a bit
     free, scores in (-2, 2), which keeps float32 probabilities in 4 bytes each.
     """
-    scores = np.asarray(scores)
-    scores = scores.astype(score_dtype(scores.dtype), copy=False)
-    keys = (scores + scores.dtype.type(0)).view(_KEY_TYPES[scores.dtype])
-    low, high = (int(keys.min()), int(keys.max())) if len(keys) else (0, 0)
-    if low < 0:
-        # Only negative scores need flipping (probabilities never do).
-        keys = _flip_negatives(keys)
-        low, high = int(keys.min()), int(keys.max())
+    keys, low, high = _keys_and_range(scores)
     limit = 1 << (8 * keys.dtype.itemsize - 2)
     if low < -limit or high >= limit:
         return Examples(keys, is_positive.astype(bool), weights)
@@ -268,7 +273,12 @@ def sort_on_threads(examples: Examples, num_threads: Optional[int] = None) -> Ex
 
 
 def _compress(mask: np.ndarray, examples: Examples) -> Examples:
-    return Examples(*(None if column is None else np.compress(mask, column) for column in examples))
+    return _each_column(examples, lambda column: np.compress(mask, column))
+
+
+def _each_column(examples: Examples, take: Callable[[np.ndarray], np.ndarray]) -> Examples:
+    """``take`` applied to each column of the examples (labels and weights when present)."""
+    return Examples(*(None if column is None else take(column) for column in examples))
 
 
 def _pivots(runs: Sequence[Examples], parts: int) -> np.ndarray:
@@ -281,7 +291,7 @@ def _pivots(runs: Sequence[Examples], parts: int) -> np.ndarray:
 
 def _every(examples: Examples, step: int) -> Examples:
     """Every ``step``-th example (views)."""
-    return Examples(*(None if column is None else column[::step] for column in examples))
+    return _each_column(examples, lambda column: column[::step])
 
 
 def _cut(run: Examples, pivots: np.ndarray) -> list[Examples]:
@@ -289,7 +299,7 @@ def _cut(run: Examples, pivots: np.ndarray) -> list[Examples]:
     bounds = pivots << 1 if run.labels is None else pivots
     cuts = [0, *np.searchsorted(run.keys, bounds.astype(run.keys.dtype), "left").tolist(), len(run.keys)]
     return [
-        Examples(*(None if column is None else column[start:stop] for column in run))
+        _each_column(run, lambda column, start=start, stop=stop: column[start:stop])
         for start, stop in zip(cuts[:-1], cuts[1:])
     ]
 
@@ -336,7 +346,7 @@ def _blocks(sorted_ranges: Sequence[Examples]) -> list[Examples]:
         bounds = np.searchsorted(part.keys, _group_start(part.keys[bounds], part.labels is not None), "left")
         cuts = [0, *np.unique(bounds[bounds > 0]).tolist(), size] if size else []
         blocks += [
-            Examples(*(None if column is None else column[start:stop] for column in part))
+            _each_column(part, lambda column, start=start, stop=stop: column[start:stop])
             for start, stop in zip(cuts[:-1], cuts[1:])
         ]
     return blocks
