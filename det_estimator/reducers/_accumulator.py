@@ -18,6 +18,7 @@ import numpy as np
 from det_estimator import _root_cause
 from det_estimator._root_cause import RootCause
 from det_estimator.reducers._base import MetricReducer
+from det_estimator.reducers._reduction_thread import run_reduction
 
 # Envelope kinds: what one rank contributes to a reduction.
 _STATE = "state"
@@ -101,14 +102,15 @@ class MetricAccumulator:
     def reduce(self, envelopes: Sequence[Envelope]) -> Any:
         """Calls ``cross_slot_reduce`` on the states of the ranks that saw a batch.
 
-        The accumulator then starts a fresh evaluation, whatever the outcome.
+        It runs on the process's reduction thread (see ``_reduction_thread``). The
+        accumulator then starts a fresh evaluation, whatever the outcome.
 
         Raises:
             MetricReductionError: a rank's reducer failed, no rank saw a batch, or
                 ``cross_slot_reduce`` raised.
         """
         try:
-            return self._reduce(envelopes)
+            return run_reduction(self._reduce, envelopes)
         finally:
             self._start_evaluation()
 
