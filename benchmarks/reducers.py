@@ -184,6 +184,7 @@ def binned_over_draws(size: int, draws: int) -> None:
     candidates = {
         "BinnedRocAuc() (default: 4096 cells)": (lambda: reducers.BinnedRocAuc(), 1),
         "BinnedRocAuc(), 2 workers": (lambda: reducers.BinnedRocAuc(), 2),
+        "BinnedRocAuc(), 4 workers": (lambda: reducers.BinnedRocAuc(), 4),
         "4096 uniform logit bins (former default)": (lambda: reducers.BinnedRocAuc(bins=logit_edges()), 1),
         "200 uniform thresholds (Keras default)": (lambda: reducers.BinnedRocAuc(bins=np.linspace(0, 1, 201)), 1),
     }

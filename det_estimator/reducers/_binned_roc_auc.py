@@ -121,10 +121,12 @@ class BinnedRocAuc(MetricReducer):
     While examples arrive, cells of adjacent scores merge (those of one label first,
     then those with the fewest pairs of opposite labels), which keeps every credit
     exact: only an example that falls inside a cell already spanning several scores
-    loses its order against that cell's examples. Workers' cells merge exactly; pairs
-    in overlapping cells of different workers count one half. The result is exact as
-    long as no such pair occurs, for instance while a worker has seen fewer distinct
-    scores than ``bins``, and its error is bounded by half the pairs of unknown order
+    loses its order against that cell's examples; such pairs count one half. Workers'
+    cells merge exactly; a pair in overlapping cells of different workers is credited
+    as if each cell's examples were spread evenly over its scores. The result is exact
+    as long as no pair of unknown order occurs, for instance while a worker has seen
+    fewer distinct scores than ``bins``. Its error is bounded by half the pairs of
+    unknown order, plus the distance of the result from counting all of them one half,
     over all pairs.
 
     ``bins`` may instead be an explicit strictly increasing array of edges, in the
@@ -267,8 +269,10 @@ class BinnedRocAuc(MetricReducer):
             per_slot_metrics: The final states of all workers.
 
         Returns:
-            Half the mass of the pairs of unknown order over all pairs (with fixed
-            bins, ``0.5 * sum_b pos_b * neg_b / (P * N)``); NaN if a class is absent.
+            Half the mass of the pairs of unknown order, plus how far crediting
+            overlapping cells of different workers moved the result from counting
+            those pairs one half, over all pairs (with fixed bins,
+            ``0.5 * sum_b pos_b * neg_b / (P * N)``); NaN if a class is absent.
         """
         return np.float64(self._auc_and_bound(per_slot_metrics)[1])
 

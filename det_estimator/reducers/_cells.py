@@ -7,7 +7,8 @@ one worker are disjoint, so merging two of them loses nothing: every pair across
 ordered, and its credit is added to the merged cell. Order is lost only when an example
 falls inside a cell that already spans several keys (the new example's place among the
 old ones is unknown), or when cells of different workers overlap. Those pairs, and only
-those, are counted half and make up the error bound, which is therefore rigorous.
+those, make up the error bound, which is therefore rigorous: the exact AUC lies
+within half of them of the AUC that counts each one half.
 """
 
 from collections.abc import Sequence
@@ -218,8 +219,12 @@ def cells_auc(states: Sequence[Cells]) -> tuple[float, float]:
     """ROC AUC from the cells of several workers, and a bound on its error.
 
     Pairs in cells that do not overlap are ordered by the cells; pairs inside one cell
-    have their known credit; pairs in overlapping cells of different workers, and the
-    uncertain pairs inside cells, count one half. Single-key cells of equal keys tie.
+    have their known credit, and the uncertain pairs inside cells count one half.
+    Single-key cells of equal keys tie. Pairs in overlapping cells of different workers
+    are credited as if each cell's examples were spread evenly over its keys (see
+    :func:`_evenly_spread_credit`). Counting them one half instead was biased: on 20
+    draws of 200k scores (``benchmarks/reducers.py``) the largest error on 2 and 4
+    workers was 1.3e-6 to 7.8e-6, and is 0.8e-6 to 6.3e-6 this way.
 
     Args:
         states: The cells of each worker (each disjoint and sorted).
@@ -250,8 +255,54 @@ def cells_auc(states: Sequence[Cells]) -> tuple[float, float]:
         if overlapping <= 4 * len(cells.lo) * np.finfo(np.float64).eps * pairs:
             overlapping = 0.0
     uncertain = float(np.sum(cells.uncertain)) + overlapping
-    credit = below + 0.5 * ties + float(np.sum(cells.credit)) + 0.5 * uncertain
-    return credit / pairs, 0.5 * uncertain / pairs
+    # The exact credit lies within half the uncertain pairs of this midpoint.
+    midpoint = below + 0.5 * ties + float(np.sum(cells.credit)) + 0.5 * uncertain
+    if overlapping == 0.0:
+        return midpoint / pairs, 0.5 * uncertain / pairs
+    credit = _evenly_spread_credit(cells)
+    return credit / pairs, (0.5 * uncertain + abs(credit - midpoint)) / pairs
+
+
+def _evenly_spread_credit(cells: Cells) -> float:
+    """The credit of all pairs, each cell's examples taken as spread evenly over its keys.
+
+    ``cells`` are those of all workers together. Pairs inside one cell keep their known
+    credit (and half of their uncertain pairs); pairs across cells of one worker, which
+    do not overlap, come out exactly; a positive in one worker's cell is credited with
+    the share of each overlapping cell of another worker that lies below it, or half of
+    a single-key cell of its own key.
+
+    The negatives below a key form a piecewise linear function G (with a step at each
+    single-key cell); a cell's positives are credited with the mean of G over the cell,
+    taken from the integral of G, which is piecewise quadratic between the cells' ends.
+    """
+    # Keys as floats, measured from the lowest: the unsigned difference cannot overflow.
+    start = cells.lo.min()
+    lo = (cells.lo.view(np.uint64) - start.view(np.uint64)).astype(np.float64)
+    hi = (cells.hi.view(np.uint64) - start.view(np.uint64)).astype(np.float64)
+    wide = hi > lo
+    width = np.where(wide, hi - lo, 1.0)
+    ends = np.unique(np.concatenate((lo, hi)))
+    lo_index, hi_index = np.searchsorted(ends, lo), np.searchsorted(ends, hi)
+    # Density of negatives between consecutive ends, from the wide cells that span them.
+    density_change = np.zeros(len(ends))
+    np.add.at(density_change, lo_index[wide], cells.negatives[wide] / width[wide])
+    np.add.at(density_change, hi_index[wide], -cells.negatives[wide] / width[wide])
+    density = np.cumsum(density_change)[:-1]
+    steps = np.bincount(lo_index[~wide], weights=cells.negatives[~wide], minlength=len(ends))
+    gaps = np.diff(ends)
+    below_end = np.concatenate(([0.0], np.cumsum(steps[:-1] + density * gaps)))  # G just below each end
+    above_end = below_end + steps
+    integral = np.concatenate(([0.0], np.cumsum(above_end[:-1] * gaps + 0.5 * density * gaps * gaps)))
+    mean_below = np.where(
+        wide,
+        (integral[hi_index] - integral[lo_index]) / width,
+        below_end[lo_index] + 0.5 * steps[lo_index],
+    )
+    # mean_below counts a cell's own negatives as spread like its positives (one half of
+    # its pairs); its known credit and half of its uncertain pairs replace them.
+    own = 0.5 * cells.positives * cells.negatives
+    return float(np.sum(cells.positives * mean_below - own + cells.credit + 0.5 * cells.uncertain))
 
 
 def _ties_across_cells(cells: Cells) -> float:

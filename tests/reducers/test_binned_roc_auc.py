@@ -137,6 +137,19 @@ def test_overlapping_cells_of_different_workers_are_uncertain():
     assert (auc, bound) == (0.5, 0.5)  # either positive may be the one above the negative
 
 
+def test_overlapping_cells_are_credited_as_if_their_examples_were_spread_evenly():
+    # Worker A: 100 negatives at keys 0, 2, ..., 198, merged into one cell. Worker B: one
+    # positive at key 179, above 90 of them.
+    negatives = cells_math.merge_cells(cells_math.cells_from_points(2 * np.arange(100), np.zeros(100, bool)), 1)
+    positive = cells_math.cells_from_points(np.array([179]), np.array([True]))
+    auc, bound = cells_math.cells_auc([negatives, positive])
+    exact = 90 / 100
+    assert auc == pytest.approx(exact, abs=0.01)  # counting each uncertain pair one half would give 0.5
+    assert abs(auc - exact) <= bound
+    # The bound still covers every order the state allows, however far from even spacing.
+    assert auc - bound <= 0.0 + 1e-12 and auc + bound >= 1.0 - 1e-12
+
+
 def test_the_state_is_bounded_and_pickles_compactly(monkeypatch):
     monkeypatch.setattr(binned_module, "_CHUNK_EXAMPLES", 1000)
     rng = np.random.default_rng(3)
