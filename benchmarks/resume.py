@@ -1,16 +1,18 @@
 """What resuming costs at batch 100 against batch 100,000 of a 1M-row input pipeline, side by side in one run.
 
 The pipeline: 1,000,000 rows, shuffled with a 10,000-row buffer, in batches of 10 (so
-100,000 batches an epoch). For each position the trial first trains to it (the 100,000
-batches take a minute or two), then resumes three times for 10 more batches; printed (medians):
+100,000 batches an epoch). For each trial type (an EstimatorTrial and a TFKerasTrial) and
+each position the trial first trains to it (the 100,000 batches take a minute or two),
+then resumes three times for 10 more batches; printed (medians):
 
-1. the harness's resume (the iterator's state restored from the checkpoint): seconds from
-   the training session's start to the end of its first batch, which is where restoring or
-   replaying the input shows;
+1. the harness's resume (the iterator's state restored from the checkpoint): seconds to
+   the end of the first batch, from the training session's start (Estimator) or from the
+   trial's construction (Keras, whose iterator is restored before ``fit``), which is
+   where restoring or replaying the input shows;
 2. for comparison, what replaying the input to the same position costs (what a resume did
    before): the first batch of ``repeat().skip(n)`` on the same pipeline.
 
-Usage: ``.venv/bin/python benchmarks/resume.py [--far 100000]``
+Usage: ``.venv/bin/python benchmarks/resume.py [--far 100000] [--only estimator|keras]``
 """
 
 import argparse
@@ -18,6 +20,7 @@ import os
 import statistics
 import tempfile
 import time
+from typing import Callable
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # run_trial records its runs in the experiment store: a throwaway one, not the user's.
@@ -33,8 +36,11 @@ FEATURES = np.random.default_rng(0).normal(size=(ROWS, 4)).astype(np.float32)
 TARGETS = FEATURES @ np.array([1.0, -2.0, 0.5, 3.0], dtype=np.float32)
 
 
-def pipeline(seed: int) -> tf.data.Dataset:
-    return tf.data.Dataset.from_tensor_slices((FEATURES, TARGETS)).shuffle(BUFFER, seed=seed).batch(BATCH)
+def pipeline(
+    seed: int, wrap: Callable[[tf.data.Dataset], tf.data.Dataset] = lambda records: records
+) -> tf.data.Dataset:
+    """The rows, ``wrap``-ped (a Keras trial shards them), shuffled and batched."""
+    return wrap(tf.data.Dataset.from_tensor_slices((FEATURES, TARGETS))).shuffle(BUFFER, seed=seed).batch(BATCH)
 
 
 class FirstBatchTimer(tf.estimator.SessionRunHook):
@@ -71,25 +77,72 @@ class LinearTrial(det.EstimatorTrial):
         return tf.estimator.EvalSpec(lambda: pipeline(0).take(1), steps=1)
 
 
-def config(storage: str, batches: int) -> dict:
+class KerasFirstBatchTimer(det.keras.callbacks.Callback):
+    """Seconds from the trial's construction to the end of its first batch."""
+
+    seconds: list = []
+
+    def __init__(self, started: float) -> None:
+        super().__init__()
+        self._started = started
+        self._first = True
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self._first:
+            KerasFirstBatchTimer.seconds.append(time.perf_counter() - self._started)
+            self._first = False
+
+
+class KerasLinearTrial(det.keras.TFKerasTrial):
+    def __init__(self, context):
+        self._started = time.perf_counter()
+        super().__init__(context)
+
+    def build_model(self):
+        model = self.context.wrap_model(tf.keras.Sequential([tf.keras.Input(shape=(4,)), tf.keras.layers.Dense(1)]))
+        model.compile(self.context.wrap_optimizer(tf.keras.optimizers.SGD(0.01)), loss="mse")
+        return model
+
+    def build_training_data_loader(self):
+        return pipeline(self.context.get_trial_seed(), self.context.wrap_dataset)
+
+    def build_validation_data_loader(self):
+        return pipeline(0).take(1)
+
+    def keras_callbacks(self):
+        return [KerasFirstBatchTimer(self._started)]
+
+
+TRIALS = {"estimator": (LinearTrial, FirstBatchTimer), "keras": (KerasLinearTrial, KerasFirstBatchTimer)}
+
+
+def config(storage: str, batches: int, trial_type: str = "estimator") -> dict:
     return {
         "name": "resume",
-        "entrypoint": "resume:LinearTrial",
+        "entrypoint": f"resume:{TRIALS[trial_type][0].__name__}",
         "hyperparameters": {"global_batch_size": BATCH},
-        "searcher": {"name": "single", "metric": "loss", "max_length": {"batches": batches}},
+        # Keras prefixes its validation metrics with "val_".
+        "searcher": {
+            "name": "single",
+            "metric": "val_loss" if trial_type == "keras" else "loss",
+            "max_length": {"batches": batches},
+        },
         "scheduling_unit": 1000,
         "checkpoint_storage": {"type": "shared_fs", "host_path": storage},
         "reproducibility": {"experiment_seed": 1},
     }
 
 
-def harness_resume(position: int, repeats: int = 3) -> float:
+def harness_resume(trial_type: str, position: int, repeats: int = 3) -> float:
     """Trains to ``position``, resumes ``repeats`` times for 10 batches; the median seconds to the first batch."""
+    trial, timer = TRIALS[trial_type]
     with tempfile.TemporaryDirectory() as storage:
-        det.run_trial(LinearTrial, config(storage, position), trial_id=f"at-{position}")
+        det.run_trial(trial, config(storage, position, trial_type), trial_id=f"{trial_type}-at-{position}")
         for resume in range(1, repeats + 1):
-            det.run_trial(LinearTrial, config(storage, position + 10 * resume), trial_id=f"at-{position}")
-    return statistics.median(FirstBatchTimer.seconds[-repeats:])
+            det.run_trial(
+                trial, config(storage, position + 10 * resume, trial_type), trial_id=f"{trial_type}-at-{position}"
+            )
+    return statistics.median(timer.seconds[-repeats:])
 
 
 def replay(position: int, repeats: int = 3) -> float:
@@ -109,19 +162,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--near", type=int, default=100)
     parser.add_argument("--far", type=int, default=100_000)
+    parser.add_argument("--only", choices=sorted(TRIALS), help="time one trial type (default: both)")
     args = parser.parse_args()
-    restored = {position: harness_resume(position) for position in (args.near, args.far)}
-    replayed = {position: replay(position) for position in (args.near, args.far)}
+    positions = (args.near, args.far)
+    trial_types = [args.only] if args.only else list(TRIALS)
+    restored = {(kind, position): harness_resume(kind, position) for kind in trial_types for position in positions}
+    replay(args.near)  # warm-up: the first graph and session of the process cost more
+    replayed = {position: replay(position) for position in positions}
     print(
         f"\nResume of a {ROWS:,}-row pipeline (shuffle buffer {BUFFER:,}, batches of {BATCH}), "
         "seconds to the first batch"
     )
-    print(f"{'position (batches)':>20}{'harness: state restored':>26}{'replaying the input':>22}")
-    for position in (args.near, args.far):
-        print(f"{position:>20,}{restored[position]:>26.3f}{replayed[position]:>22.3f}")
+    header = "".join(f"{kind + ': state restored':>28}" for kind in trial_types)
+    print(f"{'position (batches)':>20}{header}{'replaying the input':>22}")
+    for position in positions:
+        row = "".join(f"{restored[kind, position]:>28.3f}" for kind in trial_types)
+        print(f"{position:>20,}{row}{replayed[position]:>22.3f}")
+    ratios = ", ".join(f"{kind} {restored[kind, args.far] / restored[kind, args.near]:.2f}x" for kind in trial_types)
     print(
-        f"far / near: restored {restored[args.far] / restored[args.near]:.2f}x, "
-        f"replayed {replayed[args.far] / replayed[args.near]:.0f}x "
+        f"far / near: restored {ratios}; replayed {replayed[args.far] / replayed[args.near]:.1f}x "
         "(goal: the harness's far resume no longer than its near one)"
     )
 
