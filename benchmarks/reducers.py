@@ -364,9 +364,14 @@ def evaluate_overhead(num_examples: int, repeats: int) -> None:
     batches = record["batches"]
     for clock, label, runs in ((time.perf_counter, "wall", timings), (time.process_time, "CPU", cpu)):
         bare = statistics.median(elapsed(clock, lambda: auc_of_batches(batches)) for _ in range(repeats))
-        medians = {name: statistics.median(values) for name, values in runs.items()}
-        py_func_cost = medians["per-batch py_func doing nothing"] - medians["no custom metric"]
-        function_cost = medians["make_metric(sklearn function)"] - medians["no custom metric"]
+
+        # Each cost is the median over rounds of the difference to the plain evaluate of the
+        # same round, so that load on the machine that changes between rounds cancels out.
+        def cost(name: str, runs: dict = runs) -> float:
+            return statistics.median(t - plain for t, plain in zip(runs[name], runs["no custom metric"]))
+
+        py_func_cost = cost("per-batch py_func doing nothing")
+        function_cost = cost("make_metric(sklearn function)")
         print(
             f"  function reducer, {label} time: costs {function_cost:+.3f} s over the plain evaluate; calling the "
             f"function once on all values takes {bare:.3f} s and a per-batch py_func {py_func_cost:+.3f} s, together "
