@@ -1,8 +1,19 @@
 """Loading the SavedModels that every estimator checkpoint carries, for inference."""
 
+import logging
 from typing import Any, Optional
 
 from det_estimator._saved_models import saved_models_of
+
+# What TensorFlow logs for every variable of a SavedModel exported from a graph (as every
+# Estimator export is) when it is loaded: the variables are not visible to training
+# APIs, which does not matter for inference, the only use of the loaded model here.
+_REFERENCE_VARIABLE_NOTICE = "Unable to create a python object for variable"
+
+
+class _WithoutReferenceVariableNotices(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(_REFERENCE_VARIABLE_NOTICE)
 
 
 def load_estimator_from_checkpoint_path(
@@ -42,4 +53,9 @@ def load_estimator_from_checkpoint_path(
         raise ValueError(
             f"Checkpoint {path} has no SavedModel named {serving_name!r}; its SavedModels are: {', '.join(exports)}."
         )
-    return tf.compat.v2.saved_model.load(str(exports[serving_name]), tags=tags or ["serve"])
+    notices = _WithoutReferenceVariableNotices()
+    tf.get_logger().addFilter(notices)
+    try:
+        return tf.compat.v2.saved_model.load(str(exports[serving_name]), tags=tags or ["serve"])
+    finally:
+        tf.get_logger().removeFilter(notices)
