@@ -10,11 +10,15 @@ its searcher metric, looked up in the experiment store.
 """
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
-import numpy as np
-import tensorflow as tf
+# TensorFlow's start-up notices (oneDNN, CPU instructions) say nothing about the scores.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
