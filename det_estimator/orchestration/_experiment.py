@@ -21,6 +21,9 @@ from det_estimator.store import ExperimentRecord, ExperimentStore, SearchState, 
 
 # How often the launcher looks at the store for progress and pause requests.
 _POLL_SECONDS = 0.25
+# Errors a restart would only repeat, by the type a failed run records: they say the
+# experiment config does not fit the trial, and a restart runs the same config.
+_CONFIG_ERRORS = frozenset({"SearcherMetricError"})
 
 
 def record_experiment(
@@ -213,12 +216,20 @@ class _ExperimentLoop:
         """Queues a failed trial again, to run from its latest valid checkpoint; False when it may not.
 
         As the reference: up to ``max_restarts`` times per trial, whatever failed (an
-        exception, a killed process, a host gone). Not while pausing, nor once the search
-        has ended or has closed the trial.
+        exception, a killed process, a host gone), except an error that says the config
+        does not fit the trial (a searcher metric no validation reports): the same config
+        would fail the same way. Not while pausing, nor once the search has ended or has
+        closed the trial.
         """
         trial = self._store.trial(trial_id)
         limit = self._config.max_restarts
         if self._pausing or self._search.shutdown or trial.search_state != SearchState.RUNNING:
+            return False
+        if limit and (failed.error or {}).get("type") in _CONFIG_ERRORS:
+            self._display.message(
+                f"trial {trial_id} failed ({restart_cause(failed, first_failure)}); not restarted: "
+                "the experiment config is at fault, and a restart would fail the same way"
+            )
             return False
         if trial.restarts >= limit:
             if limit:

@@ -33,6 +33,20 @@ def test_a_failure_that_happens_once_is_survived_by_a_restart(det, context, help
     assert "1. " in shown and "rank 0: RuntimeError: injected failure on rank 0" in shown
 
 
+def test_a_searcher_metric_no_validation_reports_is_not_restarted(det, context, helpers):
+    raw = helpers.fault_config(context, 20, max_restarts=5)
+    raw["searcher"]["metric"] = "lss"
+    result = det("experiment", "create", context.write_config(raw=raw), context.directory)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "searcher.metric 'lss' is not among the validation metrics" in result.stderr
+    assert "not restarted: the experiment config is at fault" in result.stdout, result.stdout
+    assert "restart 1 of 5" not in result.stdout
+    (experiment,) = det.json("experiment", "list")
+    (trial,) = det.json("experiment", "describe", experiment["id"])["trials"]
+    assert trial["state"] == "ERROR"
+    assert trial["restarts"] == 0 and len(trial["runs"]) == 1
+
+
 @pytest.mark.slow
 def test_a_permanent_failure_ends_as_error_after_exactly_max_restarts(det, context, helpers):
     fault = {"kind": "raise", "rank": 0, "batch": 3}
