@@ -121,9 +121,10 @@ class BinnedRocAuc(MetricReducer):
     While examples arrive, cells of adjacent scores merge (those of one label first,
     then those with the fewest pairs of opposite labels), which keeps every credit
     exact: only an example that falls inside a cell already spanning several scores
-    loses its order against that cell's examples; such pairs count one half. Workers'
-    cells merge exactly; a pair in overlapping cells of different workers is credited
-    as if each cell's examples were spread evenly over its scores. The result is exact
+    loses its order against that cell's examples; such pairs count one half. Each cell
+    also keeps, per label, the mean position of its examples within it. Workers' cells
+    merge exactly; a pair in overlapping cells of different workers is credited as if
+    each cell's examples of a label were spread around their mean. The result is exact
     as long as no pair of unknown order occurs, for instance while a worker has seen
     fewer distinct scores than ``bins``. Its error is bounded by half the pairs of
     unknown order, plus the distance of the result from counting all of them one half,
@@ -144,7 +145,7 @@ class BinnedRocAuc(MetricReducer):
     same bound for any list of states.
 
     Args:
-        bins: Most cells per worker (int >= 3; about 48 bytes each), or explicit edges.
+        bins: Most cells per worker (int >= 3; about 64 bytes each), or explicit edges.
         scores: "probabilities" or "logits": what the predictions are; probabilities
             are checked to lie in [0, 1].
         value: What ``cross_slot_reduce`` returns: "auc", or "error_bound" to

@@ -9,6 +9,11 @@ falls inside a cell that already spans several keys (the new example's place amo
 old ones is unknown), or when cells of different workers overlap. Those pairs, and only
 those, make up the error bound, which is therefore rigorous: the exact AUC lies
 within half of them of the AUC that counts each one half.
+
+Each cell also keeps, per label, the first moment of its examples' keys about ``lo``:
+where in the cell they lie on average. The AUC credits the pairs in overlapping cells of
+different workers as those means suggest (see :func:`_credit_from_moments`); the bound
+does not rely on them.
 """
 
 from collections.abc import Sequence
@@ -18,6 +23,8 @@ import numpy as np
 
 # Rounds of pairwise merges before the remaining excess is merged in runs at once.
 _PAIR_ROUNDS = 3
+# Equal parts of a cell that each label's modelled density is integrated over.
+_PARTS_PER_CELL = 8
 
 
 class Cells(NamedTuple):
@@ -31,6 +38,8 @@ class Cells(NamedTuple):
         credit: float64 credit of the (positive, negative) pairs inside the cell whose
             order is known: 1 per positive above its negative, 1/2 per tie.
         uncertain: float64 mass of the pairs inside the cell whose order is unknown.
+        positive_moment: float64 sum over the cell's positives of mass * (key - lo).
+        negative_moment: float64 sum over the cell's negatives of mass * (key - lo).
     """
 
     lo: np.ndarray
@@ -39,12 +48,19 @@ class Cells(NamedTuple):
     negatives: np.ndarray
     credit: np.ndarray
     uncertain: np.ndarray
+    positive_moment: np.ndarray
+    negative_moment: np.ndarray
 
 
 def empty_cells() -> Cells:
     """Cells of no example."""
     keys, mass = np.empty(0, np.int64), np.empty(0, np.float64)
-    return Cells(keys, keys, mass, mass, mass, mass)
+    return Cells(keys, keys, mass, mass, mass, mass, mass, mass)
+
+
+def _key_distance(upper: np.ndarray, lower: np.ndarray) -> np.ndarray:
+    """``upper - lower`` of int64 keys (``upper >= lower``) as float64, without overflow."""
+    return (upper.view(np.uint64) - lower.view(np.uint64)).astype(np.float64)
 
 
 def _group_starts(sorted_values: np.ndarray) -> np.ndarray:
@@ -84,7 +100,8 @@ def cells_from_points(keys: np.ndarray, is_positive: np.ndarray, weights: Option
     positives = np.add.reduceat(np.where(positive, mass, 0.0), starts)
     negatives = np.add.reduceat(np.where(positive, 0.0, mass), starts)
     lo = keys[starts]
-    return Cells(lo, lo.copy(), positives, negatives, 0.5 * positives * negatives, np.zeros(len(lo)))
+    zeros = np.zeros(len(lo))
+    return Cells(lo, lo.copy(), positives, negatives, 0.5 * positives * negatives, zeros, zeros, zeros.copy())
 
 
 def add_points(cells: Cells, points: Cells) -> Cells:
@@ -125,6 +142,7 @@ def _absorb(cells: Cells, points: Cells, index: np.ndarray) -> Cells:
     new_negatives = np.bincount(index, weights=points.negatives, minlength=size)
     across = new_positives * cells.negatives + new_negatives * cells.positives
     single = cells.lo == cells.hi
+    distance = _key_distance(points.lo, cells.lo[index])
     return Cells(
         cells.lo,
         cells.hi,
@@ -132,6 +150,10 @@ def _absorb(cells: Cells, points: Cells, index: np.ndarray) -> Cells:
         cells.negatives + new_negatives,
         cells.credit + inner + np.where(single, 0.5 * across, 0.0),
         cells.uncertain + np.bincount(index, weights=points.uncertain, minlength=size) + np.where(single, 0.0, across),
+        cells.positive_moment
+        + np.bincount(index, weights=points.positive_moment + points.positives * distance, minlength=size),
+        cells.negative_moment
+        + np.bincount(index, weights=points.negative_moment + points.negatives * distance, minlength=size),
     )
 
 
@@ -178,33 +200,43 @@ def _merge_pairs(cells: Cells, links: np.ndarray) -> Cells:
     upper = links + 1
     hi, positives, negatives = cells.hi.copy(), cells.positives.copy(), cells.negatives.copy()
     credit, uncertain = cells.credit.copy(), cells.uncertain.copy()
+    positive_moment, negative_moment = cells.positive_moment.copy(), cells.negative_moment.copy()
     hi[links] = cells.hi[upper]
     positives[links] += cells.positives[upper]
     negatives[links] += cells.negatives[upper]
     # The upper cell's positives beat the lower cell's negatives.
     credit[links] += cells.credit[upper] + cells.positives[upper] * cells.negatives[links]
     uncertain[links] += cells.uncertain[upper]
+    # The upper cell's moments, taken about the lower cell's lo.
+    distance = _key_distance(cells.lo[upper], cells.lo[links])
+    positive_moment[links] += cells.positive_moment[upper] + cells.positives[upper] * distance
+    negative_moment[links] += cells.negative_moment[upper] + cells.negatives[upper] * distance
     kept = np.ones(len(hi), bool)
     kept[upper] = False
-    return Cells(cells.lo[kept], hi[kept], positives[kept], negatives[kept], credit[kept], uncertain[kept])
+    merged = Cells(cells.lo, hi, positives, negatives, credit, uncertain, positive_moment, negative_moment)
+    return Cells(*(column[kept] for column in merged))
 
 
 def _link_costs(cells: Cells) -> np.ndarray:
     """The cost of merging each cell with the next: pairs of opposite labels across, then span.
 
-    The span (in [0, 1/2) of the mass unit, so it only breaks ties between costs) is
-    that of the merged cell.
+    The span of the merged cell adds less than half the smallest nonzero cost: a merge of
+    cells of one label always comes before one that mixes labels, however wide it makes
+    the cell, and with unit weights the span only breaks ties.
     """
     cost = cells.positives[:-1] * cells.negatives[1:] + cells.positives[1:] * cells.negatives[:-1]
     # In floats: the difference of two int64 keys may overflow.
     span = cells.hi[1:].astype(np.float64) - cells.lo[:-1].astype(np.float64)
-    unit = (np.sum(cells.positives) + np.sum(cells.negatives)) / len(cells.lo)
-    return cost + (0.5 * unit * unit / max(float(span.max()), 1.0)) * span
+    nonzero = cost[cost > 0]
+    smallest = float(nonzero.min()) if len(nonzero) else 1.0
+    return cost + (0.5 * smallest / max(float(span.max()), 1.0)) * span
 
 
 def _merge_runs(cells: Cells, starts: np.ndarray) -> Cells:
     """Each run of cells from one start to the next becomes one cell."""
     ends = np.append(starts[1:], len(cells.lo)) - 1
+    # Each cell's moments, taken about the lo of its run.
+    distance = _key_distance(cells.lo, np.repeat(cells.lo[starts], np.diff(np.append(starts, len(cells.lo)))))
     return Cells(
         cells.lo[starts],
         cells.hi[ends],
@@ -212,6 +244,8 @@ def _merge_runs(cells: Cells, starts: np.ndarray) -> Cells:
         np.add.reduceat(cells.negatives, starts),
         np.add.reduceat(cells.credit, starts) + _credit_within_groups(cells.positives, cells.negatives, starts),
         np.add.reduceat(cells.uncertain, starts),
+        np.add.reduceat(cells.positive_moment + cells.positives * distance, starts),
+        np.add.reduceat(cells.negative_moment + cells.negatives * distance, starts),
     )
 
 
@@ -221,10 +255,7 @@ def cells_auc(states: Sequence[Cells]) -> tuple[float, float]:
     Pairs in cells that do not overlap are ordered by the cells; pairs inside one cell
     have their known credit, and the uncertain pairs inside cells count one half.
     Single-key cells of equal keys tie. Pairs in overlapping cells of different workers
-    are credited as if each cell's examples were spread evenly over its keys (see
-    :func:`_evenly_spread_credit`). Counting them one half instead was biased: on 20
-    draws of 200k scores (``benchmarks/reducers.py``) the largest error on 2 and 4
-    workers was 1.3e-6 to 7.8e-6, and is 0.8e-6 to 6.3e-6 this way.
+    are credited as each cell's moments suggest (see :func:`_credit_from_moments`).
 
     Args:
         states: The cells of each worker (each disjoint and sorted).
@@ -259,50 +290,87 @@ def cells_auc(states: Sequence[Cells]) -> tuple[float, float]:
     midpoint = below + 0.5 * ties + float(np.sum(cells.credit)) + 0.5 * uncertain
     if overlapping == 0.0:
         return midpoint / pairs, 0.5 * uncertain / pairs
-    credit = _evenly_spread_credit(cells)
+    credit = _credit_from_moments(cells)
     return credit / pairs, (0.5 * uncertain + abs(credit - midpoint)) / pairs
 
 
-def _evenly_spread_credit(cells: Cells) -> float:
-    """The credit of all pairs, each cell's examples taken as spread evenly over its keys.
+def _credit_from_moments(cells: Cells) -> float:
+    """The credit of all pairs, each cell's examples of a label spread as their moment says.
 
-    ``cells`` are those of all workers together. Pairs inside one cell keep their known
-    credit (and half of their uncertain pairs); pairs across cells of one worker, which
-    do not overlap, come out exactly; a positive in one worker's cell is credited with
-    the share of each overlapping cell of another worker that lies below it, or half of
-    a single-key cell of its own key.
+    ``cells`` are those of all workers together. Inside a wide cell, the examples of each
+    label are given a density over the cell's keys whose mean is theirs
+    (:func:`_cumulative_shares`), integrated over ``_PARTS_PER_CELL`` equal parts of the
+    cell. Pairs inside one cell keep their known credit (and half of their uncertain
+    pairs); pairs across cells of one worker, which do not overlap, come out exactly; a
+    positive in one worker's cell is credited with the modelled share of each
+    overlapping cell of another worker that lies below it, and half of a single-key
+    cell of its own key.
 
-    The negatives below a key form a piecewise linear function G (with a step at each
-    single-key cell); a cell's positives are credited with the mean of G over the cell,
-    taken from the integral of G, which is piecewise quadratic between the cells' ends.
+    Spreading each cell evenly instead is biased wherever the density of scores changes
+    across a cell, as in the tails, where a cell's examples crowd its inner end.
     """
+    parts = _PARTS_PER_CELL
     # Keys as floats, measured from the lowest: the unsigned difference cannot overflow.
-    start = cells.lo.min()
-    lo = (cells.lo.view(np.uint64) - start.view(np.uint64)).astype(np.float64)
-    hi = (cells.hi.view(np.uint64) - start.view(np.uint64)).astype(np.float64)
-    wide = hi > lo
-    width = np.where(wide, hi - lo, 1.0)
-    ends = np.unique(np.concatenate((lo, hi)))
-    lo_index, hi_index = np.searchsorted(ends, lo), np.searchsorted(ends, hi)
-    # Density of negatives between consecutive ends, from the wide cells that span them.
-    density_change = np.zeros(len(ends))
-    np.add.at(density_change, lo_index[wide], cells.negatives[wide] / width[wide])
-    np.add.at(density_change, hi_index[wide], -cells.negatives[wide] / width[wide])
-    density = np.cumsum(density_change)[:-1]
-    steps = np.bincount(lo_index[~wide], weights=cells.negatives[~wide], minlength=len(ends))
+    lo = _key_distance(cells.lo, np.full(len(cells.lo), cells.lo.min()))
+    width = _key_distance(cells.hi, cells.lo)
+    # A cell narrower than float resolution here is a point, as is a single-key cell.
+    wide = lo + width > lo
+    fractions = np.arange(parts + 1) / parts
+    part_ends = lo[wide, None] + width[wide, None] * fractions  # (wide cells, parts + 1)
+    positive_shares = np.diff(_cumulative_shares(cells.positive_moment[wide], cells.positives[wide], width[wide]))
+    negative_shares = np.diff(_cumulative_shares(cells.negative_moment[wide], cells.negatives[wide], width[wide]))
+    ends = np.unique(np.concatenate((part_ends.ravel(), lo[~wide])))
     gaps = np.diff(ends)
-    below_end = np.concatenate(([0.0], np.cumsum(steps[:-1] + density * gaps)))  # G just below each end
-    above_end = below_end + steps
-    integral = np.concatenate(([0.0], np.cumsum(above_end[:-1] * gaps + 0.5 * density * gaps * gaps)))
-    mean_below = np.where(
-        wide,
-        (integral[hi_index] - integral[lo_index]) / width,
-        below_end[lo_index] + 0.5 * steps[lo_index],
-    )
-    # mean_below counts a cell's own negatives as spread like its positives (one half of
-    # its pairs); its known credit and half of its uncertain pairs replace them.
-    own = 0.5 * cells.positives * cells.negatives
-    return float(np.sum(cells.positives * mean_below - own + cells.credit + 0.5 * cells.uncertain))
+    starts, stops = np.searchsorted(ends, part_ends[:, :-1]), np.searchsorted(ends, part_ends[:, 1:])
+    # A part that rounds to no width at all is a point at its start.
+    flat = stops == starts
+    point_index = np.concatenate((np.searchsorted(ends, lo[~wide]), starts[flat]))
+
+    def spread(mass: np.ndarray, shares: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Density of the mass between consecutive ends, and the point mass at each end."""
+        part_mass = mass[wide, None] * shares
+        part_density = np.where(flat, 0.0, part_mass / np.where(flat, 1.0, part_ends[:, 1:] - part_ends[:, :-1]))
+        density_change = np.bincount(starts.ravel(), part_density.ravel(), len(ends)) - np.bincount(
+            stops.ravel(), part_density.ravel(), len(ends)
+        )
+        point_mass = np.concatenate((mass[~wide], part_mass[flat]))
+        return np.cumsum(density_change)[:-1], np.bincount(point_index, point_mass, len(ends))
+
+    negative_density, negative_steps = spread(cells.negatives, negative_shares)
+    positive_density, positive_steps = spread(cells.positives, positive_shares)
+    # The negatives below each end, and the positives' credit: on the points, and
+    # between ends, where the negatives below grow linearly.
+    below_end = np.concatenate(([0.0], np.cumsum(negative_steps[:-1] + negative_density * gaps)))
+    above_end = below_end + negative_steps
+    credit = float(np.dot(positive_steps, below_end + 0.5 * negative_steps))
+    credit += float(np.dot(positive_density, above_end[:-1] * gaps + 0.5 * negative_density * gaps * gaps))
+    # That credited each cell's own pairs as the model orders them; their known credit,
+    # and half of their uncertain pairs, replace that.
+    own_share = np.full(len(cells.lo), 0.5)
+    own_share[wide] = np.sum(positive_shares * (np.cumsum(negative_shares, axis=1) - 0.5 * negative_shares), axis=1)
+    own = cells.positives * cells.negatives * own_share
+    return credit + float(np.sum(cells.credit + 0.5 * cells.uncertain - own))
+
+
+def _cumulative_shares(moment: np.ndarray, mass: np.ndarray, width: np.ndarray) -> np.ndarray:
+    """Share of each cell's mass of one label below each of ``_PARTS_PER_CELL + 1`` equal steps.
+
+    The density over the cell (``u`` in [0, 1]) has the mean ``m`` that the moment gives:
+    linear, ``1 + k (2u - 1)`` with ``k = 6 (m - 1/2)``, for ``m`` in [1/3, 2/3]; closer to
+    an end, a triangle that rises from ``3m - 2`` to 1, or falls from 0 to ``3m``. A
+    linear density cannot lean further; the triangles keep the mass where the mean puts
+    it, which is where a tail cell's examples are: at its inner end.
+    """
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(mass > 0, moment / (mass * width), 0.5)
+    mean = np.clip(np.nan_to_num(mean, nan=0.5), 0.0, 1.0)[:, None]
+    u = np.arange(_PARTS_PER_CELL + 1) / _PARTS_PER_CELL
+    linear = u + np.clip(6.0 * (mean - 0.5), -1.0, 1.0) * (u * u - u)
+    rise_start = np.minimum(3.0 * mean - 2.0, 1.0 - 1e-12)
+    rising = np.square(np.clip(u - rise_start, 0.0, None) / (1.0 - rise_start))
+    fall_end = np.maximum(3.0 * mean, 1e-12)
+    falling = 1.0 - np.square(np.clip(fall_end - u, 0.0, None) / fall_end)
+    return np.where(mean > 2.0 / 3.0, rising, np.where(mean < 1.0 / 3.0, falling, linear))
 
 
 def _ties_across_cells(cells: Cells) -> float:
