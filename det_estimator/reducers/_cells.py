@@ -65,6 +65,8 @@ def _key_distance(upper: np.ndarray, lower: np.ndarray) -> np.ndarray:
 
 def _group_starts(sorted_values: np.ndarray) -> np.ndarray:
     """Indices where a new run of equal values begins in a sorted array."""
+    if len(sorted_values) == 0:
+        return np.empty(0, np.intp)
     return np.flatnonzero(np.concatenate(([True], sorted_values[1:] != sorted_values[:-1])))
 
 

@@ -140,6 +140,20 @@ def test_merging_the_cells_of_one_batch_keeps_the_auc_exact():
         assert bound == 0.0
 
 
+def test_examples_that_all_fall_outside_the_cells_so_far_are_added(monkeypatch):
+    # Validation data in increasing order of score: each chunk lies above every cell so far.
+    monkeypatch.setattr(binned_module, "_CHUNK_EXAMPLES", 100)
+    rng = np.random.default_rng(5)
+    labels = rng.random(1000) < 0.3
+    scores = np.sort(rng.random(1000))
+    reducer = BinnedRocAuc(bins=8)
+    for start in range(0, 1000, 100):
+        state = reducer.accumulate({"labels": labels[start : start + 100], "predictions": scores[start : start + 100]})
+    # The cells of different chunks do not overlap: no order is lost.
+    assert reducer.cross_slot_reduce([state]) == pytest.approx(roc_auc_score(labels, scores), rel=1e-12)
+    assert reducer.last_error_bound == 0.0
+
+
 def test_examples_inside_a_wide_cell_become_uncertain_and_ties_on_a_single_score_do_not():
     keys = np.array([10, 20, 30])
     wide = cells_math.merge_cells(cells_math.cells_from_points(keys, np.array([False, True, False])), 1)
