@@ -23,8 +23,10 @@ import numpy as np
 
 # Rounds of pairwise merges before the remaining excess is merged in runs at once.
 _PAIR_ROUNDS = 3
-# Equal parts of a cell that each label's modelled density is integrated over.
+# Equal parts of a cell that each label's modelled density is integrated over, and
+# where their ends lie, as fractions of the cell.
 _PARTS_PER_CELL = 8
+_PART_ENDS = np.arange(_PARTS_PER_CELL + 1) / _PARTS_PER_CELL
 
 
 class Cells(NamedTuple):
@@ -311,14 +313,12 @@ def _credit_from_moments(cells: Cells) -> float:
     Spreading each cell evenly instead is biased wherever the density of scores changes
     across a cell, as in the tails, where a cell's examples crowd its inner end.
     """
-    parts = _PARTS_PER_CELL
     # Keys as floats, measured from the lowest: the unsigned difference cannot overflow.
     lo = _key_distance(cells.lo, np.full(len(cells.lo), cells.lo.min()))
     width = _key_distance(cells.hi, cells.lo)
     # A cell narrower than float resolution here is a point, as is a single-key cell.
     wide = lo + width > lo
-    fractions = np.arange(parts + 1) / parts
-    part_ends = lo[wide, None] + width[wide, None] * fractions  # (wide cells, parts + 1)
+    part_ends = lo[wide, None] + width[wide, None] * _PART_ENDS  # (wide cells, parts + 1)
     positive_shares = np.diff(_cumulative_shares(cells.positive_moment[wide], cells.positives[wide], width[wide]))
     negative_shares = np.diff(_cumulative_shares(cells.negative_moment[wide], cells.negatives[wide], width[wide]))
     ends = np.unique(np.concatenate((part_ends.ravel(), lo[~wide])))
@@ -355,7 +355,7 @@ def _credit_from_moments(cells: Cells) -> float:
 
 
 def _cumulative_shares(moment: np.ndarray, mass: np.ndarray, width: np.ndarray) -> np.ndarray:
-    """Share of each cell's mass of one label below each of ``_PARTS_PER_CELL + 1`` equal steps.
+    """Share of each cell's mass of one label below each of the ``_PART_ENDS``.
 
     The density over the cell (``u`` in [0, 1]) has the mean ``m`` that the moment gives:
     linear, ``1 + k (2u - 1)`` with ``k = 6 (m - 1/2)``, for ``m`` in [1/3, 2/3]; closer to
@@ -365,8 +365,8 @@ def _cumulative_shares(moment: np.ndarray, mass: np.ndarray, width: np.ndarray) 
     """
     with np.errstate(invalid="ignore", divide="ignore"):
         mean = np.where(mass > 0, moment / (mass * width), 0.5)
-    mean = np.clip(np.nan_to_num(mean, nan=0.5), 0.0, 1.0)[:, None]
-    u = np.arange(_PARTS_PER_CELL + 1) / _PARTS_PER_CELL
+    mean = np.clip(mean, 0.0, 1.0)[:, None]
+    u = _PART_ENDS
     linear = u + np.clip(6.0 * (mean - 0.5), -1.0, 1.0) * (u * u - u)
     rise_start = np.minimum(3.0 * mean - 2.0, 1.0 - 1e-12)
     rising = np.square(np.clip(u - rise_start, 0.0, None) / (1.0 - rise_start))
