@@ -10,7 +10,7 @@ Prints four tables:
    200k click-through scores (2% positives) and of a balanced case (50%): largest error,
    largest bound, and the ratio bound / error; beside it, the former default (4096 bins
    uniform in logit space) and Keras' 200 uniform thresholds, as explicit edges, and the
-   default cells split over 2 workers.
+   default cells split over 2 and over 4 workers (round-robin).
 3. ``estimator.evaluate`` on 1M examples (batch 1024, a small model): no custom metric, a
    per-batch ``py_func`` that does nothing (the bare cost of calling Python per batch),
    ``make_metric(RocAuc)``, ``make_metric`` of a function calling scikit-learn, and
