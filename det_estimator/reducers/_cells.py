@@ -229,8 +229,7 @@ def _link_costs(cells: Cells) -> np.ndarray:
     the cell, and with unit weights the span only breaks ties.
     """
     cost = cells.positives[:-1] * cells.negatives[1:] + cells.positives[1:] * cells.negatives[:-1]
-    # In floats: the difference of two int64 keys may overflow.
-    span = cells.hi[1:].astype(np.float64) - cells.lo[:-1].astype(np.float64)
+    span = _key_distance(cells.hi[1:], cells.lo[:-1])
     nonzero = cost[cost > 0]
     smallest = float(nonzero.min()) if len(nonzero) else 1.0
     return cost + (0.5 * smallest / max(float(span.max()), 1.0)) * span
