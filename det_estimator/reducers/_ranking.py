@@ -34,6 +34,9 @@ _POSITION_BLOCK = 4096
 _PIVOT_SAMPLES = 256
 # The metrics are counted in blocks of about this many examples.
 _BLOCK = 1 << 17
+# Average precision takes the positions of a block's positives when fewer than one
+# example in this many is positive, else a precision at every example (see _precision_sum).
+_DENSE_SHARE = 4
 
 
 class Examples(NamedTuple):
@@ -324,8 +327,14 @@ def ranges(runs: Sequence[Examples], num_threads: Optional[int] = None) -> list[
     threads = resolve_threads(num_threads, sum(len(run.keys) for run in runs))
     pivots = _pivots(runs, threads) if threads > 1 else np.empty(0, runs[0].keys.dtype)
     pieces = [_cut(run, pivots) for run in runs]
-    joined = [join([run_pieces[index] for run_pieces in pieces]) for index in range(len(pivots) + 1)]
-    return parallel_map(sort, joined, threads, cost=lambda examples: len(examples.keys))
+    range_pieces = [[run_pieces[index] for run_pieces in pieces] for index in range(len(pivots) + 1)]
+    return parallel_map(_merged, range_pieces, threads, cost=lambda parts: sum(len(part.keys) for part in parts))
+
+
+def _merged(runs: Sequence[Examples]) -> Examples:
+    """Sorted runs (in one form) as one sorted run, joined on the calling thread."""
+    runs = [run for run in runs if len(run.keys)] or list(runs[:1])
+    return runs[0] if len(runs) == 1 else sort(join(runs))
 
 
 def _group_start(keys: np.ndarray, labels_apart: bool) -> np.ndarray:
@@ -393,8 +402,13 @@ class _TieGroups(NamedTuple):
     positives_before: np.ndarray  # positives before each group
 
 
-def _tie_groups(examples: Examples, is_positive: np.ndarray) -> Optional[_TieGroups]:
-    """The groups of equal scores in sorted examples, or None if every score is distinct."""
+def _tie_groups(
+    examples: Examples, is_positive: np.ndarray, positives_through: Optional[np.ndarray] = None
+) -> Optional[_TieGroups]:
+    """The groups of equal scores in sorted examples, or None if every score is distinct.
+
+    ``positives_through``, ``np.cumsum(is_positive)``, is computed if not given.
+    """
     keys = examples.keys
     if examples.labels is None:
         # Labeled keys of one score differ in bit 0 alone (read unsigned: keys of
@@ -409,7 +423,8 @@ def _tie_groups(examples: Examples, is_positive: np.ndarray) -> Optional[_TieGro
     # (np.compress: far faster than boolean indexing)
     starts = np.compress(first, tied)
     ends = np.compress(np.append(first[1:], True), tied) + 1  # each group's last example
-    positives_through = np.cumsum(is_positive, dtype=np.int64)
+    if positives_through is None:
+        positives_through = np.cumsum(is_positive, dtype=np.int64)
     before = positives_through[starts] - is_positive[starts]
     return _TieGroups(starts, ends - starts + 1, positives_through[ends] - before, before)
 
@@ -517,22 +532,45 @@ def _precision_sum(examples: Examples, counts: _Counts, above: _Counts) -> float
         precision = np.compress(kept, true_positives) / np.compress(kept, predicted)
         return float(np.dot(np.compress(kept, groups.positives), precision))
     is_positive = labels_of(examples)
-    positions = np.flatnonzero(is_positive)
-    before = np.arange(len(positions))  # positives before each positive
-    groups = _tie_groups(examples, is_positive)
-    if groups is not None:
-        # Tied positives stand at their group's first position, after the positives before it.
-        # A group's positives are consecutive among the positives (negatives come first).
-        with_positives = groups.positives > 0
-        group_positives = np.compress(with_positives, groups.positives)
-        positives_before = np.compress(with_positives, groups.positives_before)
-        tied = _concatenated_ranges(positives_before, group_positives)
-        positions[tied] = np.repeat(np.compress(with_positives, groups.starts), group_positives)
-        before[tied] = np.repeat(positives_before, group_positives)
     size = len(examples.keys)
-    true_positives = above.positives + counts.positives - before
-    predicted = above.positives + above.negatives + size - positions
-    return float(np.sum(true_positives / predicted))
+    # Positives, and examples, at or above the range's lowest score.
+    top_positives = above.positives + counts.positives
+    top_examples = above.positives + above.negatives + size
+    # First as if every score were distinct: the positive at position p, with k positives
+    # before it, has precision (top_positives - k) / (top_examples - p).
+    positives_through = None
+    if _DENSE_SHARE * counts.positives < size:
+        positions = np.flatnonzero(is_positive)
+        untied_sum = np.sum((top_positives - np.arange(len(positions))) / (top_examples - positions))
+    else:
+        # Listing the positions of many positives (a pass of unpredictable branches) costs
+        # more than a precision at every example, zeroed at the negatives. At a positive,
+        # positives_through is k + 1.
+        positives_through = np.cumsum(is_positive, dtype=np.int64)
+        precision = np.subtract(top_positives + 1, positives_through, dtype=np.float64)
+        precision *= is_positive
+        precision /= np.arange(top_examples, top_examples - size, -1.0)
+        untied_sum = np.sum(precision)
+    groups = _tie_groups(examples, is_positive, positives_through)
+    if groups is None:
+        return float(untied_sum)
+    return float(untied_sum) + _tie_correction(groups, top_positives, top_examples)
+
+
+def _tie_correction(groups: _TieGroups, top_positives: int, top_examples: int) -> float:
+    """What ties change in a precision sum taken as if every score were distinct.
+
+    The positives of a tied score all get the precision at the score's first position,
+    counting every positive of the score, instead of each its own. ``top_positives`` and
+    ``top_examples`` count the examples at or above the block's lowest score.
+    """
+    with_positives = groups.positives > 0
+    starts, sizes, positives, before = (np.compress(with_positives, column) for column in groups)
+    # A group's positives are its last examples (negatives come first among equal scores).
+    positions = _concatenated_ranges(starts + sizes - positives, positives)
+    untied = (top_positives - _concatenated_ranges(before, positives)) / (top_examples - positions)
+    tied = (top_positives - before) / (top_examples - starts)
+    return float(np.sum(positives * tied) - np.sum(untied))
 
 
 def average_precision(sorted_ranges: Sequence[Examples], num_threads: Optional[int] = None) -> float:

@@ -321,6 +321,25 @@ def test_tie_groups_list_every_group_of_equal_scores():
     assert ranking._tie_groups(across_zero, ranking.labels_of(across_zero)) is None
 
 
+@pytest.mark.parametrize("dense_share", [0, 4, 10**9])  # 0: positions of the positives; 10**9: every example
+@pytest.mark.parametrize("positive_fraction", [0.02, 0.24, 0.26, 0.5, 0.97])
+@pytest.mark.parametrize("scale", [0.25, 10.0])
+def test_average_precision_over_many_blocks_either_way_of_summing_matches_sklearn(
+    monkeypatch, dense_share, positive_fraction, scale
+):
+    # Blocks of about 64 examples: ties straddle block cuts' neighbours, and many blocks sit above one another.
+    monkeypatch.setattr(ranking, "_BLOCK", 64)
+    monkeypatch.setattr(ranking, "_DENSE_SHARE", dense_share)
+    rng = np.random.default_rng(int(positive_fraction * 100))
+    labels = rng.random(6000) < positive_fraction
+    scores = (np.round(rng.normal(size=6000) + labels, 2) * scale).astype(np.float32)  # scale 10: labels apart
+    examples = ranking.sort(examples_of(labels, scores))
+    assert (examples.labels is None) == (scale < 1)
+    expected = average_precision_score(labels, scores)
+    for threads in (1, 3):
+        assert ranking.average_precision([examples], threads) == pytest.approx(expected, rel=1e-12)
+
+
 @pytest.mark.parametrize("threads", [1, 2, 5])
 @pytest.mark.parametrize("weighted", [False, True])
 @pytest.mark.parametrize("scale", [1.0, 10.0])
