@@ -562,7 +562,7 @@ def _tie_correction(groups: _TieGroups, top_positives: int, top_examples: int) -
 
     The positives of a tied score all get the precision at the score's first position,
     counting every positive of the score, instead of each its own. ``top_positives`` and
-    ``top_examples`` count the examples at or above the block's lowest score.
+    ``top_examples`` count the examples at or above the range's lowest score.
     """
     with_positives = groups.positives > 0
     starts, sizes, positives, before = (np.compress(with_positives, column) for column in groups)
