@@ -239,7 +239,7 @@ def _merge_runs(cells: Cells, starts: np.ndarray) -> Cells:
     """Each run of cells from one start to the next becomes one cell."""
     ends = np.append(starts[1:], len(cells.lo)) - 1
     # Each cell's moments, taken about the lo of its run.
-    distance = _key_distance(cells.lo, np.repeat(cells.lo[starts], np.diff(np.append(starts, len(cells.lo)))))
+    distance = _key_distance(cells.lo, np.repeat(cells.lo[starts], ends - starts + 1))
     return Cells(
         cells.lo[starts],
         cells.hi[ends],
