@@ -31,9 +31,10 @@ find_python() {
     return 1
 }
 
-# The stamp records what the environment was built from; a change to either file rebuilds.
+# The stamp records what the environment was built from; a change to any of these files
+# rebuilds (the C file is compiled into the editable install).
 setup_fingerprint() {
-    cat setup.py scripts/setup.sh | sha256sum | cut -d' ' -f1
+    cat setup.py scripts/setup.sh det_estimator/reducers/*.c | sha256sum | cut -d' ' -f1
 }
 
 horovod_is_ready() {
@@ -79,6 +80,10 @@ else
     fi
 fi
 
+if ! "$VENV/bin/python" -c 'import det_estimator.reducers._ranking_kernels' 2>/dev/null; then
+    step "warning: the native ranking kernels did not build (is a C compiler installed?); \
+RocAuc and AveragePrecision use NumPy instead, several times slower"
+fi
 if ! horovod_is_ready; then
     "$VENV/bin/horovodrun" --check-build >&2 || true
     die "horovodrun --check-build does not list both TensorFlow and Gloo"

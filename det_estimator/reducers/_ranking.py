@@ -11,8 +11,12 @@ only while they are sorted.
 The sorted runs of several workers are cut at common scores into ranges, each joined and
 sorted on a thread of its own. The metrics are counted in cache-sized blocks of whole
 groups of equal scores, on every CPU; pairs across blocks are counted from their totals.
-Where NumPy's sort is slow (no AVX-512), sorts are split on threads (:func:`sort_on_threads`)
-and a rare class is ranked without sorting the other (``_rare_class``).
+The common case, unweighted examples whose labels ride in the keys, is sorted and counted
+by native kernels (``_ranking_kernels.c``, built with the package): a radix sort that takes
+the same time on every CPU, and one pass per metric. Without them (a build without a C
+compiler) NumPy does the same work; where NumPy's sort is slow too (no AVX-512), sorts are
+split on threads (:func:`sort_on_threads`) and a rare class is ranked without sorting the
+other (``_rare_class``).
 """
 
 import math
@@ -21,6 +25,11 @@ from collections.abc import Sequence
 from typing import Any, Callable, NamedTuple, Optional
 
 import numpy as np
+
+try:
+    from det_estimator.reducers import _ranking_kernels as kernels
+except ImportError:  # Built without a C compiler: NumPy does the same work, slower.
+    kernels = None
 
 # Below this many examples, ranking is too quick for threads to pay off.
 _PARALLEL_MIN_EXAMPLES = 1 << 18
@@ -185,7 +194,7 @@ def sort(examples: Examples) -> Examples:
     keys, labels, weights = examples
     if labels is None:
         if weights is None:
-            keys.sort()
+            _sort_in_place(keys)
             return examples
         order = np.argsort(keys)
         return Examples(keys[order], None, weights[order])
@@ -193,13 +202,21 @@ def sort(examples: Examples) -> Examples:
         # The labels fit beside int32 keys in int64 while sorting.
         wide = (keys.astype(np.int64) << 1) | labels
         if weights is None:
-            wide.sort()
+            _sort_in_place(wide)
             return Examples((wide >> 1).astype(np.int32), (wide & 1).astype(bool), None)
         order = np.argsort(wide)
     else:
         # float64 scores outside (-2, 2): no integer holds the key and the label.
         order = np.lexsort((labels, keys))
     return Examples(keys[order], labels[order], None if weights is None else weights[order])
+
+
+def _sort_in_place(keys: np.ndarray) -> None:
+    """Sorts int32 or int64 keys in place: by the native radix sort where it is built."""
+    if kernels is not None:
+        kernels.sort(keys)
+    else:
+        keys.sort()
 
 
 def available_cpus() -> int:
@@ -212,11 +229,13 @@ def available_cpus() -> int:
 
 
 def sort_is_fast() -> bool:
-    """Whether NumPy sorts integer keys with its AVX-512 quicksort (about 5 ns a key for 1e7).
+    """Whether keys sort in about 5 ns each for 1e7: by the native radix sort, or NumPy's AVX-512 quicksort.
 
-    NumPy 1.26 has no other vectorized sort: without AVX-512 it sorts about ten times
+    NumPy 1.26 has no other vectorized sort: without either it sorts about ten times
     slower, and ranking by lookup (``_rare_class``) wins when one class is rare.
     """
+    if kernels is not None:
+        return True
     try:
         from numpy.core._multiarray_umath import __cpu_features__
     except ImportError:  # A NumPy without this module has vectorized sorts for other CPUs too.
@@ -442,7 +461,15 @@ class _Counts(NamedTuple):
     negatives: Any
 
 
+def _by_kernels(examples: Examples) -> bool:
+    """Whether the native kernels count these examples: unweighted, labels in the keys, fewer than 2**31."""
+    return kernels is not None and examples.labels is None and examples.weights is None and len(examples.keys) < 1 << 31
+
+
 def _counts(examples: Examples) -> _Counts:
+    if _by_kernels(examples):
+        positives = kernels.count_positives(examples.keys)
+        return _Counts(positives, len(examples.keys) - positives)
     if examples.weights is None:
         positives = int(np.count_nonzero(labels_of(examples)))
         return _Counts(positives, len(examples.keys) - positives)
@@ -472,6 +499,9 @@ def _auc_credit(examples: Examples) -> tuple[_Counts, Any]:
     Unweighted: twice the credit, an exact int. Each positive beats the negatives
     before it (negatives come first among equal scores); tied pairs count one half.
     """
+    if _by_kernels(examples):
+        positives, twice_credit = kernels.auc_credit(examples.keys)
+        return _Counts(positives, len(examples.keys) - positives), twice_credit
     if examples.weights is None:
         is_positive = labels_of(examples)
         positives, position_sum = _position_sums(is_positive)
@@ -531,11 +561,13 @@ def _precision_sum(examples: Examples, counts: _Counts, above: _Counts) -> float
         kept = groups.positives > 0
         precision = np.compress(kept, true_positives) / np.compress(kept, predicted)
         return float(np.dot(np.compress(kept, groups.positives), precision))
-    is_positive = labels_of(examples)
     size = len(examples.keys)
     # Positives, and examples, at or above the range's lowest score.
     top_positives = above.positives + counts.positives
     top_examples = above.positives + above.negatives + size
+    if _by_kernels(examples):
+        return kernels.precision_sum(examples.keys, top_positives, top_examples)
+    is_positive = labels_of(examples)
     # First as if every score were distinct: the positive at position p, with k positives
     # before it, has precision (top_positives - k) / (top_examples - p).
     positives_through = None

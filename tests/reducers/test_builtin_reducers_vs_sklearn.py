@@ -153,6 +153,8 @@ SCENARIOS = ["random", "ties", "all_equal", "saturated", "single", "weighted", "
 RANKING = {"roc_auc", "roc_auc_threads", "average_precision", "binned_roc_auc"}
 
 
+# ranking_kernels: the exact ranking reducers are checked with their native kernels and without.
+@pytest.mark.usefixtures("ranking_kernels")
 @pytest.mark.parametrize("scenario", SCENARIOS)
 @pytest.mark.parametrize("case", sorted(BINARY_CASES))
 def test_binary_reducers_match_sklearn(case, scenario):
@@ -173,6 +175,7 @@ def test_binary_reducers_match_sklearn(case, scenario):
     assert result == pytest.approx(expected, **tolerance)
 
 
+@pytest.mark.usefixtures("ranking_kernels")
 @pytest.mark.parametrize("case", sorted(RANKING))
 def test_ranking_with_one_class_on_one_worker_only(case):
     make_reducer, reference = BINARY_CASES[case]

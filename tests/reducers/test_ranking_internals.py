@@ -11,6 +11,9 @@ from det_estimator.reducers import AveragePrecision, RocAuc, ScoreSamples
 from det_estimator.reducers import _ranking as ranking
 from det_estimator.reducers import _validation as validation
 
+# Every test runs with the native ranking kernels and again with NumPy alone.
+pytestmark = pytest.mark.usefixtures("ranking_kernels")
+
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_order_keys_sort_like_the_floats(dtype):

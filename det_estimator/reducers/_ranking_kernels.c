@@ -1,0 +1,276 @@
+/*
+ * Native kernels of the exact ranking metrics (see _ranking.py): a radix sort of order
+ * keys, and one pass over sorted labeled keys for each metric.
+ *
+ * Why native: NumPy 1.x sorts integers with a vectorized quicksort only on CPUs whose
+ * AVX-512 compress-store is fast; elsewhere (AVX2-only CPUs, AMD Zen 4) np.sort of 1e7
+ * int32 keys takes about 0.5 s, ten times this radix sort, which takes the same time on
+ * every CPU. And each metric, in NumPy, is a handful of passes over the examples with a
+ * temporary array each; here it is one pass with no temporary.
+ *
+ * Keys are int32 or int64 NumPy arrays (C-contiguous). "Labeled keys" hold
+ * order_key << 1 | label, so one score's examples are one run of keys differing in bit 0,
+ * negatives first. Every function releases the GIL while it works, so Python threads
+ * run them in parallel on separate ranges.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Reads a C-contiguous buffer of int32 or int64 keys; returns 0 and sets an error if not one. */
+static int get_keys(PyObject *object, Py_buffer *view, int writable) {
+    int flags = PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(object, view, flags) != 0) {
+        return 0;
+    }
+    const char *format = view->format ? view->format : "B";
+    if (format[0] == '<' || format[0] == '=' || format[0] == '@') {
+        format++;
+    }
+    int is_signed = format[1] == '\0' && strchr("ilq", format[0]) != NULL;
+    if (view->ndim != 1 || !is_signed || (view->itemsize != 4 && view->itemsize != 8)) {
+        PyErr_Format(PyExc_TypeError, "expected a 1-D array of int32 or int64 keys, got format '%s' and %d dimension(s)",
+                     view->format ? view->format : "B", view->ndim);
+        PyBuffer_Release(view);
+        return 0;
+    }
+    return 1;
+}
+
+/*
+ * Least significant digit radix sort, one byte per pass. One read pass counts every
+ * digit at once; a pass whose digit is the same for all keys is skipped (the high bytes
+ * of probabilities, the low bytes of coarse scores). Keys are compared as signed: the
+ * sign bit is flipped when the top digit is taken.
+ */
+#define DEFINE_RADIX_SORT(NAME, SIGNED, UNSIGNED)                                                  \
+    static void NAME(SIGNED *keys, Py_ssize_t size, SIGNED *scratch) {                             \
+        enum { DIGITS = sizeof(SIGNED) };                                                          \
+        const UNSIGNED sign = (UNSIGNED)1 << (8 * sizeof(SIGNED) - 1);                             \
+        Py_ssize_t counts[DIGITS][256];                                                            \
+        memset(counts, 0, sizeof counts);                                                          \
+        for (Py_ssize_t i = 0; i < size; i++) {                                                    \
+            UNSIGNED key = (UNSIGNED)keys[i] ^ sign;                                               \
+            for (int digit = 0; digit < DIGITS; digit++) {                                         \
+                counts[digit][(key >> (8 * digit)) & 255]++;                                       \
+            }                                                                                      \
+        }                                                                                          \
+        SIGNED *source = keys, *target = scratch;                                                  \
+        for (int digit = 0; digit < DIGITS; digit++) {                                             \
+            Py_ssize_t *count = counts[digit], offset = 0;                                         \
+            int constant = 0;                                                                      \
+            for (int value = 0; value < 256; value++) {                                            \
+                constant |= count[value] == size;                                                  \
+            }                                                                                      \
+            if (constant) {                                                                        \
+                continue;                                                                          \
+            }                                                                                      \
+            for (int value = 0; value < 256; value++) { /* counts become first positions */        \
+                Py_ssize_t here = count[value];                                                    \
+                count[value] = offset;                                                             \
+                offset += here;                                                                    \
+            }                                                                                      \
+            const int shift = 8 * digit;                                                           \
+            for (Py_ssize_t i = 0; i < size; i++) {                                                \
+                UNSIGNED key = (UNSIGNED)source[i] ^ sign;                                         \
+                target[count[(key >> shift) & 255]++] = source[i];                                 \
+            }                                                                                      \
+            SIGNED *swap = source;                                                                 \
+            source = target;                                                                       \
+            target = swap;                                                                         \
+        }                                                                                          \
+        if (source != keys) {                                                                      \
+            memcpy(keys, source, (size_t)size * sizeof(SIGNED));                                   \
+        }                                                                                          \
+    }
+
+DEFINE_RADIX_SORT(radix_sort_32, int32_t, uint32_t)
+DEFINE_RADIX_SORT(radix_sort_64, int64_t, uint64_t)
+
+PyDoc_STRVAR(sort_doc,
+             "sort(keys)\n--\n\n"
+             "Sorts a 1-D int32 or int64 array in place, in increasing order (a radix sort).");
+
+static PyObject *sort(PyObject *module, PyObject *keys_object) {
+    Py_buffer view;
+    if (!get_keys(keys_object, &view, 1)) {
+        return NULL;
+    }
+    Py_ssize_t size = view.len / view.itemsize;
+    void *scratch = size > 1 ? malloc((size_t)view.len) : NULL;
+    if (size > 1 && scratch == NULL) {
+        PyBuffer_Release(&view);
+        return PyErr_NoMemory();
+    }
+    if (size > 1) {
+        Py_BEGIN_ALLOW_THREADS;
+        if (view.itemsize == 4) {
+            radix_sort_32(view.buf, size, scratch);
+        } else {
+            radix_sort_64(view.buf, size, scratch);
+        }
+        Py_END_ALLOW_THREADS;
+    }
+    free(scratch);
+    PyBuffer_Release(&view);
+    Py_RETURN_NONE;
+}
+
+/*
+ * AUC credit of sorted labeled keys: each positive beats the negatives below it, and ties
+ * with the negatives of its own score for one half. Returned doubled, so it is an
+ * integer: a group of equal scores with n negatives and p positives adds p * (2 * below + n).
+ * Exact while 2 * positives * negatives < 2**63, so for fewer than 2**31 examples.
+ */
+#define DEFINE_AUC_CREDIT(NAME, SIGNED)                                                              \
+    static void NAME(const SIGNED *keys, Py_ssize_t size, long long *positives, long long *credit) { \
+        long long below = 0, twice = 0, total_positives = 0;                                        \
+        Py_ssize_t i = 0;                                                                           \
+        while (i < size) {                                                                          \
+            const SIGNED score = keys[i] >> 1;                                                      \
+            long long group_negatives = 0, group_positives = 0;                                     \
+            for (; i < size && (keys[i] >> 1) == score; i++) {                                      \
+                group_positives += keys[i] & 1;                                                     \
+                group_negatives += !(keys[i] & 1);                                                  \
+            }                                                                                       \
+            twice += group_positives * (2 * below + group_negatives);                               \
+            below += group_negatives;                                                               \
+            total_positives += group_positives;                                                     \
+        }                                                                                           \
+        *positives = total_positives;                                                               \
+        *credit = twice;                                                                            \
+    }
+
+DEFINE_AUC_CREDIT(auc_credit_32, int32_t)
+DEFINE_AUC_CREDIT(auc_credit_64, int64_t)
+
+PyDoc_STRVAR(auc_credit_doc,
+             "auc_credit(keys)\n--\n\n"
+             "(positives, twice the AUC credit) of sorted labeled keys (fewer than 2**31).");
+
+static PyObject *auc_credit(PyObject *module, PyObject *keys_object) {
+    Py_buffer view;
+    if (!get_keys(keys_object, &view, 0)) {
+        return NULL;
+    }
+    Py_ssize_t size = view.len / view.itemsize;
+    if (size >= ((Py_ssize_t)1 << 31)) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_OverflowError, "auc_credit: more than 2**31 - 1 keys");
+        return NULL;
+    }
+    long long positives = 0, credit = 0;
+    Py_BEGIN_ALLOW_THREADS;
+    if (view.itemsize == 4) {
+        auc_credit_32(view.buf, size, &positives, &credit);
+    } else {
+        auc_credit_64(view.buf, size, &positives, &credit);
+    }
+    Py_END_ALLOW_THREADS;
+    PyBuffer_Release(&view);
+    return Py_BuildValue("LL", positives, credit);
+}
+
+/*
+ * Sum over the positives of sorted labeled keys of the precision at their score: the
+ * positives at or above the score over the examples at or above it. top_positives and
+ * top_examples count the examples at or above the lowest key (this range's and those
+ * above it). Summed with Neumaier's compensation, so 1e7 terms keep the error of a few.
+ */
+#define DEFINE_PRECISION_SUM(NAME, SIGNED)                                                            \
+    static double NAME(const SIGNED *keys, Py_ssize_t size, long long top_positives,                 \
+                       long long top_examples) {                                                     \
+        double sum = 0.0, compensation = 0.0;                                                        \
+        long long positives_below = 0;                                                               \
+        Py_ssize_t i = 0;                                                                            \
+        while (i < size) {                                                                           \
+            const SIGNED score = keys[i] >> 1;                                                       \
+            const Py_ssize_t start = i;                                                              \
+            long long group_positives = 0;                                                           \
+            for (; i < size && (keys[i] >> 1) == score; i++) {                                       \
+                group_positives += keys[i] & 1;                                                      \
+            }                                                                                        \
+            if (group_positives) {                                                                   \
+                double term = (double)group_positives * (double)(top_positives - positives_below) /  \
+                              (double)(top_examples - start);                                        \
+                double total = sum + term;                                                           \
+                compensation += (fabs(sum) >= fabs(term)) ? (sum - total) + term : (term - total) + sum; \
+                sum = total;                                                                         \
+                positives_below += group_positives;                                                  \
+            }                                                                                        \
+        }                                                                                            \
+        return sum + compensation;                                                                   \
+    }
+
+DEFINE_PRECISION_SUM(precision_sum_32, int32_t)
+DEFINE_PRECISION_SUM(precision_sum_64, int64_t)
+
+PyDoc_STRVAR(precision_sum_doc,
+             "precision_sum(keys, top_positives, top_examples)\n--\n\n"
+             "Sum over the positives of sorted labeled keys of the precision at their score.");
+
+static PyObject *precision_sum(PyObject *module, PyObject *args) {
+    PyObject *keys_object;
+    long long top_positives, top_examples;
+    if (!PyArg_ParseTuple(args, "OLL:precision_sum", &keys_object, &top_positives, &top_examples)) {
+        return NULL;
+    }
+    Py_buffer view;
+    if (!get_keys(keys_object, &view, 0)) {
+        return NULL;
+    }
+    Py_ssize_t size = view.len / view.itemsize;
+    double sum;
+    Py_BEGIN_ALLOW_THREADS;
+    if (view.itemsize == 4) {
+        sum = precision_sum_32(view.buf, size, top_positives, top_examples);
+    } else {
+        sum = precision_sum_64(view.buf, size, top_positives, top_examples);
+    }
+    Py_END_ALLOW_THREADS;
+    PyBuffer_Release(&view);
+    return PyFloat_FromDouble(sum);
+}
+
+PyDoc_STRVAR(count_positives_doc,
+             "count_positives(keys)\n--\n\n"
+             "How many labeled keys have label 1 (bit 0 set).");
+
+static PyObject *count_positives(PyObject *module, PyObject *keys_object) {
+    Py_buffer view;
+    if (!get_keys(keys_object, &view, 0)) {
+        return NULL;
+    }
+    Py_ssize_t size = view.len / view.itemsize;
+    long long positives = 0;
+    Py_BEGIN_ALLOW_THREADS;
+    if (view.itemsize == 4) {
+        for (Py_ssize_t i = 0; i < size; i++) {
+            positives += ((const int32_t *)view.buf)[i] & 1;
+        }
+    } else {
+        for (Py_ssize_t i = 0; i < size; i++) {
+            positives += ((const int64_t *)view.buf)[i] & 1;
+        }
+    }
+    Py_END_ALLOW_THREADS;
+    PyBuffer_Release(&view);
+    return PyLong_FromLongLong(positives);
+}
+
+static PyMethodDef methods[] = {
+    {"sort", sort, METH_O, sort_doc},
+    {"auc_credit", auc_credit, METH_O, auc_credit_doc},
+    {"precision_sum", precision_sum, METH_VARARGS, precision_sum_doc},
+    {"count_positives", count_positives, METH_O, count_positives_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_definition = {
+    PyModuleDef_HEAD_INIT, "_ranking_kernels", "Native kernels of the exact ranking metrics.", -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__ranking_kernels(void) { return PyModule_Create(&module_definition); }

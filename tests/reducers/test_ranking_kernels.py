@@ -1,0 +1,108 @@
+"""The native kernels of the exact ranking metrics, against NumPy and scikit-learn."""
+
+import numpy as np
+import pytest
+from sklearn.metrics import average_precision_score, roc_auc_score
+
+from det_estimator.reducers import _ranking as ranking
+
+kernels = ranking.kernels
+
+
+def test_the_kernels_are_built():
+    # setup.py builds them as an optional extension: a failed build must not pass unnoticed here.
+    assert kernels is not None, "det_estimator/reducers/_ranking_kernels.c did not build; reinstall with a C compiler"
+
+
+needs_kernels = pytest.mark.skipif(kernels is None, reason="the native ranking kernels are not built")
+
+
+@needs_kernels
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("size", [0, 1, 2, 255, 256, 257, 10_000])
+@pytest.mark.parametrize("spread", ["full", "narrow", "constant", "sorted", "reversed"])
+def test_sort_matches_numpy(dtype, size, spread):
+    rng = np.random.default_rng(size)
+    info = np.iinfo(dtype)
+    keys = rng.integers(info.min, info.max, size, dtype=dtype, endpoint=True)
+    if spread == "narrow":  # most bytes the same for every key: those passes are skipped
+        keys = rng.integers(-3, 300, size).astype(dtype)
+    elif spread == "constant":
+        keys = np.full(size, info.min if size % 2 else 7, dtype)
+    elif spread == "sorted":
+        keys.sort()
+    elif spread == "reversed":
+        keys = np.sort(keys)[::-1].copy()
+    if size >= 2:
+        keys[:2] = [info.max, info.min]
+    expected = np.sort(keys)
+    kernels.sort(keys)
+    np.testing.assert_array_equal(keys, expected)
+
+
+@needs_kernels
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("positive_fraction", [0.0, 0.02, 0.5, 1.0])
+@pytest.mark.parametrize("ties", [False, True])
+def test_each_pass_matches_its_numpy_twin_and_sklearn(dtype, positive_fraction, ties):
+    rng = np.random.default_rng(3)
+    size = 5000
+    is_positive = rng.random(size) < positive_fraction
+    scores = rng.normal(0.0, 0.4, size) + 0.3 * is_positive
+    if ties:
+        scores = np.round(scores, 1)
+    examples = ranking.sort(ranking.labeled(scores.astype(dtype), is_positive))
+    assert examples.labels is None  # scores in (-2, 2): labels ride in the keys
+    positives = int(is_positive.sum())
+    counts = ranking._Counts(positives, size - positives)
+
+    assert kernels.count_positives(examples.keys) == positives
+    credit = kernels.auc_credit(examples.keys)
+    precision_sum = kernels.precision_sum(examples.keys, positives, size)
+    twin = np.ones(size)  # weights of one: the NumPy path, which the kernels never take
+    weighted = examples._replace(weights=twin)
+    assert credit == (positives, 2 * ranking._auc_credit(weighted)[1])
+    assert precision_sum == pytest.approx(ranking._precision_sum(weighted, counts, ranking._Counts(0, 0)), rel=1e-13)
+    if 0 < positives < size:
+        assert credit[1] / (2 * positives * (size - positives)) == pytest.approx(
+            roc_auc_score(is_positive, scores.astype(dtype)), rel=1e-13
+        )
+        assert precision_sum / positives == pytest.approx(
+            average_precision_score(is_positive, scores.astype(dtype)), rel=1e-13
+        )
+
+
+@needs_kernels
+def test_a_precision_sum_counts_the_examples_above_its_range():
+    # The top of a range holds the positives and examples of the ranges above it.
+    keys = ranking.sort(ranking.labeled(np.array([0.1, 0.2, 0.2, 0.4], np.float32), np.array([1, 0, 1, 1]))).keys
+    # Above: 5 examples, 2 of them positive. Positives at 0.4: 3/6; at 0.2: 4/8; at 0.1: 5/9.
+    assert kernels.precision_sum(keys, 2 + 3, 5 + 4) == pytest.approx(3 / 6 + 4 / 8 + 5 / 9, rel=1e-15)
+
+
+@needs_kernels
+@pytest.mark.parametrize(
+    ("keys", "error"),
+    [
+        (np.zeros(4, np.float32), TypeError),
+        (np.zeros(4, np.uint32), TypeError),
+        (np.zeros(4, np.int16), TypeError),
+        (np.zeros((2, 2), np.int32), TypeError),
+        (np.zeros(8, np.int32)[::2], ValueError),  # NumPy's words: not C-contiguous
+        ([1, 2, 3], TypeError),
+    ],
+)
+def test_anything_but_contiguous_int32_or_int64_keys_is_refused(keys, error):
+    with pytest.raises(error):
+        kernels.sort(keys)
+    with pytest.raises(error):
+        kernels.auc_credit(keys)
+
+
+@needs_kernels
+def test_read_only_keys_are_counted_but_not_sorted():
+    keys = np.arange(4, dtype=np.int32)
+    keys.flags.writeable = False
+    assert kernels.count_positives(keys) == 2
+    with pytest.raises(ValueError, match="read-only"):
+        kernels.sort(keys)
