@@ -261,11 +261,152 @@ static PyObject *count_positives(PyObject *module, PyObject *keys_object) {
     return PyLong_FromLongLong(positives);
 }
 
+/*
+ * One batch copied into the chunk being filled, checked on the way: labels must be 0 or 1
+ * (any integer, bool or float type), scores must not be NaN (infinities rank fine).
+ */
+enum { APPENDED = 0, NOT_BINARY = 1, NAN_SCORE = 2, UNUSUAL = 3 };
+
+/* Integer labels: x >> 1, unsigned, is nonzero for any x but 0 and 1 (negatives included). */
+#define DEFINE_COPY_LABELS(NAME, TYPE)                                                                    \
+    static int NAME(const TYPE *restrict labels, Py_ssize_t size, unsigned char *restrict is_positive) { \
+        TYPE high_bits = 0;                                                                               \
+        for (Py_ssize_t i = 0; i < size; i++) {                                                           \
+            high_bits |= labels[i] >> 1;                                                                  \
+            is_positive[i] = (unsigned char)labels[i];                                                    \
+        }                                                                                                 \
+        return high_bits != 0;                                                                            \
+    }
+
+DEFINE_COPY_LABELS(copy_labels_8, uint8_t)
+DEFINE_COPY_LABELS(copy_labels_16, uint16_t)
+DEFINE_COPY_LABELS(copy_labels_32, uint32_t)
+DEFINE_COPY_LABELS(copy_labels_64, uint64_t)
+
+#define DEFINE_COPY_FLOAT_LABELS(NAME, TYPE)                                                              \
+    static int NAME(const TYPE *restrict labels, Py_ssize_t size, unsigned char *restrict is_positive) { \
+        int invalid = 0;                                                                                  \
+        for (Py_ssize_t i = 0; i < size; i++) {                                                           \
+            invalid |= (labels[i] != 0) & (labels[i] != 1);                                               \
+            is_positive[i] = labels[i] == 1;                                                              \
+        }                                                                                                 \
+        return invalid;                                                                                   \
+    }
+
+DEFINE_COPY_FLOAT_LABELS(copy_labels_float, float)
+DEFINE_COPY_FLOAT_LABELS(copy_labels_double, double)
+
+/* Copies labels of the struct-module type `code` and `itemsize`; UNUSUAL for another type. */
+static int copy_labels(const void *labels, char code, Py_ssize_t itemsize, Py_ssize_t size, unsigned char *is_positive) {
+    if (code == 'f' || code == 'd') {
+        return itemsize == 4 ? copy_labels_float(labels, size, is_positive)
+                             : copy_labels_double(labels, size, is_positive);
+    }
+    /* Integers of either sign, read unsigned: a negative label has high bits set. */
+    switch (itemsize) {
+        case 1:
+            return copy_labels_8(labels, size, is_positive);
+        case 2:
+            return copy_labels_16(labels, size, is_positive);
+        case 4:
+            return copy_labels_32(labels, size, is_positive);
+        case 8:
+            return copy_labels_64(labels, size, is_positive);
+        default:
+            return UNUSUAL;
+    }
+}
+
+#define DEFINE_COPY_SCORES(NAME, TYPE)                                        \
+    static int NAME(const TYPE *restrict scores, Py_ssize_t size, TYPE *restrict target) { \
+        int nan = 0;                                                          \
+        for (Py_ssize_t i = 0; i < size; i++) {                               \
+            nan |= scores[i] != scores[i];                                    \
+            target[i] = scores[i];                                            \
+        }                                                                     \
+        return nan;                                                           \
+    }
+
+DEFINE_COPY_SCORES(copy_scores_float, float)
+DEFINE_COPY_SCORES(copy_scores_double, double)
+
+/* The struct-module type code of a buffer's items: its format less a byte-order prefix. */
+static char type_code(const Py_buffer *view) {
+    const char *format = view->format ? view->format : "B";
+    if (format[0] == '<' || format[0] == '=' || format[0] == '@') {
+        format++;
+    }
+    return format[0] != '\0' && format[1] == '\0' ? format[0] : '\0';
+}
+
+static int append_views(Py_buffer *labels, Py_buffer *scores, Py_buffer *chunk_scores, Py_buffer *chunk_labels,
+                        Py_ssize_t offset) {
+    char score_code = type_code(scores), label_code = type_code(labels);
+    Py_ssize_t size = scores->len / scores->itemsize;
+    int scores_usual = (score_code == 'f' && scores->itemsize == 4) || (score_code == 'd' && scores->itemsize == 8);
+    int labels_usual = label_code != '\0' && strchr("?bBhHiIlLqQfd", label_code) != NULL;
+    int chunk_usual = type_code(chunk_scores) == score_code && chunk_scores->itemsize == scores->itemsize &&
+                      type_code(chunk_labels) == '?' && chunk_labels->itemsize == 1;
+    if (!scores_usual || !labels_usual || !chunk_usual || labels->len / labels->itemsize != size || offset < 0 ||
+        offset + size > chunk_scores->len / chunk_scores->itemsize ||
+        offset + size > chunk_labels->len) {
+        return UNUSUAL;
+    }
+    int status;
+    Py_BEGIN_ALLOW_THREADS;
+    unsigned char *is_positive = (unsigned char *)chunk_labels->buf + offset;
+    status = copy_labels(labels->buf, label_code, labels->itemsize, size, is_positive);
+    if (status == APPENDED) {
+        int nan = score_code == 'f'
+                      ? copy_scores_float(scores->buf, size, (float *)chunk_scores->buf + offset)
+                      : copy_scores_double(scores->buf, size, (double *)chunk_scores->buf + offset);
+        status = nan ? NAN_SCORE : APPENDED;
+    }
+    Py_END_ALLOW_THREADS;
+    return status;
+}
+
+PyDoc_STRVAR(append_batch_doc,
+             "append_batch(labels, scores, chunk_scores, chunk_labels, offset)\n--\n\n"
+             "Copies a batch into a chunk from `offset` on, checking it; returns 0 when copied, 1 when a\n"
+             "label is not 0 or 1, 2 when a score is NaN, 3 when an array is of another type or size.\n"
+             "Labels: any C-contiguous integer, bool or float array; scores: float32 or float64, of the\n"
+             "chunk's scores' type, the same number of elements; chunk_labels: bool.");
+
+static PyObject *append_batch(PyObject *module, PyObject *args) {
+    PyObject *objects[4];
+    Py_ssize_t offset;
+    if (!PyArg_ParseTuple(args, "OOOOn:append_batch", &objects[0], &objects[1], &objects[2], &objects[3], &offset)) {
+        return NULL;
+    }
+    Py_buffer views[4];
+    int flags[4] = {PyBUF_FORMAT | PyBUF_C_CONTIGUOUS, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS,
+                    PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE,
+                    PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE};
+    int acquired = 0;
+    for (; acquired < 4; acquired++) {
+        if (PyObject_GetBuffer(objects[acquired], &views[acquired], flags[acquired]) != 0) {
+            break;
+        }
+    }
+    long status = UNUSUAL;
+    if (acquired == 4) {
+        status = append_views(&views[0], &views[1], &views[2], &views[3], offset);
+    } else {
+        PyErr_Clear(); /* not a contiguous buffer: the caller's general path handles it */
+    }
+    for (int i = 0; i < acquired; i++) {
+        PyBuffer_Release(&views[i]);
+    }
+    return PyLong_FromLong(status);
+}
+
 static PyMethodDef methods[] = {
     {"sort", sort, METH_O, sort_doc},
     {"auc_credit", auc_credit, METH_O, auc_credit_doc},
     {"precision_sum", precision_sum, METH_VARARGS, precision_sum_doc},
     {"count_positives", count_positives, METH_O, count_positives_doc},
+    {"append_batch", append_batch, METH_VARARGS, append_batch_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -71,14 +71,43 @@ class _Batches:
 
     def add(self, scores: np.ndarray, is_positive: np.ndarray, weights: Optional[np.ndarray]) -> None:
         """Copies one batch in (converting its scores to ``ranking.score_dtype``)."""
-        score_dtype = ranking.score_dtype(scores.dtype)
-        if self.filling is not None and not self.filling.has_room(score_dtype, len(scores)):
-            self._key_filling()
-        if self.filling is None:
-            self.filling = _ChunkBuffer(score_dtype, max(_CHUNK_EXAMPLES, len(scores)))
-        self.filling.append(scores, is_positive, weights)
+        self._room_for(ranking.score_dtype(scores.dtype), len(scores)).append(scores, is_positive, weights)
         if self.filling.is_full():
             self._key_filling()
+
+    def add_if_valid(self, metric: Any) -> bool:
+        """Checks and copies in a batch of the usual form in one native pass; False if it is not one.
+
+        The usual form: ``{"labels", "predictions"}`` as NumPy arrays of one size (at most a
+        chunk), labels 0 and 1 of any integer, bool or float type, scores of the float type
+        of the chunk being filled (an unweighted one), without NaN. Anything else, an
+        invalid batch included, is left to ``add`` after the thorough checks (which word the
+        error), as is a reducer's first batch. The per-batch Python here is kept to a
+        minimum, as it runs for every batch.
+        """
+        filling = self.filling
+        if filling is None or filling.weights is not None or type(metric) is not dict or len(metric) != 2:
+            return False
+        labels, scores = metric.get("labels"), metric.get("predictions")
+        if type(labels) is not np.ndarray or type(scores) is not np.ndarray or not 0 < scores.size <= _CHUNK_EXAMPLES:
+            return False
+        if ranking.kernels is None:
+            return False
+        if filling.size + scores.size > len(filling.scores):
+            self._key_filling()
+            filling = self.filling = _ChunkBuffer(filling.scores.dtype, _CHUNK_EXAMPLES)
+        if ranking.kernels.append_batch(labels, scores, filling.scores, filling.is_positive, filling.size):
+            return False  # another type or size, or invalid
+        filling.size += scores.size
+        return True
+
+    def _room_for(self, score_dtype: np.dtype, size: int) -> "_ChunkBuffer":
+        """The chunk being filled, a new one if the current one cannot take ``size`` scores of ``score_dtype``."""
+        if self.filling is not None and not self.filling.has_room(score_dtype, size):
+            self._key_filling()
+        if self.filling is None:
+            self.filling = _ChunkBuffer(score_dtype, max(_CHUNK_EXAMPLES, size))
+        return self.filling
 
     def _key_filling(self) -> None:
         self.chunks.append(self.filling.examples(self.filling.size))
@@ -242,6 +271,8 @@ class _ScoreRankingReducer(MetricReducer, abc.ABC):
             ValueError: On non-binary labels, NaN scores, invalid weights or
                 mismatched sizes.
         """
+        if self._batches.add_if_valid(metric):
+            return ScoreSamples._view(self._batches, self.num_threads)
         batch = validation.parse_binary_batch(type(self).__name__, metric, allow_inf_predictions=True)
         is_positive, scores, weights = batch
         if weights is not None:

@@ -234,6 +234,71 @@ def test_the_quick_batch_check_agrees_with_the_thorough_one(labels, predictions)
         assert is_positive.tolist() == expected[0].tolist() and np.array_equal(scores, expected[1])
 
 
+@pytest.mark.parametrize(
+    "labels",
+    [
+        np.array([0, 1, 1, 0]),
+        *(np.array([0, 1, 1, 0], dtype) for dtype in (np.int8, np.uint16, np.int32, np.uint64)),
+        np.array([[False], [True], [True], [False]]),
+        np.array([0.0, 1.0, 1.0, -0.0]),
+        np.array([0.0, 1.0, 1.0, 0.0], np.float16),
+        np.array([0, 1, 2, 0], np.uint8),
+        np.array([0, 1, -1, 0], np.int8),
+        np.array([0, 1, -(2**62), 0]),
+        np.array([0.0, 1.0, 0.5, 0.0], np.float32),
+        np.array([0.0, 1.0, np.nan, 0.0]),
+        np.array([0, 1, 1]),
+    ],
+)
+@pytest.mark.parametrize(
+    "predictions",
+    [
+        np.array([0.1, 0.4, np.inf, -1.0]),
+        np.array([[0.1], [0.4], [0.3], [0.3]], np.float32),
+        np.array([0.1, np.nan, 0.3, 0.2], np.float32),
+        np.array([1, 2, 3, 4]),
+    ],
+)
+def test_every_batch_is_taken_or_refused_as_the_thorough_check_does(labels, predictions):
+    # A first valid batch starts the chunk; the second takes the native path where it can.
+    first = {"labels": np.array([1, 0]), "predictions": np.array([0.5, 0.5], predictions.dtype)}
+    batch = {"labels": labels, "predictions": predictions}
+    try:
+        validation.parse_binary_batch("RocAuc", batch, allow_inf_predictions=True)
+    except ValueError as error:
+        reducer = RocAuc()
+        reducer.accumulate(first)
+        with pytest.raises(ValueError, match=re.escape(str(error))):
+            reducer.accumulate(batch)
+        state = reducer.accumulate(first)  # the refused batch left nothing behind
+        assert state.num_examples == 4
+        return
+    reducer = RocAuc()
+    reducer.accumulate(first)
+    state = reducer.accumulate(batch)
+    expected_labels = np.concatenate([[1, 0], labels.reshape(-1)])
+    expected_scores = np.concatenate([first["predictions"], predictions.reshape(-1)])
+    kept = expected_scores[expected_labels == 1].astype(ranking.score_dtype(predictions.dtype))
+    np.testing.assert_array_equal(state.positives, np.sort(kept))
+    finite = np.clip(expected_scores, -1e300, 1e300)  # scikit-learn refuses infinities; the order is the same
+    assert reducer.cross_slot_reduce([state]) == pytest.approx(roc_auc_score(expected_labels, finite), rel=1e-12)
+
+
+def test_usual_batches_are_checked_and_copied_without_the_python_checks(monkeypatch, ranking_kernels):
+    checked = []
+    parse = validation.parse_binary_batch
+    monkeypatch.setattr(
+        validation, "parse_binary_batch", lambda *args, **kwargs: checked.append(1) or parse(*args, **kwargs)
+    )
+    reducer = AveragePrecision()
+    rng = np.random.default_rng(4)
+    for _ in range(100):  # over a chunk's end
+        state = reducer.accumulate({"labels": rng.integers(0, 2, 1000), "predictions": rng.random(1000)})
+    # The native kernels take every batch but the first of the reducer; NumPy's path checks each one.
+    assert len(checked) == (1 if ranking_kernels == "native" else 100)
+    assert state.num_examples == 100_000
+
+
 def examples_of(labels, scores, weights=None):
     scores = np.asarray(scores)
     return ranking.labeled(scores.copy(), np.asarray(labels, bool), None if weights is None else np.asarray(weights))
