@@ -219,6 +219,49 @@ def _sort_in_place(keys: np.ndarray) -> None:
         keys.sort()
 
 
+def sort_joined(parts: Sequence[Examples], num_threads: Optional[int] = None) -> Examples:
+    """The examples of several parts, joined and sorted (see :func:`sort`), on several threads if large.
+
+    With the native kernels, unweighted labeled keys are split at sampled scores straight
+    from the parts into one new array, a range for each thread, and each range is then
+    radix-sorted on a thread of its own. The parts are counted and split by groups, a group
+    on each thread, every group writing to places of its own. Otherwise the parts are
+    joined and sorted by :func:`sort_on_threads`.
+    """
+    parts = [part for part in common_form(parts) if len(part.keys)]
+    size = sum(len(part.keys) for part in parts)
+    threads = resolve_threads(num_threads, size)
+    if threads == 1 or not parts or not all(_by_kernels(part) for part in parts):
+        return sort_on_threads(join(parts) if parts else Examples(np.empty(0, np.int32), None, None), num_threads)
+    bounds = _pivots(parts, threads).astype(np.int64) << 1  # as labeled keys
+    groups = [parts[piece] for piece in slices(len(parts), min(threads, len(parts)))]
+
+    def count(group: list[Examples]) -> np.ndarray:
+        counts = np.zeros(len(bounds) + 1, np.int64)
+        for part in group:
+            kernels.count_parts(part.keys, bounds, counts)
+        return counts
+
+    counts = np.array(parallel_map(count, groups, threads))  # [group, range]
+    # Range j holds the keys of range j of each group, the groups in order.
+    range_sizes = counts.sum(axis=0)
+    range_starts = np.cumsum(range_sizes) - range_sizes
+    group_starts = range_starts + np.cumsum(counts, axis=0) - counts
+    keys = np.empty(size, parts[0].keys.dtype)
+
+    def split(group: int) -> None:
+        offsets = group_starts[group].copy()
+        for part in groups[group]:
+            kernels.split_parts(part.keys, bounds, keys, offsets, group_starts[group] + counts[group])
+
+    parallel_map(split, range(len(groups)), threads)
+    scratch = np.empty_like(keys)
+    ranges = [slice(start, start + count) for start, count in zip(range_starts.tolist(), range_sizes.tolist())]
+    sort_range = lambda piece: kernels.sort(keys[piece], scratch[piece])  # noqa: E731
+    parallel_map(sort_range, ranges, threads, cost=lambda piece: piece.stop - piece.start)
+    return Examples(keys, None, None)
+
+
 def available_cpus() -> int:
     """The CPUs this process may run on (at most 8: more do not pay off here)."""
     try:

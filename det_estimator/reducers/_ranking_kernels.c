@@ -91,19 +91,40 @@ DEFINE_RADIX_SORT(radix_sort_32, int32_t, uint32_t)
 DEFINE_RADIX_SORT(radix_sort_64, int64_t, uint64_t)
 
 PyDoc_STRVAR(sort_doc,
-             "sort(keys)\n--\n\n"
-             "Sorts a 1-D int32 or int64 array in place, in increasing order (a radix sort).");
+             "sort(keys, scratch=None)\n--\n\n"
+             "Sorts a 1-D int32 or int64 array in place, in increasing order (a radix sort).\n"
+             "scratch: an array of the same type and size to work in; one is allocated if None.");
 
-static PyObject *sort(PyObject *module, PyObject *keys_object) {
-    Py_buffer view;
+static PyObject *sort(PyObject *module, PyObject *args) {
+    PyObject *keys_object, *scratch_object = Py_None;
+    if (!PyArg_ParseTuple(args, "O|O:sort", &keys_object, &scratch_object)) {
+        return NULL;
+    }
+    Py_buffer view, scratch_view;
     if (!get_keys(keys_object, &view, 1)) {
         return NULL;
     }
     Py_ssize_t size = view.len / view.itemsize;
-    void *scratch = size > 1 ? malloc((size_t)view.len) : NULL;
-    if (size > 1 && scratch == NULL) {
-        PyBuffer_Release(&view);
-        return PyErr_NoMemory();
+    void *scratch = NULL;
+    int own_scratch = scratch_object == Py_None;
+    if (!own_scratch) {
+        if (!get_keys(scratch_object, &scratch_view, 1)) {
+            PyBuffer_Release(&view);
+            return NULL;
+        }
+        if (scratch_view.len != view.len || scratch_view.itemsize != view.itemsize) {
+            PyBuffer_Release(&scratch_view);
+            PyBuffer_Release(&view);
+            PyErr_SetString(PyExc_ValueError, "sort: scratch must be of the keys' type and size");
+            return NULL;
+        }
+        scratch = scratch_view.buf;
+    } else if (size > 1) {
+        scratch = malloc((size_t)view.len);
+        if (scratch == NULL) {
+            PyBuffer_Release(&view);
+            return PyErr_NoMemory();
+        }
     }
     if (size > 1) {
         Py_BEGIN_ALLOW_THREADS;
@@ -114,33 +135,175 @@ static PyObject *sort(PyObject *module, PyObject *keys_object) {
         }
         Py_END_ALLOW_THREADS;
     }
-    free(scratch);
+    if (own_scratch) {
+        free(scratch);
+    } else {
+        PyBuffer_Release(&scratch_view);
+    }
     PyBuffer_Release(&view);
+    Py_RETURN_NONE;
+}
+
+/*
+ * Splitting keys into parts at increasing bounds, so that each part can be sorted on a
+ * thread of its own: key k goes to part j, the number of bounds <= k. count_parts adds each
+ * part's keys to counts; split_parts copies each key to offsets[j] of its part and advances
+ * that offset, keeping the keys' order within a part.
+ */
+static inline Py_ssize_t part_of(int64_t key, const int64_t *bounds, Py_ssize_t parts) {
+    Py_ssize_t part = 0;
+    for (Py_ssize_t bound = 0; bound < parts - 1; bound++) {
+        part += key >= bounds[bound];
+    }
+    return part;
+}
+
+#define DEFINE_SPLIT(COUNT, SPLIT, SIGNED)                                                                    \
+    static void COUNT(const SIGNED *keys, Py_ssize_t size, const int64_t *bounds, Py_ssize_t parts,          \
+                      int64_t *counts) {                                                                      \
+        for (Py_ssize_t i = 0; i < size; i++) {                                                               \
+            counts[part_of(keys[i], bounds, parts)]++;                                                        \
+        }                                                                                                     \
+    }                                                                                                         \
+    /* Returns 0 once a part would pass its end (nothing is written there), else 1. */                       \
+    static int SPLIT(const SIGNED *keys, Py_ssize_t size, const int64_t *bounds, Py_ssize_t parts,           \
+                     SIGNED *out, int64_t *offsets, const int64_t *ends) {                                    \
+        for (Py_ssize_t i = 0; i < size; i++) {                                                               \
+            Py_ssize_t part = part_of(keys[i], bounds, parts);                                                \
+            if (offsets[part] >= ends[part]) {                                                                \
+                return 0;                                                                                     \
+            }                                                                                                 \
+            out[offsets[part]++] = keys[i];                                                                   \
+        }                                                                                                     \
+        return 1;                                                                                             \
+    }
+
+DEFINE_SPLIT(count_parts_32, split_parts_32, int32_t)
+DEFINE_SPLIT(count_parts_64, split_parts_64, int64_t)
+
+/* An int64 array of `parts` entries (writable if asked), or 0 with an error set. */
+static int get_int64s(PyObject *object, Py_buffer *view, Py_ssize_t parts, int writable, const char *name) {
+    if (!get_keys(object, view, writable)) {
+        return 0;
+    }
+    if (view->itemsize != 8 || (parts >= 0 && view->len / 8 != parts)) {
+        PyErr_Format(PyExc_ValueError, "%s must be an int64 array of %zd entries", name, parts);
+        PyBuffer_Release(view);
+        return 0;
+    }
+    return 1;
+}
+
+PyDoc_STRVAR(count_parts_doc,
+             "count_parts(keys, bounds, counts)\n--\n\n"
+             "Adds to counts[j] the keys of part j: those with j bounds at or below them.\n"
+             "bounds: increasing int64; counts: int64, one more entry than bounds.");
+
+static PyObject *count_parts(PyObject *module, PyObject *args) {
+    PyObject *objects[3];
+    if (!PyArg_ParseTuple(args, "OOO:count_parts", &objects[0], &objects[1], &objects[2])) {
+        return NULL;
+    }
+    Py_buffer keys, bounds, counts;
+    if (!get_keys(objects[0], &keys, 0)) {
+        return NULL;
+    }
+    if (!get_int64s(objects[1], &bounds, -1, 0, "bounds")) {
+        PyBuffer_Release(&keys);
+        return NULL;
+    }
+    Py_ssize_t parts = bounds.len / 8 + 1, size = keys.len / keys.itemsize;
+    if (!get_int64s(objects[2], &counts, parts, 1, "counts")) {
+        PyBuffer_Release(&bounds);
+        PyBuffer_Release(&keys);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS;
+    if (keys.itemsize == 4) {
+        count_parts_32(keys.buf, size, bounds.buf, parts, counts.buf);
+    } else {
+        count_parts_64(keys.buf, size, bounds.buf, parts, counts.buf);
+    }
+    Py_END_ALLOW_THREADS;
+    PyBuffer_Release(&counts);
+    PyBuffer_Release(&bounds);
+    PyBuffer_Release(&keys);
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(split_parts_doc,
+             "split_parts(keys, bounds, out, offsets, ends)\n--\n\n"
+             "Copies each key of part j (see count_parts) to out[offsets[j]] and advances offsets[j].\n"
+             "ends[j]: where part j's room in out ends; a part with no room left raises ValueError.\n"
+             "out: of the keys' type; offsets, ends: int64, one entry per part.");
+
+static PyObject *split_parts(PyObject *module, PyObject *args) {
+    PyObject *objects[5];
+    if (!PyArg_ParseTuple(args, "OOOOO:split_parts", &objects[0], &objects[1], &objects[2], &objects[3],
+                          &objects[4])) {
+        return NULL;
+    }
+    Py_buffer keys, bounds, out, offsets, ends;
+    int acquired = get_keys(objects[0], &keys, 0);
+    acquired += acquired == 1 && get_int64s(objects[1], &bounds, -1, 0, "bounds");
+    Py_ssize_t parts = acquired == 2 ? bounds.len / 8 + 1 : 0;
+    acquired += acquired == 2 && get_keys(objects[2], &out, 1);
+    acquired += acquired == 3 && get_int64s(objects[3], &offsets, parts, 1, "offsets");
+    acquired += acquired == 4 && get_int64s(objects[4], &ends, parts, 0, "ends");
+    int done = 0;
+    if (acquired == 5) {
+        /* Every part's room must lie in out, so that no write can pass out's end. */
+        Py_ssize_t out_size = out.len / out.itemsize;
+        int fits = out.itemsize == keys.itemsize;
+        for (Py_ssize_t j = 0; j < parts; j++) {
+            fits &= ((int64_t *)offsets.buf)[j] >= 0 && ((int64_t *)ends.buf)[j] <= out_size;
+        }
+        if (fits) {
+            Py_ssize_t size = keys.len / keys.itemsize;
+            Py_BEGIN_ALLOW_THREADS;
+            if (keys.itemsize == 4) {
+                done = split_parts_32(keys.buf, size, bounds.buf, parts, out.buf, offsets.buf, ends.buf);
+            } else {
+                done = split_parts_64(keys.buf, size, bounds.buf, parts, out.buf, offsets.buf, ends.buf);
+            }
+            Py_END_ALLOW_THREADS;
+        }
+        if (!done) {
+            PyErr_SetString(PyExc_ValueError,
+                            "split_parts: out is of another type than the keys, or a part has no room left");
+        }
+    }
+    Py_buffer *views[5] = {&keys, &bounds, &out, &offsets, &ends};
+    for (int i = 0; i < acquired; i++) {
+        PyBuffer_Release(views[i]);
+    }
+    if (!done) {
+        return NULL;
+    }
     Py_RETURN_NONE;
 }
 
 /*
  * AUC credit of sorted labeled keys: each positive beats the negatives below it, and ties
  * with the negatives of its own score for one half. Returned doubled, so it is an
- * integer: a group of equal scores with n negatives and p positives adds p * (2 * below + n).
+ * integer. Negatives come first among equal scores, so at a positive every negative of
+ * its score is already counted: its doubled credit is the negatives below it plus those
+ * below its score. Branch-free: groups of equal scores are tracked by conditional moves.
  * Exact while 2 * positives * negatives < 2**63, so for fewer than 2**31 examples.
  */
 #define DEFINE_AUC_CREDIT(NAME, SIGNED)                                                              \
     static void NAME(const SIGNED *keys, Py_ssize_t size, long long *positives, long long *credit) { \
-        long long below = 0, twice = 0, total_positives = 0;                                        \
-        Py_ssize_t i = 0;                                                                           \
-        while (i < size) {                                                                          \
+        long long negatives_below = 0, negatives_below_score = 0, twice = 0;                        \
+        SIGNED previous = size ? (keys[0] >> 1) : 0;                                                \
+        for (Py_ssize_t i = 0; i < size; i++) {                                                     \
             const SIGNED score = keys[i] >> 1;                                                      \
-            long long group_negatives = 0, group_positives = 0;                                     \
-            for (; i < size && (keys[i] >> 1) == score; i++) {                                      \
-                group_positives += keys[i] & 1;                                                     \
-                group_negatives += !(keys[i] & 1);                                                  \
-            }                                                                                       \
-            twice += group_positives * (2 * below + group_negatives);                               \
-            below += group_negatives;                                                               \
-            total_positives += group_positives;                                                     \
+            const long long positive = keys[i] & 1;                                                 \
+            negatives_below_score = score != previous ? negatives_below : negatives_below_score;    \
+            previous = score;                                                                       \
+            twice += positive * (negatives_below + negatives_below_score);                          \
+            negatives_below += 1 - positive;                                                        \
         }                                                                                           \
-        *positives = total_positives;                                                               \
+        *positives = (long long)size - negatives_below;                                             \
         *credit = twice;                                                                            \
     }
 
@@ -178,31 +341,45 @@ static PyObject *auc_credit(PyObject *module, PyObject *keys_object) {
  * Sum over the positives of sorted labeled keys of the precision at their score: the
  * positives at or above the score over the examples at or above it. top_positives and
  * top_examples count the examples at or above the lowest key (this range's and those
- * above it). Summed with Neumaier's compensation, so 1e7 terms keep the error of a few.
+ * above it). In blocks: a branch-free pass lists each positive's numerator and
+ * denominator (groups of equal scores tracked by conditional moves), then the block's
+ * quotients are summed, the divisions independent of each other. The block sums are added
+ * with Neumaier's compensation, so 1e7 terms keep the error of a few.
  */
-#define DEFINE_PRECISION_SUM(NAME, SIGNED)                                                            \
-    static double NAME(const SIGNED *keys, Py_ssize_t size, long long top_positives,                 \
-                       long long top_examples) {                                                     \
-        double sum = 0.0, compensation = 0.0;                                                        \
-        long long positives_below = 0;                                                               \
-        Py_ssize_t i = 0;                                                                            \
-        while (i < size) {                                                                           \
-            const SIGNED score = keys[i] >> 1;                                                       \
-            const Py_ssize_t start = i;                                                              \
-            long long group_positives = 0;                                                           \
-            for (; i < size && (keys[i] >> 1) == score; i++) {                                       \
-                group_positives += keys[i] & 1;                                                      \
-            }                                                                                        \
-            if (group_positives) {                                                                   \
-                double term = (double)group_positives * (double)(top_positives - positives_below) /  \
-                              (double)(top_examples - start);                                        \
-                double total = sum + term;                                                           \
-                compensation += (fabs(sum) >= fabs(term)) ? (sum - total) + term : (term - total) + sum; \
-                sum = total;                                                                         \
-                positives_below += group_positives;                                                  \
-            }                                                                                        \
-        }                                                                                            \
-        return sum + compensation;                                                                   \
+enum { PRECISION_BLOCK = 512 };
+
+#define DEFINE_PRECISION_SUM(NAME, SIGNED)                                                              \
+    static double NAME(const SIGNED *keys, Py_ssize_t size, long long top_positives,                   \
+                       long long top_examples) {                                                       \
+        double sum = 0.0, compensation = 0.0;                                                          \
+        long long numerators[PRECISION_BLOCK], denominators[PRECISION_BLOCK];                          \
+        long long positives_below = 0, positives_below_score = 0, score_start = 0;                     \
+        SIGNED previous = size ? (keys[0] >> 1) : 0;                                                   \
+        for (Py_ssize_t block = 0; block < size; block += PRECISION_BLOCK) {                           \
+            const Py_ssize_t stop = size - block < PRECISION_BLOCK ? size : block + PRECISION_BLOCK;   \
+            Py_ssize_t listed = 0;                                                                     \
+            for (Py_ssize_t i = block; i < stop; i++) {                                                \
+                const SIGNED score = keys[i] >> 1;                                                     \
+                const int new_score = score != previous;                                               \
+                previous = score;                                                                      \
+                score_start = new_score ? i : score_start;                                             \
+                positives_below_score = new_score ? positives_below : positives_below_score;           \
+                numerators[listed] = top_positives - positives_below_score;                            \
+                denominators[listed] = top_examples - score_start;                                     \
+                const int positive = keys[i] & 1;                                                      \
+                listed += positive;                                                                    \
+                positives_below += positive;                                                           \
+            }                                                                                          \
+            double partial[4] = {0.0, 0.0, 0.0, 0.0};                                                  \
+            for (Py_ssize_t j = 0; j < listed; j++) {                                                  \
+                partial[j & 3] += (double)numerators[j] / (double)denominators[j];                     \
+            }                                                                                          \
+            double term = (partial[0] + partial[1]) + (partial[2] + partial[3]);                       \
+            double total = sum + term;                                                                 \
+            compensation += fabs(sum) >= fabs(term) ? (sum - total) + term : (term - total) + sum;     \
+            sum = total;                                                                               \
+        }                                                                                              \
+        return sum + compensation;                                                                     \
     }
 
 DEFINE_PRECISION_SUM(precision_sum_32, int32_t)
@@ -402,7 +579,9 @@ static PyObject *append_batch(PyObject *module, PyObject *args) {
 }
 
 static PyMethodDef methods[] = {
-    {"sort", sort, METH_O, sort_doc},
+    {"sort", sort, METH_VARARGS, sort_doc},
+    {"count_parts", count_parts, METH_VARARGS, count_parts_doc},
+    {"split_parts", split_parts, METH_VARARGS, split_parts_doc},
     {"auc_credit", auc_credit, METH_O, auc_credit_doc},
     {"precision_sum", precision_sum, METH_VARARGS, precision_sum_doc},
     {"count_positives", count_positives, METH_O, count_positives_doc},

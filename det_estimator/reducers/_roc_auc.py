@@ -182,15 +182,19 @@ class ScoreSamples:
         """The examples, sorted if they already are, else in arrival order (possibly shared arrays)."""
         if self._sorted is not None:
             return self._sorted
-        chunks, num_chunks, filling, filled = self._snapshot
-        parts = chunks[:num_chunks] + ([filling.examples(filled)] if filled else [])
+        parts = self._parts()
         return ranking.join(parts) if parts else ranking.labeled(np.empty(0, np.float32), np.empty(0, bool))
+
+    def _parts(self) -> list[ranking.Examples]:
+        """The examples, unsorted, as the keyed chunks and the chunk being filled hold them."""
+        chunks, num_chunks, filling, filled = self._snapshot
+        return chunks[:num_chunks] + ([filling.examples(filled)] if filled else [])
 
     def _sorted_examples(self) -> ranking.Examples:
         """The examples in increasing order of score (sorted on first use)."""
         if self._sorted is None:
             # A single chunk is sorted in place: its order means nothing to anyone.
-            self._sorted = ranking.sort_on_threads(self._examples(), self._num_threads)
+            self._sorted = ranking.sort_joined(self._parts(), self._num_threads)
             self._snapshot = None
         return self._sorted
 

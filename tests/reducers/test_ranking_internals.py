@@ -531,3 +531,19 @@ def test_lookup_ranks_match_binary_search(dtype, hay_size):
     left, right = rare_class._ranks(hay, table, needles)
     assert np.array_equal(left, np.searchsorted(hay, needles, "left"))
     assert np.array_equal(right, np.searchsorted(hay, needles, "right"))
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3, 8])
+@pytest.mark.parametrize("scale", [0.5, 10.0])  # labels in the keys, or apart
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_sort_joined_equals_sorting_the_joined_parts(monkeypatch, threads, scale, dtype):
+    monkeypatch.setattr(ranking, "_PARALLEL_MIN_EXAMPLES", 1)
+    rng = np.random.default_rng(threads)
+    parts = []
+    for size in (0, 1, 700, 3000, 0, 2500):
+        scores = (np.round(rng.normal(size=size), 1) * scale).astype(dtype)  # ties across the parts
+        parts.append(ranking.labeled(scores, rng.random(size) < 0.3))
+    expected = ranking.sort(ranking.join([part._replace(keys=part.keys.copy()) for part in parts]))
+    joined = ranking.sort_joined(parts, threads)
+    np.testing.assert_array_equal(ranking.plain_keys(joined), ranking.plain_keys(expected))
+    np.testing.assert_array_equal(ranking.labels_of(joined), ranking.labels_of(expected))

@@ -106,3 +106,58 @@ def test_read_only_keys_are_counted_but_not_sorted():
     assert kernels.count_positives(keys) == 2
     with pytest.raises(ValueError, match="read-only"):
         kernels.sort(keys)
+
+
+@needs_kernels
+def test_sort_works_in_the_scratch_given_and_refuses_one_of_another_size():
+    keys = np.random.default_rng(5).integers(-1000, 1000, 5000).astype(np.int32)
+    expected = np.sort(keys)
+    kernels.sort(keys, np.empty_like(keys))
+    np.testing.assert_array_equal(keys, expected)
+    with pytest.raises(ValueError, match="scratch"):
+        kernels.sort(keys, np.empty(4999, np.int32))
+    with pytest.raises(ValueError, match="scratch"):
+        kernels.sort(keys, np.empty(5000, np.int64))
+
+
+@needs_kernels
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("bounds", [[], [0], [-50, 0, 50], [7, 7, 8]])
+def test_keys_are_split_into_parts_at_the_bounds_in_their_order(dtype, bounds):
+    rng = np.random.default_rng(len(bounds))
+    chunks = [rng.integers(-100, 100, size).astype(dtype) for size in (0, 1, 300, 1000)]
+    bounds = np.array(bounds, np.int64)
+    counts = np.zeros(len(bounds) + 1, np.int64)
+    for chunk in chunks:
+        kernels.count_parts(chunk, bounds, counts)
+    everything = np.concatenate(chunks)
+    part_of = np.searchsorted(bounds, everything, "right")  # the number of bounds at or below each key
+    np.testing.assert_array_equal(counts, np.bincount(part_of, minlength=len(bounds) + 1))
+
+    ends = np.cumsum(counts)
+    offsets = ends - counts
+    out = np.empty(len(everything), dtype)
+    for chunk in chunks:
+        kernels.split_parts(chunk, bounds, out, offsets, ends)
+    np.testing.assert_array_equal(offsets, ends)
+    starts = ends - counts
+    for part, (start, end) in enumerate(zip(starts, ends)):
+        np.testing.assert_array_equal(out[start:end], everything[part_of == part])  # stable
+
+
+@needs_kernels
+def test_a_split_never_writes_past_a_parts_room():
+    keys = np.array([1, 5, 2, 6, 3], np.int32)
+    bounds = np.array([4], np.int64)
+    out = np.full(5, -1, np.int32)
+    with pytest.raises(ValueError, match="no room"):
+        kernels.split_parts(keys, bounds, out, np.array([0, 2], np.int64), np.array([2, 5], np.int64))
+    assert out[2] == 5 and out[3] == 6 and out[1] == 2  # part 0 stopped at its end; nothing past it
+    with pytest.raises(ValueError, match="no room"):  # room beyond the array
+        kernels.split_parts(keys, bounds, out, np.array([0, 3], np.int64), np.array([3, 6], np.int64))
+    with pytest.raises(ValueError, match="another type"):
+        kernels.split_parts(keys, bounds, out.astype(np.int64), np.array([0, 3], np.int64), np.array([3, 5], np.int64))
+    with pytest.raises(ValueError, match="offsets"):
+        kernels.split_parts(keys, bounds, out, np.array([0], np.int64), np.array([3, 5], np.int64))
+    with pytest.raises(ValueError, match="bounds"):
+        kernels.count_parts(keys, bounds.astype(np.int32), np.zeros(2, np.int64))
