@@ -19,8 +19,10 @@ split on threads (:func:`sort_on_threads`) and a rare class is ranked without so
 other (``_rare_class``).
 """
 
+import functools
 import math
 import os
+import re
 from collections.abc import Sequence
 from typing import Any, Callable, NamedTuple, Optional
 
@@ -275,7 +277,8 @@ def sort_is_fast() -> bool:
     """Whether keys sort in about 5 ns each for 1e7: by the native radix sort, or NumPy's AVX-512 quicksort.
 
     NumPy 1.26 has no other vectorized sort: without either it sorts about ten times
-    slower, and ranking by lookup (``_rare_class``) wins when one class is rare.
+    slower, and ranking by lookup (``_rare_class``) wins when one class is rare. Its
+    AVX-512 sort is that slow on AMD Zen 4 too, whose compress-store is microcoded.
     """
     if kernels is not None:
         return True
@@ -283,7 +286,22 @@ def sort_is_fast() -> bool:
         from numpy.core._multiarray_umath import __cpu_features__
     except ImportError:  # A NumPy without this module has vectorized sorts for other CPUs too.
         return True
-    return bool(__cpu_features__.get("AVX512_SKX"))
+    return bool(__cpu_features__.get("AVX512_SKX")) and not is_zen4(_cpuinfo())
+
+
+@functools.cache
+def _cpuinfo() -> str:
+    """The start of /proc/cpuinfo (its first CPU), or "" where there is none."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as cpuinfo:
+            return cpuinfo.read(4096)
+    except OSError:
+        return ""
+
+
+def is_zen4(cpuinfo: str) -> bool:
+    """Whether /proc/cpuinfo text tells of an AMD CPU of family 25 (Zen 3 and Zen 4; only Zen 4 has AVX-512)."""
+    return "AuthenticAMD" in cpuinfo and re.search(r"^cpu family\s*:\s*25\s*$", cpuinfo, re.MULTILINE) is not None
 
 
 def resolve_threads(num_threads: Optional[int], size: int) -> int:
