@@ -23,6 +23,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+/*
+ * The GIL is released only around work on at least this many keys: releasing it costs
+ * little, but taking it back may wait for another thread to give it up (up to Python's
+ * switch interval, 5 ms), which would cost a batch of 1024 examples far more than its
+ * microsecond of work.
+ */
+#define GIL_FREE_MIN ((Py_ssize_t)1 << 16)
+#define RELEASE_GIL_IF_LONG(size) PyThreadState *gil_state = (size) >= GIL_FREE_MIN ? PyEval_SaveThread() : NULL
+#define RESTORE_GIL()                         \
+    if (gil_state != NULL) {                  \
+        PyEval_RestoreThread(gil_state);      \
+    }
+
 /* Reads a C-contiguous buffer of int32 or int64 keys; returns 0 and sets an error if not one. */
 static int get_keys(PyObject *object, Py_buffer *view, int writable) {
     int flags = PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
@@ -130,13 +143,13 @@ static PyObject *sort(PyObject *module, PyObject *args) {
         }
     }
     if (size > 1) {
-        Py_BEGIN_ALLOW_THREADS;
+        RELEASE_GIL_IF_LONG(size);
         if (view.itemsize == 4) {
             radix_sort_32(view.buf, size, scratch);
         } else {
             radix_sort_64(view.buf, size, scratch);
         }
-        Py_END_ALLOW_THREADS;
+        RESTORE_GIL();
     }
     if (own_scratch) {
         free(scratch);
@@ -221,13 +234,13 @@ static PyObject *count_parts(PyObject *module, PyObject *args) {
         PyBuffer_Release(&keys);
         return NULL;
     }
-    Py_BEGIN_ALLOW_THREADS;
+    RELEASE_GIL_IF_LONG(size);
     if (keys.itemsize == 4) {
         count_parts_32(keys.buf, size, bounds.buf, parts, counts.buf);
     } else {
         count_parts_64(keys.buf, size, bounds.buf, parts, counts.buf);
     }
-    Py_END_ALLOW_THREADS;
+    RESTORE_GIL();
     PyBuffer_Release(&counts);
     PyBuffer_Release(&bounds);
     PyBuffer_Release(&keys);
@@ -263,13 +276,13 @@ static PyObject *split_parts(PyObject *module, PyObject *args) {
         }
         if (fits) {
             Py_ssize_t size = keys.len / keys.itemsize;
-            Py_BEGIN_ALLOW_THREADS;
+            RELEASE_GIL_IF_LONG(size);
             if (keys.itemsize == 4) {
                 done = split_parts_32(keys.buf, size, bounds.buf, parts, out.buf, offsets.buf, ends.buf);
             } else {
                 done = split_parts_64(keys.buf, size, bounds.buf, parts, out.buf, offsets.buf, ends.buf);
             }
-            Py_END_ALLOW_THREADS;
+            RESTORE_GIL();
         }
         if (!done) {
             PyErr_SetString(PyExc_ValueError,
@@ -329,13 +342,13 @@ static PyObject *auc_credit(PyObject *module, PyObject *keys_object) {
         return NULL;
     }
     long long positives = 0, credit = 0;
-    Py_BEGIN_ALLOW_THREADS;
+    RELEASE_GIL_IF_LONG(size);
     if (view.itemsize == 4) {
         auc_credit_32(view.buf, size, &positives, &credit);
     } else {
         auc_credit_64(view.buf, size, &positives, &credit);
     }
-    Py_END_ALLOW_THREADS;
+    RESTORE_GIL();
     PyBuffer_Release(&view);
     return Py_BuildValue("LL", positives, credit);
 }
@@ -404,13 +417,13 @@ static PyObject *precision_sum(PyObject *module, PyObject *args) {
     }
     Py_ssize_t size = view.len / view.itemsize;
     double sum;
-    Py_BEGIN_ALLOW_THREADS;
+    RELEASE_GIL_IF_LONG(size);
     if (view.itemsize == 4) {
         sum = precision_sum_32(view.buf, size, top_positives, top_examples);
     } else {
         sum = precision_sum_64(view.buf, size, top_positives, top_examples);
     }
-    Py_END_ALLOW_THREADS;
+    RESTORE_GIL();
     PyBuffer_Release(&view);
     return PyFloat_FromDouble(sum);
 }
@@ -426,7 +439,7 @@ static PyObject *count_positives(PyObject *module, PyObject *keys_object) {
     }
     Py_ssize_t size = view.len / view.itemsize;
     long long positives = 0;
-    Py_BEGIN_ALLOW_THREADS;
+    RELEASE_GIL_IF_LONG(size);
     if (view.itemsize == 4) {
         for (Py_ssize_t i = 0; i < size; i++) {
             positives += ((const int32_t *)view.buf)[i] & 1;
@@ -436,7 +449,7 @@ static PyObject *count_positives(PyObject *module, PyObject *keys_object) {
             positives += ((const int64_t *)view.buf)[i] & 1;
         }
     }
-    Py_END_ALLOW_THREADS;
+    RESTORE_GIL();
     PyBuffer_Release(&view);
     return PyLong_FromLongLong(positives);
 }
@@ -533,7 +546,7 @@ static int append_views(Py_buffer *labels, Py_buffer *scores, Py_buffer *chunk_s
         return UNUSUAL;
     }
     int status;
-    Py_BEGIN_ALLOW_THREADS;
+    RELEASE_GIL_IF_LONG(size);
     unsigned char *is_positive = (unsigned char *)chunk_labels->buf + offset;
     status = copy_labels(labels->buf, label_code, labels->itemsize, size, is_positive);
     if (status == APPENDED) {
@@ -542,7 +555,7 @@ static int append_views(Py_buffer *labels, Py_buffer *scores, Py_buffer *chunk_s
                       : copy_scores_double(scores->buf, size, (double *)chunk_scores->buf + offset);
         status = nan ? NAN_SCORE : APPENDED;
     }
-    Py_END_ALLOW_THREADS;
+    RESTORE_GIL();
     return status;
 }
 
