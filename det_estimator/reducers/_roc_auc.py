@@ -193,7 +193,8 @@ class ScoreSamples:
     def _sorted_examples(self) -> ranking.Examples:
         """The examples in increasing order of score (sorted on first use)."""
         if self._sorted is None:
-            # A single chunk is sorted in place: its order means nothing to anyone.
+            # A small state of a single chunk is sorted in place: its order means nothing to
+            # anyone. A large state is split into a new array, a range per thread.
             self._sorted = ranking.sort_joined(self._parts(), self._num_threads)
             self._snapshot = None
         return self._sorted
