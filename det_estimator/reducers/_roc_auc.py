@@ -93,9 +93,7 @@ class _Batches:
             return False
         if ranking.kernels is None:
             return False
-        if filling.size + scores.size > len(filling.scores):
-            self._key_filling()
-            filling = self.filling = _ChunkBuffer(filling.scores.dtype, _CHUNK_EXAMPLES)
+        filling = self._room_for(filling.scores.dtype, scores.size)
         if ranking.kernels.append_batch(labels, scores, filling.scores, filling.is_positive, filling.size):
             return False  # another type or size, or invalid
         filling.size += scores.size
