@@ -197,13 +197,17 @@ static inline Py_ssize_t part_of(int64_t key, const int64_t *bounds, Py_ssize_t 
 DEFINE_SPLIT(count_parts_32, split_parts_32, int32_t)
 DEFINE_SPLIT(count_parts_64, split_parts_64, int64_t)
 
-/* An int64 array of `parts` entries (writable if asked), or 0 with an error set. */
+/* An int64 array (writable if asked) of `parts` entries, or of any length if `parts` < 0; or 0 with an error set. */
 static int get_int64s(PyObject *object, Py_buffer *view, Py_ssize_t parts, int writable, const char *name) {
     if (!get_keys(object, view, writable)) {
         return 0;
     }
     if (view->itemsize != 8 || (parts >= 0 && view->len / 8 != parts)) {
-        PyErr_Format(PyExc_ValueError, "%s must be an int64 array of %zd entries", name, parts);
+        if (parts >= 0) {
+            PyErr_Format(PyExc_ValueError, "%s must be an int64 array of %zd entries", name, parts);
+        } else {
+            PyErr_Format(PyExc_ValueError, "%s must be an int64 array", name);
+        }
         PyBuffer_Release(view);
         return 0;
     }

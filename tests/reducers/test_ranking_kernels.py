@@ -159,7 +159,7 @@ def test_a_split_never_writes_past_a_parts_room():
         kernels.split_parts(keys, bounds, out.astype(np.int64), np.array([0, 3], np.int64), np.array([3, 5], np.int64))
     with pytest.raises(ValueError, match="offsets"):
         kernels.split_parts(keys, bounds, out, np.array([0], np.int64), np.array([3, 5], np.int64))
-    with pytest.raises(ValueError, match="bounds"):
+    with pytest.raises(ValueError, match="^bounds must be an int64 array$"):
         kernels.count_parts(keys, bounds.astype(np.int32), np.zeros(2, np.int64))
 
 
