@@ -15,9 +15,12 @@ Prints four tables:
 3. ``estimator.evaluate`` on 1M examples (batch 1024, a small model): no custom metric, a
    per-batch ``py_func`` that does nothing (the bare cost of calling Python per batch),
    ``make_metric(RocAuc)``, ``make_metric`` of a function calling scikit-learn, and
-   ``tf.compat.v1.metrics.auc``, interleaved over repeats; the median and fastest run of
-   each, and the median of the per-round ratios to the plain evaluate; then the bare cost
-   of calling that function once on the very values the evaluations gave it.
+   ``tf.compat.v1.metrics.auc``, interleaved over 21 rounds: the median run of each, the
+   median of the per-round ratios to the plain evaluate with its 95% interval, and the
+   median step (a batch), which bursts of load on the machine barely move; then the bare
+   cost of calling that function once on the very values the evaluations gave it. The
+   process's CPU time is not shown: TensorFlow's idle pool threads spin, and an extra op
+   handed to another thread adds up to a fifth of a step's CPU time without any wall time.
 4. Bytes one rank sends for each reducer's state at 1M examples.
 
 Usage: ``.venv/bin/python benchmarks/reducers.py [--quick] [--only 1,2,3,4]`` (``--quick``:
@@ -28,6 +31,7 @@ variants are timed in alternation within one run, and medians are reported.
 import argparse
 import atexit
 import contextlib
+import math
 import os
 import pickle
 import shutil
@@ -278,7 +282,27 @@ def recording(function: Callable[[list], float], record: dict) -> Callable[[list
     return recorded
 
 
-def evaluate_overhead(num_examples: int, repeats: int) -> None:
+def median_interval(values: list[float], confidence: float = 0.95) -> tuple[float, float]:
+    """A distribution-free confidence interval for the median of ``values``.
+
+    The interval runs between two order statistics, chosen from the binomial distribution
+    of how many values fall below the true median; it assumes nothing about the shape of
+    the noise, which on a shared machine comes in bursts.
+    """
+    ordered = sorted(values)
+    count = len(ordered)
+    # k: the most values that may be cut off each end while the interval still holds the median
+    # with the confidence asked, i.e. the largest k with P(Binomial(count, 1/2) < k) <= (1 - confidence) / 2.
+    below, k = 0.0, 0
+    while below + math.comb(count, k) / 2**count <= (1 - confidence) / 2:
+        below += math.comb(count, k) / 2**count
+        k += 1
+    if k == 0:
+        return ordered[0], ordered[-1]
+    return ordered[k - 1], ordered[count - k]
+
+
+def evaluate_overhead(num_examples: int, rounds: int) -> None:
     import tensorflow as tf
 
     from det_estimator.reducers import make_metric
@@ -286,6 +310,19 @@ def evaluate_overhead(num_examples: int, repeats: int) -> None:
     # Keep the tables readable: TensorFlow's deprecation notices say nothing about speed.
     tf.get_logger().setLevel("ERROR")
     warnings.filterwarnings("ignore", message=r".*is deprecated")
+
+    class StepTimes(tf.estimator.SessionRunHook):
+        """The wall time of each evaluation step: their median shrugs off the bursts of load on a shared machine."""
+
+        def __init__(self) -> None:
+            self.seconds: list[float] = []
+            self._start = 0.0
+
+        def before_run(self, run_context):
+            self._start = time.perf_counter()
+
+        def after_run(self, run_context, run_values):
+            self.seconds.append(time.perf_counter() - self._start)
 
     labels, _ = ctr_scores(num_examples, 0.02)
     features = np.random.default_rng(2).normal(size=(num_examples, 8)).astype(np.float32)
@@ -335,33 +372,44 @@ def evaluate_overhead(num_examples: int, repeats: int) -> None:
     for estimator in estimators.values():  # warm-up
         estimator.evaluate(input_fn, steps=5)
     timings: dict[str, list[float]] = {name: [] for name in variants}
-    cpu: dict[str, list[float]] = {name: [] for name in variants}
+    steps: dict[str, list[float]] = {name: [] for name in variants}
     rng = np.random.default_rng(0)
-    for _ in range(repeats):  # interleaved, in a new order each round, so machine load hits every variant alike
+    for _ in range(rounds):  # interleaved, in a new order each round, so machine load hits every variant alike
         for index in rng.permutation(len(variants)):
             name = variants[index]
-            cpu_start = time.process_time()
-            timings[name].append(seconds(lambda name=name: estimators[name].evaluate(input_fn)))
-            cpu[name].append(time.process_time() - cpu_start)
-    plain, plain_cpu = timings[variants[0]], cpu[variants[0]]
+            step_times = StepTimes()
+            start = time.perf_counter()
+            estimators[name].evaluate(input_fn, hooks=[step_times])
+            timings[name].append(time.perf_counter() - start)
+            steps[name].extend(step_times.seconds)
+    plain = timings[variants[0]]
+    plain_step = statistics.median(steps[variants[0]])
     rows = []
     for name in variants:
+        ratios = [t / p - 1 for t, p in zip(timings[name], plain)]
+        low, high = median_interval(ratios)
+        step = statistics.median(steps[name])
         rows.append(
             [
                 name,
                 f"{statistics.median(timings[name]):.3f}",
                 f"{statistics.median(timings[name]) / statistics.median(plain) - 1:+.1%}",
-                f"{min(timings[name]):.3f}",
-                f"{min(timings[name]) / min(plain) - 1:+.1%}",
-                f"{statistics.median(t / p for t, p in zip(timings[name], plain)) - 1:+.1%}",
-                f"{statistics.median(cpu[name]) / statistics.median(plain_cpu) - 1:+.1%}",
+                f"{statistics.median(ratios):+.1%} [{low:+.1%}, {high:+.1%}]",
+                f"{step * 1e6:.0f}",
+                f"{(step - plain_step) * 1e6:+.1f} ({step / plain_step - 1:+.1%})",
             ]
         )
     table(
-        f"3. estimator.evaluate, {num_examples:.0e} examples, batch 1024, {repeats} interleaved runs "
-        "(goal: make_metric(RocAuc) <= +5% of the median wall time; the CPU time of the process, less "
-        "sensitive to other work on the machine, beside it)",
-        ["metric", "median s", "vs none", "best s", "vs none", "median per-round ratio", "CPU s vs none"],
+        f"3. estimator.evaluate, {num_examples:.0e} examples, batch 1024, {rounds} interleaved rounds "
+        "(goal: make_metric(RocAuc) <= +5% of the median wall time)",
+        [
+            "metric",
+            "median s",
+            "vs none",
+            "per-round ratio: median [95% interval]",
+            "median step us",
+            "step vs none: us",
+        ],
         rows,
     )
     # The same values the evaluations handed the function (a model's scores tie more than random ones).
@@ -369,21 +417,20 @@ def evaluate_overhead(num_examples: int, repeats: int) -> None:
     record["keep"] = True
     estimators["make_metric(sklearn function)"].evaluate(input_fn)
     batches = record["batches"]
-    for clock, label, runs in ((time.perf_counter, "wall", timings), (time.process_time, "CPU", cpu)):
-        bare = statistics.median(elapsed(clock, lambda: auc_of_batches(batches)) for _ in range(repeats))
+    bare = statistics.median(seconds(lambda: auc_of_batches(batches)) for _ in range(rounds))
 
-        # Each cost is the median over rounds of the difference to the plain evaluate of the
-        # same round, so that load on the machine that changes between rounds cancels out.
-        def cost(name: str, runs: dict = runs) -> float:
-            return statistics.median(t - plain for t, plain in zip(runs[name], runs["no custom metric"]))
+    # Each cost is the median over rounds of the difference to the plain evaluate of the
+    # same round, so that load on the machine that changes between rounds cancels out.
+    def cost(name: str) -> float:
+        return statistics.median(t - p for t, p in zip(timings[name], plain))
 
-        py_func_cost = cost("per-batch py_func doing nothing")
-        function_cost = cost("make_metric(sklearn function)")
-        print(
-            f"  function reducer, {label} time: costs {function_cost:+.3f} s over the plain evaluate; calling the "
-            f"function once on all values takes {bare:.3f} s and a per-batch py_func {py_func_cost:+.3f} s, together "
-            f"{bare + py_func_cost:.3f} s (goal: the first at most the sum)"
-        )
+    py_func_cost = cost("per-batch py_func doing nothing")
+    function_cost = cost("make_metric(sklearn function)")
+    print(
+        f"  function reducer: costs {function_cost:+.3f} s over the plain evaluate; calling the function once on "
+        f"all values takes {bare:.3f} s and a per-batch py_func {py_func_cost:+.3f} s, together "
+        f"{bare + py_func_cost:.3f} s (goal: the first at most the sum)"
+    )
     print(f"  the function itself took {inside:.3f} s (median) inside the evaluations")
 
 
@@ -400,7 +447,7 @@ def main() -> None:
     if "2" in only:
         binned_over_draws(20_000 if args.quick else 200_000, 2 if args.quick else 20)
     if "3" in only:
-        evaluate_overhead(100_000 if args.quick else 1_000_000, 2 if args.quick else 11)
+        evaluate_overhead(100_000 if args.quick else 1_000_000, 2 if args.quick else 21)
     if "4" in only:
         state_bytes(100_000 if args.quick else 1_000_000)
 
