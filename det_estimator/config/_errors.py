@@ -5,6 +5,7 @@ its full dotted path (``searcher.max_length.batches``, ``labels[2]``), so that a
 user can find it in a long YAML file without reading any code.
 """
 
+import difflib
 from collections.abc import Iterable
 from typing import Any
 
@@ -74,9 +75,12 @@ def unknown_key(path: str, expected: Iterable[str]) -> ConfigError:
         expected: The keys the section accepts.
 
     Returns:
-        The error, ready to raise.
+        The error, ready to raise; it suggests the accepted key nearest a misspelt one.
     """
-    return ConfigError(f"{PREFIX}unknown key `{path}`. Expected one of: {', '.join(sorted(expected))}")
+    expected = sorted(expected)
+    nearest = difflib.get_close_matches(path.rsplit(".", 1)[-1], expected, n=1, cutoff=0.8)
+    suggestion = f" (did you mean `{nearest[0]}`?)" if nearest else ""
+    return ConfigError(f"{PREFIX}unknown key `{path}`{suggestion}. Expected one of: {', '.join(expected)}")
 
 
 def not_supported_yet(path: str, supported: Iterable[str]) -> ConfigError:

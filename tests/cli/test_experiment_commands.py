@@ -321,10 +321,14 @@ def test_a_context_dir_that_is_not_a_directory_is_a_usage_error(det, context, tm
 @pytest.mark.parametrize(
     "change, key_path",
     [
-        (lambda config: config.update(bogus_key=1), "`bogus_key`"),
-        (lambda config: config["checkpoint_storage"].update(hots_path="x"), "`checkpoint_storage.hots_path`"),
+        (lambda config: config.update(bogus_key=1), "`bogus_key`. "),
+        (
+            lambda config: config["checkpoint_storage"].update(hots_path="x"),
+            "`checkpoint_storage.hots_path` (did you mean `host_path`?). ",
+        ),
+        (lambda config: config.update(schedulng_unit=1), "`schedulng_unit` (did you mean `scheduling_unit`?). "),
     ],
-    ids=["top-level", "nested"],
+    ids=["top-level", "nested, misspelt", "top-level, misspelt"],
 )
 def test_a_config_with_an_unknown_key_is_a_usage_error_naming_it(det, context, change, key_path):
     raw = context.config()

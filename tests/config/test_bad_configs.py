@@ -47,7 +47,8 @@ CASES = [
     (
         "unknown nested key",
         config(searcher=searcher(max_lenght={"batches": 1})),
-        "experiment config: unknown key `searcher.max_lenght`. Expected one of: max_length, metric, name, "
+        "experiment config: unknown key `searcher.max_lenght` (did you mean `max_length`?). Expected one of: "
+        "max_length, metric, name, "
         "smaller_is_better",
     ),
     (
