@@ -88,7 +88,8 @@ def resume(store: ExperimentStore, args: argparse.Namespace) -> int:
     if experiment.state == State.ERROR and searcher != "single":
         raise UsageError(
             f"Experiment {args.experiment_id} is ERROR: every trial of its {searcher} search failed (see "
-            f"`det-estimator experiment describe {args.experiment_id}`). Fix the cause and create a new experiment; "
+            f"`{orchestration.command_on(store.path)} experiment describe {args.experiment_id}`). Fix the cause and "
+            "create a new experiment; "
             "a failed single-trial experiment can be resumed from its latest checkpoint."
         )
     _tell(args.json, f"Resuming experiment {args.experiment_id} from its latest checkpoint")

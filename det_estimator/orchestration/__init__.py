@@ -32,6 +32,7 @@ from det_estimator.orchestration._follow import (
 from det_estimator.orchestration._outcome import ExperimentSummary, TrialOutcome, summarize, trial_outcome
 from det_estimator.orchestration._processes import first_traceback
 from det_estimator.orchestration._report import (
+    command_on,
     print_failure,
     print_json,
     print_summary,
@@ -54,6 +55,7 @@ __all__ = [
     "TrialOutcome",
     "TrialStarted",
     "checkpoint_storage_root",
+    "command_on",
     "display_for",
     "find_or_record_experiment",
     "first_traceback",

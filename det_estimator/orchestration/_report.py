@@ -1,13 +1,15 @@
 """Running an experiment for a person at a terminal (or a script reading JSON), and telling how it ended."""
 
 import json
+import shlex
 import sys
+from pathlib import Path
 from typing import Any, Optional, TextIO
 
 from det_estimator.orchestration._display import display_for
 from det_estimator.orchestration._experiment import run_experiment
 from det_estimator.orchestration._outcome import ExperimentSummary, summarize
-from det_estimator.store import ExperimentStore, State, to_json_value
+from det_estimator.store import ExperimentStore, State, default_store_path, to_json_value
 
 
 def run_and_report(
@@ -41,7 +43,7 @@ def run_and_report(
     if json_output:
         print_json(summary_as_json(summary), stdout)
     else:
-        print_summary(summary, shown)
+        print_summary(summary, shown, command_on(store.path))
     return 0
 
 
@@ -67,8 +69,22 @@ def summary_as_json(summary: ExperimentSummary) -> dict[str, Any]:
     }
 
 
-def print_summary(summary: ExperimentSummary, stream: TextIO) -> None:
-    """The end of a run, for people: state, best validation, kept checkpoints and their SavedModels."""
+def command_on(store_path: Path) -> str:
+    """The shell command that reaches this store: ``det-estimator``, with ``--store`` unless it is the default one.
+
+    The commands a summary suggests must work when pasted into the same shell, so they
+    name a store that ``det-estimator`` alone would not find.
+    """
+    if store_path.resolve() == default_store_path().expanduser().resolve():
+        return "det-estimator"
+    return f"det-estimator --store {shlex.quote(str(store_path))}"
+
+
+def print_summary(summary: ExperimentSummary, stream: TextIO, command: str = "det-estimator") -> None:
+    """The end of a run, for people: state, best validation, kept checkpoints and their SavedModels.
+
+    ``command`` starts the commands it suggests (see :func:`command_on`).
+    """
     experiment, best = summary.experiment, summary.best_validation
     lines = [f"\nExperiment {experiment.id} {experiment.state} after {experiment.batches_trained} batches."]
     if best is not None:
@@ -78,8 +94,8 @@ def print_summary(summary: ExperimentSummary, stream: TextIO) -> None:
         best_trial = None if best is None else best.trial_id
         shown = [checkpoint for checkpoint in summary.checkpoints if checkpoint.trial_id == best_trial]
         lines.append(
-            f"Trials: {len(summary.trials)}; `det-estimator trial list {experiment.id}` ranks them. "
-            f"Checkpoints kept: {len(summary.checkpoints)} (`det-estimator checkpoint list {experiment.id}`); "
+            f"Trials: {len(summary.trials)}; `{command} trial list {experiment.id}` ranks them. "
+            f"Checkpoints kept: {len(summary.checkpoints)} (`{command} checkpoint list {experiment.id}`); "
             f"the best trial's:"
         )
     else:
@@ -89,7 +105,7 @@ def print_summary(summary: ExperimentSummary, stream: TextIO) -> None:
         for name, path in summary.saved_models.get(checkpoint.uuid, {}).items():
             lines.append(f"    SavedModel {name!r}: {path}")
     if experiment.state == State.PAUSED:
-        lines.append(f"Resume with: det-estimator experiment resume {experiment.id}")
+        lines.append(f"Resume with: {command} experiment resume {experiment.id}")
     stream.write("\n".join(lines) + "\n")
     stream.flush()
 
@@ -114,6 +130,8 @@ def print_failure(store: ExperimentStore, experiment_id: int, stream: TextIO) ->
         stream.write(f"Trial {trial.id} failed{where}{origin}:\n{text}\n\n")
     stream.write(f"Experiment {experiment_id} failed ({experiment.state}).")
     for trial in failed or store.trials(experiment_id)[:1]:
-        stream.write(f" The whole output of trial {trial.id}: det-estimator trial logs {trial.id}  ({trial.log_path})")
+        stream.write(
+            f" The whole output of trial {trial.id}: {command_on(store.path)} trial logs {trial.id}  ({trial.log_path})"
+        )
     stream.write("\n")
     stream.flush()

@@ -223,7 +223,8 @@ def test_a_paused_experiment_resumes_without_losing_anything(det, context, analy
     assert f"Experiment {experiment_id} is PAUSED." in paused.stdout
     created = running.finish()
     assert created.returncode == 0, created.stdout + created.stderr
-    assert f"Resume with: det-estimator experiment resume {experiment_id}" in created.stdout
+    # The hint names the store, which is not the default one: pasted into the shell, it resumes this experiment.
+    assert f"Resume with: det-estimator --store {det.store} experiment resume {experiment_id}" in created.stdout
     assert f"Experiment {experiment_id} PAUSED after " in created.stdout
 
     experiment = det.experiment(experiment_id)
@@ -272,7 +273,8 @@ def test_ctrl_c_pauses_the_experiment(det, context):
     assert created.returncode == 0, created.stdout + created.stderr
     assert "failed" not in created.stdout + created.stderr
     assert created.stdout.count("Pausing: the trial finishes its batch and writes a checkpoint") == 1
-    assert f"Resume with: det-estimator experiment resume {experiment_id}" in created.stdout
+    # The hint names the store, which is not the default one: pasted into the shell, it resumes this experiment.
+    assert f"Resume with: det-estimator --store {det.store} experiment resume {experiment_id}" in created.stdout
     assert "Traceback" not in created.stdout + created.stderr
     experiment = det.experiment(experiment_id)
     assert experiment["state"] == "PAUSED"
