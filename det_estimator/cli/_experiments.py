@@ -89,8 +89,7 @@ def resume(store: ExperimentStore, args: argparse.Namespace) -> int:
         raise UsageError(
             f"Experiment {args.experiment_id} is ERROR: every trial of its {searcher} search failed (see "
             f"`{orchestration.command_on(store.path)} experiment describe {args.experiment_id}`). Fix the cause and "
-            "create a new experiment; "
-            "a failed single-trial experiment can be resumed from its latest checkpoint."
+            "create a new experiment; a failed single-trial experiment can be resumed from its latest checkpoint."
         )
     _tell(args.json, f"Resuming experiment {args.experiment_id} from its latest checkpoint")
     return _run(store, args.experiment_id, args)
