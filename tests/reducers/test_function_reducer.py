@@ -1,3 +1,5 @@
+import pickle
+
 import numpy as np
 import pytest
 
@@ -80,3 +82,60 @@ def test_function_reducer_gives_the_one_process_result_on_three_ranks():
             state = reducer.accumulate(batch)
         states.append(state)
     assert FunctionReducer(position_weighted_sum).cross_slot_reduce(states) == expected
+
+
+def test_batches_are_kept_as_copies_that_the_caller_may_overwrite():
+    reducer = FunctionReducer(list)
+    given = {"labels": np.array([0, 1, 1], dtype=np.int64), "predictions": np.array([0.2, 0.9, 0.4], np.float32)}
+    expected = {key: value.copy() for key, value in given.items()}
+    (kept,) = reducer.accumulate(given)
+    for value in given.values():  # make_metric's arrays share TensorFlow's tensors, which it reuses
+        value[:] = 7
+    assert sorted(kept) == ["labels", "predictions"]
+    for key, value in kept.items():
+        assert value.dtype == expected[key].dtype
+        np.testing.assert_array_equal(value, expected[key])
+        assert not np.shares_memory(value, given[key])
+
+
+def test_kept_batches_keep_their_structure_shapes_dtypes_and_values(monkeypatch):
+    # Small buffers, so that batches fill several of them and one batch outgrows a buffer.
+    monkeypatch.setattr("det_estimator.reducers._function_reducer._Arena.BUFFER_BYTES", 64)
+    rng = np.random.default_rng(3)
+    given = []
+    for index in range(40):
+        rows = int(rng.integers(0, 12))
+        given.append(
+            [
+                rng.normal(size=(rows, 3)).astype(np.float32),
+                rng.integers(-5, 5, size=rows).astype(np.int8),
+                rng.random(rows) < 0.5,
+                np.float64(index),  # a NumPy scalar
+                np.array(index * 2.5),  # a 0-d array
+                np.array([f"row {index}"] * 2),  # strings are kept as they are
+                np.arange(rows * 2, dtype=np.float32)[::2],  # not contiguous
+            ]
+        )
+    given.append((np.ones(100, np.complex64), np.zeros((2, 50), np.uint16)))  # a tuple larger than a buffer
+    reducer = FunctionReducer(list)
+    for batch in given:
+        state = reducer.accumulate(batch)
+    assert len(state) == len(given)
+    for kept, original in zip(state, given):
+        assert type(kept) is type(original)
+        for kept_leaf, original_leaf in zip(kept, original):
+            assert type(kept_leaf) is type(original_leaf)
+            assert np.shape(kept_leaf) == np.shape(original_leaf) and np.result_type(kept_leaf) == np.result_type(
+                original_leaf
+            )
+            np.testing.assert_array_equal(kept_leaf, original_leaf)
+
+
+def test_kept_batches_pickle_to_their_own_values_only():
+    reducer = FunctionReducer(list)
+    for start in range(0, 1000, 10):
+        state = reducer.accumulate(np.arange(start, start + 10, dtype=np.float64))
+    # Each batch is a view of a buffer of 4 MB: the state sent to other ranks carries only the values.
+    assert len(pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)) < 20_000
+    restored = pickle.loads(pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL))
+    np.testing.assert_array_equal(np.concatenate(restored), np.arange(1000, dtype=np.float64))
