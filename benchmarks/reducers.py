@@ -17,7 +17,8 @@ Prints four tables:
    ``make_metric(RocAuc)``, ``make_metric`` of a function calling scikit-learn, and
    ``tf.compat.v1.metrics.auc``, interleaved over 21 rounds: the median run of each, the
    median of the per-round ratios to the plain evaluate with its 95% interval, and the
-   median step (a batch), which bursts of load on the machine barely move; then the bare
+   median step (a batch), which bursts of load on the machine barely move, and the time
+   outside the steps (graph, restore, final reduction) against the plain run's; then the bare
    cost of calling that function once on the very values the evaluations gave it. The
    process's CPU time is not shown: TensorFlow's idle pool threads spin, and an extra op
    handed to another thread adds up to a fifth of a step's CPU time without any wall time.
@@ -373,6 +374,8 @@ def evaluate_overhead(num_examples: int, rounds: int) -> None:
         estimator.evaluate(input_fn, steps=5)
     timings: dict[str, list[float]] = {name: [] for name in variants}
     steps: dict[str, list[float]] = {name: [] for name in variants}
+    # Each run's time outside its steps: building the graph, restoring, the final reduction.
+    outside: dict[str, list[float]] = {name: [] for name in variants}
     rng = np.random.default_rng(0)
     for _ in range(rounds):  # interleaved, in a new order each round, so machine load hits every variant alike
         for index in rng.permutation(len(variants)):
@@ -382,6 +385,7 @@ def evaluate_overhead(num_examples: int, rounds: int) -> None:
             estimators[name].evaluate(input_fn, hooks=[step_times])
             timings[name].append(time.perf_counter() - start)
             steps[name].extend(step_times.seconds)
+            outside[name].append(timings[name][-1] - sum(step_times.seconds))
     plain = timings[variants[0]]
     plain_step = statistics.median(steps[variants[0]])
     rows = []
@@ -397,6 +401,7 @@ def evaluate_overhead(num_examples: int, rounds: int) -> None:
                 f"{statistics.median(ratios):+.1%} [{low:+.1%}, {high:+.1%}]",
                 f"{step * 1e6:.0f}",
                 f"{(step - plain_step) * 1e6:+.1f} ({step / plain_step - 1:+.1%})",
+                f"{statistics.median(o - p for o, p in zip(outside[name], outside[variants[0]])) * 1e3:+.1f}",
             ]
         )
     table(
@@ -409,6 +414,7 @@ def evaluate_overhead(num_examples: int, rounds: int) -> None:
             "per-round ratio: median [95% interval]",
             "median step us",
             "step vs none: us",
+            "outside steps vs none: ms",
         ],
         rows,
     )
