@@ -49,11 +49,11 @@ class _Arena:
     """Copies numeric arrays into large buffers, one being filled per dtype, and hands back views of them.
 
     ``make_metric`` hands each batch over as NumPy arrays that share TensorFlow's own
-    tensors. Keeping a thousand of those alive slowed every later step of the same
-    evaluation by about 80 us (a step is about 650 us), and keeping a thousand small
-    copies by about 30 us; copying into a large buffer costs about 3 us (the median step
-    of ``estimator.evaluate``, as ``benchmarks/reducers.py`` table 3 measures it). Other
-    values (strings, objects, Python scalars) are kept as they are.
+    tensors. Keeping those alive made the median step of ``estimator.evaluate`` (about
+    650 us) some 90 us slower than a plain one; with the copies here it is 13-30 us
+    slower, as with ``RocAuc`` (``benchmarks/reducers.py``, table 3). A small copy of
+    each array instead was about 30 us slower. Other values (strings, objects, Python
+    scalars) are kept as they are.
     """
 
     BUFFER_BYTES = 1 << 22
