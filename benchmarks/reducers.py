@@ -32,6 +32,7 @@ variants are timed in alternation within one run, and medians are reported.
 import argparse
 import atexit
 import contextlib
+import functools
 import math
 import os
 import pickle
@@ -51,14 +52,10 @@ from det_estimator import reducers  # noqa: E402
 from det_estimator.reducers import _ranking as ranking  # noqa: E402
 
 
-def elapsed(clock: Callable[[], float], function: Callable[[], object]) -> float:
-    start = clock()
-    function()
-    return clock() - start
-
-
 def seconds(function: Callable[[], object]) -> float:
-    return elapsed(time.perf_counter, function)
+    start = time.perf_counter()
+    function()
+    return time.perf_counter() - start
 
 
 def ctr_scores(num_examples: int, positive_rate: float, seed: int = 0):
@@ -381,9 +378,7 @@ def evaluate_overhead(num_examples: int, rounds: int) -> None:
         for index in rng.permutation(len(variants)):
             name = variants[index]
             step_times = StepTimes()
-            start = time.perf_counter()
-            estimators[name].evaluate(input_fn, hooks=[step_times])
-            timings[name].append(time.perf_counter() - start)
+            timings[name].append(seconds(functools.partial(estimators[name].evaluate, input_fn, hooks=[step_times])))
             steps[name].extend(step_times.seconds)
             outside[name].append(timings[name][-1] - sum(step_times.seconds))
     plain = timings[variants[0]]
