@@ -75,7 +75,7 @@ def command_on(store_path: Path) -> str:
     The commands a summary suggests must work when pasted into the same shell, so they
     name a store that ``det-estimator`` alone would not find.
     """
-    if store_path.resolve() == default_store_path().expanduser().resolve():
+    if store_path.resolve() == default_store_path().resolve():
         return "det-estimator"
     return f"det-estimator --store {shlex.quote(str(store_path))}"
 
