@@ -262,9 +262,9 @@ def recording(function: Callable[[list], float], record: dict) -> Callable[[list
     """``function``, recording how long each call took, and its values when asked.
 
     The seconds go to ``record["seconds"]``; the values go to ``record["batches"]`` only
-    while ``record["keep"]`` is true. Kept values hold every batch's tensors alive into
-    the next evaluations, which slows them (by 0.02 s or more at 1M examples), so the
-    timed runs keep nothing. A closure, not an object: make_metric deep-copies a function
+    while ``record["keep"]`` is true. Kept values held into the next evaluations slow them
+    (by 0.02 s or more at 1M examples), so whoever keeps them drops them before the next
+    one. A closure, not an object: make_metric deep-copies a function
     reducer's state, which leaves functions (and what they close over) as they are.
     """
 
@@ -375,18 +375,26 @@ def evaluate_overhead(num_examples: int, rounds: int) -> None:
     estimators[variants[0]].train(lambda: input_fn().repeat(), steps=20)
     for estimator in estimators.values():  # warm-up
         estimator.evaluate(input_fn, steps=5)
+    record.clear()
     timings: dict[str, list[float]] = {name: [] for name in variants}
     steps: dict[str, list[float]] = {name: [] for name in variants}
     # Each run's time outside its steps: building the graph, restoring, the final reduction.
     outside: dict[str, list[float]] = {name: [] for name in variants}
+    # The function called once, bare, on the values the same round's evaluation handed it
+    # (a model's scores tie more than random ones), right after that evaluation.
+    bare: list[float] = []
     rng = np.random.default_rng(0)
     for _ in range(rounds):  # interleaved, in a new order each round, so machine load hits every variant alike
         for index in rng.permutation(len(variants)):
             name = variants[index]
             step_times = StepTimes()
+            record["keep"] = name == "make_metric(sklearn function)"
             timings[name].append(seconds(functools.partial(estimators[name].evaluate, input_fn, hooks=[step_times])))
             steps[name].extend(step_times.seconds)
             outside[name].append(timings[name][-1] - sum(step_times.seconds))
+            if record["keep"]:
+                # Popped, so that nothing keeps the values into the next evaluations.
+                bare.append(seconds(functools.partial(auc_of_batches, record.pop("batches"))))
     plain = timings[variants[0]]
     plain_step = statistics.median(steps[variants[0]])
     rows = []
@@ -419,12 +427,6 @@ def evaluate_overhead(num_examples: int, rounds: int) -> None:
         ],
         rows,
     )
-    # The same values the evaluations handed the function (a model's scores tie more than random ones).
-    inside = statistics.median(record["seconds"])
-    record["keep"] = True
-    estimators["make_metric(sklearn function)"].evaluate(input_fn)
-    batches = record["batches"]
-    bare = statistics.median(seconds(lambda: auc_of_batches(batches)) for _ in range(rounds))
 
     # Each cost is the median over rounds of the difference to the plain evaluate of the
     # same round, so that load on the machine that changes between rounds cancels out.
@@ -433,12 +435,22 @@ def evaluate_overhead(num_examples: int, rounds: int) -> None:
 
     py_func_cost = cost("per-batch py_func doing nothing")
     function_cost = cost("make_metric(sklearn function)")
+    # Per round: what the function reducer costs beyond the bare call and the per-batch py_func.
+    excess = [
+        f - b - n
+        for f, b, n in zip(timings["make_metric(sklearn function)"], bare, timings["per-batch py_func doing nothing"])
+    ]
+    low, high = median_interval(excess)
     print(
         f"  function reducer: costs {function_cost:+.3f} s over the plain evaluate; calling the function once on "
-        f"all values takes {bare:.3f} s and a per-batch py_func {py_func_cost:+.3f} s, together "
-        f"{bare + py_func_cost:.3f} s (goal: the first at most the sum)"
+        f"all values takes {statistics.median(bare):.3f} s and a per-batch py_func {py_func_cost:+.3f} s, together "
+        f"{statistics.median(bare) + py_func_cost:.3f} s (goal: the first at most the sum)"
     )
-    print(f"  the function itself took {inside:.3f} s (median) inside the evaluations")
+    print(
+        f"  per round, the function reducer's cost minus the bare call and the py_func's cost: median "
+        f"{statistics.median(excess):+.3f} s [95% interval {low:+.3f}, {high:+.3f}]"
+    )
+    print(f"  the function itself took {statistics.median(record['seconds']):.3f} s (median) inside the evaluations")
 
 
 def main() -> None:
