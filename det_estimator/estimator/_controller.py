@@ -149,6 +149,8 @@ class EstimatorTrialController:
             metadata = checkpoint.metadata
             self._batches = self._last_checkpoint = int(metadata["batches_trained"])
             self._best_metric = metadata.get("best_validation_metric")
+            # Checkpoints from before this key validate at the first chance after the resume.
+            self._last_validation = int(metadata.get("last_validation_batches", -1))
             saved_input = _input_state.rank_directory(path, self._distributed.rank)
             # Iterator states are per process: they fit only a job of the same size.
             if metadata.get("input_state_ranks") == self._distributed.size and saved_input.is_dir():
@@ -328,6 +330,7 @@ class EstimatorTrialController:
             "config": self._config.to_dict(),
             "rng_states": rng_states,
             "best_validation_metric": self._best_metric,
+            "last_validation_batches": self._last_validation,
             "input_state_ranks": self._distributed.size if self._input_saveable else None,
             "framework": {"det_estimator": __version__, "tensorflow": tf.__version__},
         }

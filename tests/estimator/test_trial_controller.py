@@ -122,6 +122,16 @@ def test_a_corrupt_checkpoint_never_outranks_the_valid_ones_written_after_it(ana
     assert latest is not None and latest.steps_completed == 8 == outcome.batches_trained
 
 
+def test_a_resumed_run_validates_a_full_period_after_the_last_validation(analytic, tmp_path):
+    config = analytic.make_config(tmp_path, 7, scheduling_unit=1)  # min_validation_period: 5 batches
+    first = det.run_trial(analytic.AnalyticTrial, config)
+    assert [v["batches"] for v in first.validations] == [5, 7]  # the last one as the length ends
+
+    config["searcher"]["max_length"] = {"batches": 20}
+    resumed = det.run_trial(analytic.AnalyticTrial, config)
+    assert [v["batches"] for v in resumed.validations] == [12, 17, 20]
+
+
 def test_a_run_killed_at_a_random_batch_resumes_to_the_uninterrupted_result(analytic, runs, tmp_path):
     process = runs.start(tmp_path, 60, slots=1, seconds_per_batch=0.1)
     runs.kill_at_random_batch(process, seed=11)
