@@ -71,7 +71,12 @@ class ClickThroughRateTrial(det.EstimatorTrial):
             dataset = self.context.wrap_dataset(tf.data.Dataset.from_tensor_slices(({"x": features}, labels)))
             if shuffle:
                 dataset = dataset.shuffle(10_000)
-            return dataset.batch(self.context.get_per_slot_batch_size())
+            dataset = dataset.batch(self.context.get_per_slot_batch_size()).prefetch(2)
+            # TensorFlow 2.15: closing a session waits for tf.data's autotuning thread to
+            # wake by itself, seconds at random; fixed sizes (here, the prefetch) avoid it.
+            options = tf.data.Options()
+            options.autotune.enabled = False
+            return dataset.with_options(options)
 
         return input_fn
 
