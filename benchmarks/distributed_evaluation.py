@@ -100,7 +100,11 @@ def run_worker(args: argparse.Namespace) -> None:
 
     def input_fn():
         dataset = tf.data.Dataset.from_tensor_slices((features[rows], labels[rows]))
-        return dataset.batch(BATCH_SIZE // size).prefetch(2)
+        # Without autotuning: closing the session would wait for its thread, seconds at random
+        # (README, "Supported versions"), and the timed evaluation would include that wait.
+        options = tf.data.Options()
+        options.autotune.enabled = False
+        return dataset.batch(BATCH_SIZE // size).prefetch(2).with_options(options)
 
     config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=threads, inter_op_parallelism_threads=threads)
     estimator = tf.estimator.Estimator(
