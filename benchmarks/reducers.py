@@ -264,8 +264,8 @@ def recording(function: Callable[[list], float], record: dict) -> Callable[[list
     The seconds go to ``record["seconds"]``; the values go to ``record["batches"]`` only
     while ``record["keep"]`` is true. Kept values held into the next evaluations slow them
     (by 0.02 s or more at 1M examples), so whoever keeps them drops them before the next
-    one. A closure, not an object: make_metric deep-copies a function
-    reducer's state, which leaves functions (and what they close over) as they are.
+    one. A closure, not an object: make_metric deep-copies a function reducer's state,
+    which leaves functions (and what they close over) as they are.
     """
 
     def recorded(batches: list) -> float:
