@@ -11,6 +11,7 @@ import numpy as np
 import tensorflow as tf
 
 from det_estimator import core
+from det_estimator.keras import _random_states
 
 logger = logging.getLogger("det_estimator.keras")
 
@@ -204,7 +205,12 @@ class DeterminedCallback(tf.keras.callbacks.Callback):
             with model.distribute_strategy.scope():
                 _build_optimizer(model.optimizer, model.trainable_variables)
         if with_optimizer:
-            root = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
+            # The dropout masks go on where the checkpoint stopped: the layers' generators
+            # must exist to be restored.
+            with model.distribute_strategy.scope():
+                _random_states.create_layer_generators(model)
+            _warn_of_layers_without_generators(model)
+            root = tf.train.Checkpoint(model=model, optimizer=model.optimizer, **_layer_generators(model))
         else:
             # The model tracks its optimizer too: read through a view of its other parts,
             # so that a warm start keeps the fresh optimizer.
@@ -360,7 +366,9 @@ class DeterminedCallback(tf.keras.callbacks.Callback):
             state["epoch"], state["batch"] = self._epoch + 1, 0
         metadata = {"steps_completed": self._steps_completed, "framework": "tensorflow-keras", **state}
         if self._writer is None:  # built once: each new one would trace its save functions again
-            self._writer = tf.train.Checkpoint(model=self.model, optimizer=self.model.optimizer)
+            self._writer = tf.train.Checkpoint(
+                model=self.model, optimizer=self.model.optimizer, **_layer_generators(self.model)
+            )
         checkpoint = self._writer
         rank = self._core.distributed.rank
         with self._core.checkpoint.store_path(metadata, shard=True) as (path, storage_id):
@@ -391,6 +399,24 @@ class _ResumePosition:
 
     def delete_backup(self) -> None:
         """Nothing to delete."""
+
+
+def _layer_generators(model: tf.keras.Model) -> dict[str, Any]:
+    """The ``tf.random.Generator`` of each layer that has one (dropout, noise), to checkpoint with the model."""
+    found = _random_states.generators(model)["layer_generators"]
+    return {"layer_generators": found} if found else {}
+
+
+def _warn_of_layers_without_generators(model: tf.keras.Model) -> None:
+    names = _random_states.layers_without_generators(model)
+    if names:
+        logger.warning(
+            "Layers %s draw from TensorFlow's stateful random ops, whose position no checkpoint holds: the "
+            "resumed training draws other masks than an uninterrupted one would. To resume exactly, call "
+            "tf.keras.backend.experimental.enable_tf_random_generator() before building the model "
+            "(det.keras.init() does it in a trial).",
+            ", ".join(names),
+        )
 
 
 def _skip_evaluation(*args: Any, **kwargs: Any) -> dict[str, Any]:

@@ -32,6 +32,23 @@ def restore_layer_setting(previous: bool) -> None:
         tf.keras.backend.experimental.disable_tf_random_generator()
 
 
+def create_layer_generators(model: tf.keras.Model) -> None:
+    """Creates the layers' generators now (Keras does at their first call), for a checkpoint to restore."""
+    for module in [model, *model.submodules]:
+        random_generator = getattr(module, "_random_generator", None)
+        if hasattr(random_generator, "_maybe_init"):
+            random_generator._maybe_init()
+
+
+def layers_without_generators(model: tf.keras.Model) -> list[str]:
+    """The layers that draw from TensorFlow's stateful random ops (built before :func:`use_generators_in_layers`)."""
+    return [
+        module.name
+        for module in [model, *model.submodules]
+        if getattr(getattr(module, "_random_generator", None), "_rng_type", None) == "legacy_stateful"
+    ]
+
+
 def generators(model: tf.keras.Model) -> dict[str, Any]:
     """The trackable random states to checkpoint: the global generator and each layer's, in layer order."""
     found = []

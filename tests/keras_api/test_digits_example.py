@@ -41,8 +41,8 @@ def job_config(example: Path, trial_id: int, slots: int) -> Path:
     return path
 
 
-def described(det, store: Path) -> dict:
-    return json.loads(det(store, "experiment", "describe", 1, "--json").stdout)
+def described(det, store: Path, experiment_id: int = 1) -> dict:
+    return json.loads(det(store, "experiment", "describe", experiment_id, "--json").stdout)
 
 
 def test_the_example_runs_in_test_mode_and_its_job_predicts_every_digit(example, tmp_path, det):
@@ -102,6 +102,16 @@ def test_a_paused_trial_resumes_where_it_stopped(example, tmp_path, det, slots):
     # One validation per epoch, each once: the resumed run went on from the pause, not from epoch 0.
     assert [v["metrics"]["epochs"] for v in validations] == list(range(1, epochs + 1))
     assert [v["batches"] for v in validations] == [BATCHES_PER_EPOCH * e for e in range(1, epochs + 1)]
+
+    # The same trial without a pause validates alike: the resumed one went on with the
+    # optimizer's state and the dropout masks where the pause left them.
+    raw["searcher"]["max_length"] = {"epochs": epochs}
+    config.write_text(yaml.safe_dump(raw))
+    det(store, "experiment", "create", config, example, timeout=400)
+    uninterrupted = described(det, store, 2)["trials"][0]["validations"]
+    assert [v["batches"] for v in uninterrupted] == [v["batches"] for v in validations]
+    for resumed_validation, straight in zip(validations, uninterrupted):
+        assert resumed_validation["metrics"]["loss"] == pytest.approx(straight["metrics"]["loss"], rel=1e-6)
 
 
 @pytest.mark.slow

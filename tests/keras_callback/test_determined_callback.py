@@ -17,7 +17,7 @@ import tensorflow as tf
 import det_estimator as det
 from det_estimator.store import ExperimentStore, MetricKind
 
-from .linear_script import GLOBAL_BATCH, RECORDS, build_model, dataset
+from .linear_script import FEATURES, GLOBAL_BATCH, RECORDS, build_model, dataset
 
 STEPS_PER_EPOCH = RECORDS // GLOBAL_BATCH
 
@@ -171,3 +171,51 @@ def test_tensorboard_writes_into_the_trial_directory():
     events = list((directory / "keras").rglob("events.out.tfevents.*"))
     assert events, list(directory.rglob("*"))
     assert not os.path.exists("ignored")
+
+
+def dropout_model(generators: bool) -> tf.keras.Model:
+    """The linear model behind a Dropout layer, its masks from a generator (or TensorFlow's stateful ops)."""
+    if generators:
+        tf.keras.backend.experimental.enable_tf_random_generator()
+    try:
+        tf.keras.utils.set_random_seed(0)  # the same first masks in every run
+        model = tf.keras.Sequential(
+            [
+                tf.keras.layers.Dropout(0.5, input_shape=(FEATURES,), name="noisy_inputs"),
+                tf.keras.layers.Dense(1, kernel_initializer="zeros"),
+            ]
+        )
+    finally:
+        tf.keras.backend.experimental.disable_tf_random_generator()
+    model.compile(optimizer=tf.keras.optimizers.SGD(learning_rate=0.05, momentum=0.9), loss="mse")
+    return model
+
+
+def fit_dropout(epochs: int, generators: bool, checkpoint=None, extra=()):
+    with det.core.init() as core_context:
+        model = dropout_model(generators)
+        callback = det.keras.DeterminedCallback(core_context, checkpoint, "run", check_preempt_every_batches=1)
+        model.fit(dataset(0, 1), epochs=epochs, callbacks=[callback, *extra], verbose=0)
+        info = core_context.info
+    return model, info
+
+
+def test_dropout_from_generators_draws_after_a_resume_the_masks_of_an_uninterrupted_run(caplog):
+    uninterrupted, _ = fit_dropout(3, generators=True)
+    _, info = fit_dropout(3, generators=True, extra=[SignalAt(STEPS_PER_EPOCH + 3)])
+    paused = latest(info)
+    assert STEPS_PER_EPOCH + 3 <= paused.batches < 2 * STEPS_PER_EPOCH  # in the second epoch
+    resumed, _ = fit_dropout(3, generators=True, checkpoint=paused.uuid)
+    np.testing.assert_allclose(flat(resumed), flat(uninterrupted), rtol=1e-6, atol=1e-7)
+    assert "noisy_inputs" not in caplog.text
+    # The masks matter: a run that draws them afresh from the start ends elsewhere.
+    restarted, _ = fit_dropout(2, generators=True)
+    assert not np.allclose(flat(restarted), flat(uninterrupted), rtol=1e-3)
+
+
+def test_a_resume_warns_of_layers_without_generators(caplog):
+    _, info = fit_dropout(2, generators=False, extra=[SignalAt(3)])
+    with caplog.at_level("WARNING", logger="det_estimator.keras"):
+        fit_dropout(2, generators=False, checkpoint=latest(info).uuid)
+    assert "Layers noisy_inputs draw from TensorFlow's stateful random ops" in caplog.text
+    assert "enable_tf_random_generator()" in caplog.text

@@ -13,6 +13,7 @@ from det_estimator import _horovod, _info, core
 from det_estimator.config import load_experiment_config
 from det_estimator.config._source import read_source
 from det_estimator.errors import DetEstimatorError
+from det_estimator.keras import _random_states
 from det_estimator.keras._api._context import KerasContext, Optimizations, TrainingContext
 from det_estimator.keras._devices import pin_local_gpu
 from det_estimator.store import BATCH_INFERENCE
@@ -93,6 +94,10 @@ def _trial_context(
         if seed is not None and seed != trial.trial_seed:
             logger.info("det.keras.init(seed=%d) is ignored in an experiment: the trial's seed is used", seed)
         seed = trial.trial_seed
+        # Layers built from now on draw their randomness (dropout, noise) from tf.random.Generator
+        # objects, whose states DeterminedCallback checkpoints: a resumed trial draws the masks an
+        # uninterrupted one would. (Run by hand, the script keeps plain Keras' draws; it never resumes.)
+        _random_states.use_generators_in_layers()
     elif seed is None:
         seed = DEFAULT_SEED
     _seed_everything(seed)
