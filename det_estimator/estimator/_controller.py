@@ -208,6 +208,8 @@ class EstimatorTrialController:
         )
         local_checkpoint = self._save_local(session, saver) if validate else None
         metrics = self._validate(local_checkpoint) if validate else None
+        if validate and not stopping and self._pause_requested_anywhere():
+            stopping = "pause"  # asked for during the validation: the trial stops at this batch
         if stopping or self._checkpoint_due(metrics):
             local_checkpoint = local_checkpoint or self._save_local(session, saver)
             self._checkpoint(session, local_checkpoint, metrics)
@@ -217,6 +219,11 @@ class EstimatorTrialController:
             self._state = State.PAUSED
             self._core.preempt.acknowledge_preemption_signal()
         return bool(stopping)
+
+    def _pause_requested_anywhere(self) -> bool:
+        """Whether a pause reached any process (outside a step, where the control hook agrees on it)."""
+        mine = self._core.preempt.requested_locally()
+        return any(self._distributed.allgather(mine)) if self._distributed.size > 1 else mine
 
     def _next_operation(self) -> bool:
         """Completes the searcher's operation; returns True (stop) unless another one follows."""

@@ -242,8 +242,8 @@ class TFKerasTrialController:
                 self._config.min_validation_period, self._last_validation
             ):
                 metrics = self._validate()
-                if not stopping and self._stop_requested():
-                    stopping = "request_stop"
+                if not stopping:
+                    stopping = self._stopping_after_validation()
             if stopping or self._checkpoint_due(metrics):
                 self._checkpoint(iterator, metrics)
             if stopping == "end":
@@ -311,10 +311,18 @@ class TFKerasTrialController:
         self._core.train.report_start(self._batches, max_batches)
         return max_batches
 
-    def _stop_requested(self) -> bool:
-        """Whether a callback (EarlyStopping, say) set ``model.stop_training`` on any process in the validation."""
-        stop = bool(self._model.stop_training)
-        return any(self._distributed.allgather(stop)) if self._distributed.size > 1 else stop
+    def _stopping_after_validation(self) -> str:
+        """Why training stops after a validation, agreed by all processes, or "".
+
+        "request_stop" if a callback (EarlyStopping, say) set ``model.stop_training`` on
+        any process in the validation; "pause" if a pause was asked for meanwhile, so
+        that the trial stops at this batch.
+        """
+        mine = (bool(self._model.stop_training), self._core.preempt.requested_locally())
+        everyone = self._distributed.allgather(mine) if self._distributed.size > 1 else [mine]
+        if any(stop for stop, _ in everyone):
+            return "request_stop"
+        return "pause" if any(pause for _, pause in everyone) else ""
 
     def _period_elapsed(self, period: Optional[Length], since: int) -> bool:
         if period is None:

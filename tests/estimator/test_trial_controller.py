@@ -2,6 +2,8 @@
 
 import json
 import logging
+import os
+import signal
 
 import numpy as np
 import pytest
@@ -176,6 +178,26 @@ def test_a_hook_requesting_stop_ends_training_with_a_final_checkpoint(analytic, 
     outcome = det.run_trial(EarlyStopping, analytic.make_config(tmp_path, 100))
     assert (outcome.state, outcome.batches_trained) == ("COMPLETED", 7)
     assert outcome.checkpoints[-1]["batches"] == 7
+
+
+def test_a_pause_asked_for_during_a_validation_stops_at_that_batch(analytic, tmp_path):
+    class PauseInSecondValidation(tf.estimator.SessionRunHook):
+        evaluations = 0
+
+        def end(self, session):
+            PauseInSecondValidation.evaluations += 1
+            if PauseInSecondValidation.evaluations == 2:
+                os.kill(os.getpid(), signal.SIGTERM)  # what `experiment pause` amounts to
+
+    class PausedWhileValidating(analytic.AnalyticTrial):
+        def build_validation_spec(self):
+            spec = super().build_validation_spec()
+            return tf.estimator.EvalSpec(spec.input_fn, steps=spec.steps, hooks=[PauseInSecondValidation()])
+
+    outcome = det.run_trial(PausedWhileValidating, analytic.make_config(tmp_path, 40))
+    assert (outcome.state, outcome.batches_trained) == ("PAUSED", 10)
+    assert [c["batches"] for c in outcome.checkpoints] == [10]  # one checkpoint, with the validation's metrics
+    assert [v["batches"] for v in outcome.validations] == [5, 10]
 
 
 def test_on_trial_close_runs_when_the_trial_fails(analytic, tmp_path):

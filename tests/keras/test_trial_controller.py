@@ -108,6 +108,15 @@ def test_a_pause_in_the_callers_process_returns_paused_with_a_checkpoint(analyti
     assert [v["batches"] for v in paused.validations] == [5]  # a pause checkpoints without validating
 
 
+def test_a_pause_asked_for_during_a_validation_stops_at_that_batch(analytic_keras, tmp_path):
+    config = analytic_keras.make_config(tmp_path, 40)
+    config["hyperparameters"]["pause_in_validation_at"] = 10  # SIGTERM as the validation at batch 10 ends
+    paused = det.run_trial(analytic_keras.AnalyticKerasTrial, config)
+    assert (paused.state, paused.batches_trained) == ("PAUSED", 10)
+    assert [c["batches"] for c in paused.checkpoints] == [10]  # one checkpoint, with the validation's metrics
+    assert [v["batches"] for v in paused.validations] == [5, 10]
+
+
 def test_test_mode_runs_one_batch_one_validation_step_and_one_checkpoint(analytic_keras, tmp_path):
     outcome = det.run_trial(analytic_keras.AnalyticKerasTrial, analytic_keras.make_config(tmp_path, 1000), test=True)
     assert outcome.batches_trained == 1

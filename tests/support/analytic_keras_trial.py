@@ -149,13 +149,16 @@ class Records(tf.keras.utils.Sequence):
 class Events(det.keras.callbacks.Callback):
     """Records the harness's calls in a file per rank, pauses the run or slows it down when asked."""
 
-    def __init__(self, events_dir: str, rank: int, seconds_per_batch: float, pause_at_batch: int):
+    def __init__(
+        self, events_dir: str, rank: int, seconds_per_batch: float, pause_at_batch: int, pause_in_validation_at: int
+    ):
         super().__init__()
         os.makedirs(events_dir, exist_ok=True)
         self._log = os.path.join(events_dir, f"rank{rank}.jsonl")
         self._rank = rank
         self._seconds_per_batch = seconds_per_batch
         self._pause_at_batch = pause_at_batch
+        self._pause_in_validation_at = pause_in_validation_at
         self.checkpoints = 0
 
     def record(self, event: str, **details) -> None:
@@ -179,6 +182,9 @@ class Events(det.keras.callbacks.Callback):
 
     def on_test_end(self, logs=None):
         self.record("test_end", logs=logs)
+        batches = int(self.model.optimizer.iterations.numpy())
+        if self._pause_in_validation_at and batches == self._pause_in_validation_at:
+            os.kill(os.getpid(), signal.SIGTERM)  # a pause asked for while the trial validates
 
     def on_checkpoint_end(self, checkpoint_dir):
         Path(checkpoint_dir, "events_note.txt").write_text(f"checkpoint {self.checkpoints + 1}")
@@ -250,6 +256,7 @@ class AnalyticKerasTrial(det.keras.TFKerasTrial):
                 self.context.distributed.rank,
                 float(hparams.get("seconds_per_batch", 0.0)),
                 int(hparams.get("pause_at_batch", 0)),
+                int(hparams.get("pause_in_validation_at", 0)),
             )
         ]
         if "early_stopping" in hparams:
