@@ -394,6 +394,8 @@ class ExperimentStore(JobTable):
                 "UPDATE experiments SET launcher_pid = ?, launcher_host = ?, pause_requested_at = NULL WHERE id = ?",
                 (pid, host, experiment_id),
             )
+            if current is not None and (current, current_host) != (pid, host):
+                _end_runs_of_a_dead_launcher(db, experiment_id)
 
     def set_launcher(self, experiment_id: int, pid: int) -> None:
         """Records the process that runs the experiment now, without checking for another."""
@@ -604,12 +606,12 @@ class ExperimentStore(JobTable):
 
     def trial_runs(self, trial_id: int) -> list[TrialRunRecord]:
         """A trial's runs, oldest first."""
-        rows = self._connection.execute("SELECT * FROM trial_runs WHERE trial_id = ? ORDER BY id", (trial_id,))
+        rows = self._connection.execute(f"{_RUNS_WITH_LAUNCHER} WHERE r.trial_id = ? ORDER BY r.id", (trial_id,))
         return [_run_record(row) for row in rows.fetchall()]
 
     def trial_run(self, run_id: int) -> TrialRunRecord:
         """One run of a trial."""
-        row = self._connection.execute("SELECT * FROM trial_runs WHERE id = ?", (run_id,)).fetchone()
+        row = self._connection.execute(f"{_RUNS_WITH_LAUNCHER} WHERE r.id = ?", (run_id,)).fetchone()
         if row is None:
             raise UnknownIdError(f"There is no trial run {run_id} in the store {self.path}.")
         return _run_record(row)
@@ -761,13 +763,45 @@ def _checkpoint_record(row: sqlite3.Row) -> CheckpointRecord:
     )
 
 
+def _end_runs_of_a_dead_launcher(db: sqlite3.Connection, experiment_id: int) -> None:
+    """Ends as INTERRUPTED the runs still ACTIVE, which died with their launcher, as the launcher would have.
+
+    They read as INTERRUPTED already (:func:`_run_record`), and must not read as ACTIVE
+    again once a new launcher runs. Their trials' progress goes back to the latest
+    checkpoint, where a resume continues.
+    """
+    active = (
+        "SELECT r.trial_id FROM trial_runs r JOIN trials t ON t.id = r.trial_id"
+        " WHERE r.state = 'ACTIVE' AND t.experiment_id = ?"
+    )
+    db.execute(
+        "UPDATE trials SET batches_trained = COALESCE((SELECT MAX(c.batches) FROM checkpoints c"
+        f" WHERE c.trial_id = trials.id AND c.state = 'COMPLETED'), 0) WHERE id IN ({active})",
+        (experiment_id,),
+    )
+    db.execute(
+        f"UPDATE trial_runs SET state = ?, ended_at = ? WHERE state = 'ACTIVE' AND trial_id IN ({active})",
+        (State.INTERRUPTED.value, time.time(), experiment_id),
+    )
+
+
+# A run is read with its experiment's launcher, which an ACTIVE run cannot outlive.
+_RUNS_WITH_LAUNCHER = (
+    "SELECT r.*, e.launcher_pid, e.launcher_host FROM trial_runs r"
+    " JOIN trials t ON t.id = r.trial_id JOIN experiments e ON e.id = t.experiment_id"
+)
+
+
 def _run_record(row: sqlite3.Row) -> TrialRunRecord:
+    state = State(row["state"])
+    if state == State.ACTIVE and not _launcher_alive(row["launcher_pid"], row["launcher_host"]):
+        state = State.INTERRUPTED
     return TrialRunRecord(
         id=row["id"],
         trial_id=row["trial_id"],
         started_at=row["started_at"],
         ended_at=row["ended_at"],
-        state=State(row["state"]),
+        state=state,
         preempted=bool(row["preempted"]),
         exit_status=row["exit_status"],
         start_batches=row["start_batches"],

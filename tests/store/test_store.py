@@ -401,6 +401,35 @@ def test_active_experiment_whose_launcher_died_reads_as_interrupted(store):
         assert connection.execute("SELECT state FROM experiments").fetchone() == (ACTIVE,)
 
 
+def test_runs_of_a_dead_launcher_read_as_interrupted_and_end_so_when_another_claims_the_experiment(store):
+    experiment_id = new_experiment(store)
+    trial_id = store.create_trial(experiment_id, {}, 0, "/checkpoints")
+    ended = store.start_run(trial_id)
+    store.end_run(ended, PAUSED)
+    store.record_checkpoint(trial_id, "kept", 40, "/checkpoints/kept", 10, {})
+    died = store.start_run(trial_id, start_batches=40)
+    store.set_progress(trial_id, 70)  # trained past the checkpoint when its launcher was killed
+    store.set_launcher(experiment_id, dead_pid())
+    assert [run.state for run in store.trial_runs(trial_id)] == [PAUSED, INTERRUPTED]
+    assert store.trial_run(died).state == INTERRUPTED
+
+    store.claim(experiment_id)  # a resume: this process is the launcher now
+    assert [run.state for run in store.trial_runs(trial_id)] == [PAUSED, INTERRUPTED]
+    assert store.trial_run(died).ended_at is not None
+    assert store.trial(trial_id).batches_trained == 40  # where the resume continues
+    resumed = store.start_run(trial_id, start_batches=40)
+    assert store.trial_run(resumed).state == ACTIVE
+
+
+def test_runs_of_a_live_launcher_read_as_active_and_a_second_claim_by_it_keeps_them(store):
+    experiment_id = new_experiment(store)
+    trial_id = store.create_trial(experiment_id, {}, 0, "/checkpoints")
+    store.claim(experiment_id)
+    run_id = store.start_run(trial_id)
+    store.claim(experiment_id)
+    assert store.trial_run(run_id).state == ACTIVE and store.trial_run(run_id).ended_at is None
+
+
 def test_active_experiment_with_a_live_launcher_reads_as_active(store):
     experiment_id = new_experiment(store)
     store.set_launcher(experiment_id, os.getpid())
