@@ -181,7 +181,7 @@ class TrialProcess:
         if failed:
             lines = _run_lines(Path(self.trial.log_path))
             self.first_failure = first_failed_process(lines)
-            _record_failure_from_log(self._store, self.info.trial.run_id, lines)
+            record_failure_from_log(self._store, self.info.trial.run_id, lines, status)
         state = end_run(self._store, self.info, failed, status)
         self._scratch.cleanup()
         return state
@@ -227,8 +227,13 @@ def first_failed_process(lines: list[str]) -> Optional[tuple[int, int]]:
     return None
 
 
-def _record_failure_from_log(store: ExperimentStore, run_id: int, lines: list[str]) -> None:
-    """Records the first traceback of the run's output as its error, when no process recorded one itself."""
+def record_failure_from_log(store: ExperimentStore, run_id: int, lines: list[str], status: int) -> None:
+    """Records the first traceback of the run's output as its error, when no process recorded one itself.
+
+    Without a traceback, the first process horovodrun saw exit is the cause, or a
+    signal that ended the run's own process (one slot, killed), rather than whatever
+    line the process printed last.
+    """
     if store.trial_run(run_id).error is not None:
         return
     block = first_traceback(lines)
@@ -239,6 +244,7 @@ def _record_failure_from_log(store: ExperimentStore, run_id: int, lines: list[st
         exits = [match for match in map(_PROCESS_EXIT.search, lines) if match]
         if exits:
             rank, status = int(exits[0].group(1)), int(exits[0].group(2))
+        if exits or _signal_name(status):
             message = f"the process exited with status {status}{_signal_name(status)}"
         else:
             message = lines[-1] if lines else "the trial's processes exited without output"

@@ -1,7 +1,9 @@
 """What a restart records as its cause: the failing rank's error line, or the rank that was killed."""
 
-from det_estimator.orchestration._processes import first_failed_process, restart_cause
-from det_estimator.store import State, TrialRunRecord
+import pytest
+
+from det_estimator.orchestration._processes import first_failed_process, record_failure_from_log, restart_cause
+from det_estimator.store import ExperimentStore, State, TrialRunRecord
 
 
 def run(error=None, exit_status=1) -> TrialRunRecord:
@@ -41,3 +43,32 @@ def test_a_rank_that_raised_is_the_cause_with_its_error_line():
 def test_a_failure_without_a_recorded_error_still_has_a_cause():
     assert restart_cause(run(None, 3)) == "the processes exited with 3"
     assert restart_cause(run({"rank": None, "type": None, "message": "Killed", "traceback": ""})) == "Killed"
+
+
+@pytest.mark.parametrize(
+    ("lines", "status", "message"),
+    [
+        # One slot: the trial's own process was killed after a warning; the signal is the cause.
+        (
+            ["WARNING:tensorflow:Export includes no default signature!"],
+            -9,
+            "the process exited with status -9 (killed by SIGKILL)",
+        ),
+        (
+            ["WARNING:tensorflow:Export includes no default signature!"],
+            137,
+            "the process exited with status 137 (killed by SIGKILL)",
+        ),
+        # Several slots: the first process horovodrun saw exit, whatever ended horovodrun.
+        (HOROVOD_END[1:3], 1, "the process exited with status 137 (killed by SIGKILL)"),
+        # An exit status of its own, without a traceback: the last line it printed says most.
+        (["loading", "out of disk space"], 3, "out of disk space"),
+        ([], 3, "the trial's processes exited without output"),
+    ],
+)
+def test_a_failure_without_a_traceback_is_recorded_with_its_likeliest_cause(tmp_path, lines, status, message):
+    with ExperimentStore(tmp_path / "store.sqlite") as store:
+        experiment_id = store.create_experiment("e", {}, "/context", "model_def:Trial", 1, False)
+        run_id = store.start_run(store.create_trial(experiment_id, {}, 0, "/checkpoints"))
+        record_failure_from_log(store, run_id, lines, status)
+        assert store.trial_run(run_id).error["message"] == message
