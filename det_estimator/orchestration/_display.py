@@ -154,12 +154,15 @@ class BarDisplay:
         self._stream = stream or sys.stdout
         self._multi_trial = multi_trial
         self._bars: dict[int, Any] = {}
+        self._lines: dict[int, int] = {}  # each live bar's line, below the printed text
 
     def _bar(self, trial_id: int, total: Optional[int], initial: int = 0) -> Any:
         from tqdm import tqdm
 
         bar = self._bars.get(trial_id)
         if bar is None:
+            if self._multi_trial:
+                self._lines[trial_id] = self._free_line()
             bar = self._bars[trial_id] = tqdm(
                 total=total,
                 initial=initial,
@@ -167,8 +170,9 @@ class BarDisplay:
                 unit="batch",
                 file=self._stream,
                 dynamic_ncols=True,
-                leave=True,
-                position=len(self._bars) if self._multi_trial else None,
+                # Several trials' bars: a finished trial's line is written above them instead.
+                leave=not self._multi_trial,
+                position=self._lines.get(trial_id),
                 bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}, "
                 "{rate_fmt}]{postfix}",
             )
@@ -176,6 +180,11 @@ class BarDisplay:
             bar.total = total
             bar.refresh()
         return bar
+
+    def _free_line(self) -> int:
+        """The first line no live bar holds: a finished trial's bar frees its line for the next one."""
+        taken = set(self._lines.values())
+        return next(line for line in range(len(taken) + 1) if line not in taken)
 
     def _write(self, trial_id: Optional[int], text: str) -> None:
         from tqdm import tqdm
@@ -199,6 +208,7 @@ class BarDisplay:
             self._write(event.trial_id, f"checkpoint {event.uuid} after {event.batches} batches")
         elif isinstance(event, TrialEnded):
             bar = self._bars.pop(event.trial_id, None)
+            self._lines.pop(event.trial_id, None)
             if bar is not None:
                 bar.close()
             if self._multi_trial:
@@ -220,6 +230,7 @@ class BarDisplay:
         for bar in self._bars.values():
             bar.close()
         self._bars.clear()
+        self._lines.clear()
 
 
 def display_for(stream: TextIO, multi_trial: bool = False) -> Display:
