@@ -681,14 +681,19 @@ class ExperimentStore(JobTable):
         return best
 
 
-def _experiment_record(row: sqlite3.Row) -> ExperimentRecord:
+def _state_as_seen(row: sqlite3.Row) -> State:
+    """The row's state, but INTERRUPTED for ACTIVE when the experiment's launcher died (the row joins it)."""
     state = State(row["state"])
     if state == State.ACTIVE and not _launcher_alive(row["launcher_pid"], row["launcher_host"]):
-        state = State.INTERRUPTED
+        return State.INTERRUPTED
+    return state
+
+
+def _experiment_record(row: sqlite3.Row) -> ExperimentRecord:
     return ExperimentRecord(
         id=row["id"],
         name=row["name"],
-        state=state,
+        state=_state_as_seen(row),
         config=json.loads(row["config"]),
         context_dir=row["context_dir"],
         entrypoint=row["entrypoint"],
@@ -710,13 +715,10 @@ def _experiment_record(row: sqlite3.Row) -> ExperimentRecord:
 
 
 def _trial_record(row: sqlite3.Row) -> TrialRecord:
-    state = State(row["state"])
-    if state == State.ACTIVE and not _launcher_alive(row["launcher_pid"], row["launcher_host"]):
-        state = State.INTERRUPTED
     return TrialRecord(
         id=row["id"],
         experiment_id=row["experiment_id"],
-        state=state,
+        state=_state_as_seen(row),
         hparams=json.loads(row["hparams"]),
         seed=row["seed"],
         checkpoint_dir=row["checkpoint_dir"],
@@ -793,15 +795,12 @@ _RUNS_WITH_LAUNCHER = (
 
 
 def _run_record(row: sqlite3.Row) -> TrialRunRecord:
-    state = State(row["state"])
-    if state == State.ACTIVE and not _launcher_alive(row["launcher_pid"], row["launcher_host"]):
-        state = State.INTERRUPTED
     return TrialRunRecord(
         id=row["id"],
         trial_id=row["trial_id"],
         started_at=row["started_at"],
         ended_at=row["ended_at"],
-        state=state,
+        state=_state_as_seen(row),
         preempted=bool(row["preempted"]),
         exit_status=row["exit_status"],
         start_batches=row["start_batches"],
