@@ -24,6 +24,28 @@ class InvalidHP(DetEstimatorError):  # noqa: N818 -- the reference system's name
     """
 
 
+class UndefinedHyperparameterError(DetEstimatorError, KeyError):
+    """A trial asked for a hyperparameter that its experiment config does not define.
+
+    A restart would run the same config and fail the same way: the trial is not restarted.
+    """
+
+
+class TrialHyperparameters(dict):
+    """A trial's hyperparameters: a dict in which a missing name raises :class:`UndefinedHyperparameterError`.
+
+    The error names the hyperparameters the config defines, where a plain dict's
+    ``KeyError`` would give the missing name alone.
+    """
+
+    def __missing__(self, name: str):
+        defined = ", ".join(sorted(map(str, self)))
+        raise UndefinedHyperparameterError(
+            f"Hyperparameter {name!r} is not defined in the experiment config; "
+            f"the defined hyperparameters are: {defined}"
+        )
+
+
 def error_record(error: BaseException, rank: int) -> dict:
     """What a failing process records of its error: its root cause (see ``det_estimator._root_cause``).
 

@@ -5,6 +5,7 @@ from typing import Any, Optional
 
 from det_estimator.config import ExperimentConfig
 from det_estimator.core import DistributedContext
+from det_estimator.errors import TrialHyperparameters
 from det_estimator.estimator._context import EstimatorContext
 
 
@@ -38,7 +39,7 @@ class EstimatorTrialContext(EstimatorContext):
             seed=trial_seed,
         )
         self._config = config
-        self._hparams = copy.deepcopy(hparams)
+        self._hparams = TrialHyperparameters(copy.deepcopy(hparams))
         self._trial_seed = trial_seed
         self._global_batch_size = hparams["global_batch_size"]
         self._per_slot_batch_size = config.per_slot_batch_size(self._global_batch_size)
@@ -49,14 +50,9 @@ class EstimatorTrialContext(EstimatorContext):
         """The value of one hyperparameter (a dict for a nested group).
 
         Raises:
-            KeyError: the experiment config defines no hyperparameter ``name``.
+            UndefinedHyperparameterError: (a ``KeyError``) the experiment config defines
+                no hyperparameter ``name``.
         """
-        if name not in self._hparams:
-            defined = ", ".join(sorted(self._hparams))
-            raise KeyError(
-                f"Hyperparameter {name!r} is not defined in the experiment config; "
-                f"the defined hyperparameters are: {defined}"
-            )
         return copy.deepcopy(self._hparams[name])
 
     def get_hparams(self) -> dict[str, Any]:

@@ -11,6 +11,7 @@ import tensorflow as tf
 from det_estimator import _dataset_cache, _horovod
 from det_estimator.config import ExperimentConfig
 from det_estimator.core import DistributedContext, DummyDistributedContext
+from det_estimator.errors import TrialHyperparameters
 from det_estimator.keras._fit_config import NOT_PROVIDED, FitConfig
 
 logger = logging.getLogger("det_estimator.keras")
@@ -51,7 +52,7 @@ class TFKerasTrialContext:
         self.experimental = TFKerasExperimentalContext(self)
         self.fit_config = FitConfig()
         self._config = config
-        self._hparams = copy.deepcopy(hparams)
+        self._hparams = TrialHyperparameters(copy.deepcopy(hparams))
         self._trial_seed = trial_seed
         self._global_batch_size = hparams["global_batch_size"]
         self._per_slot_batch_size = config.per_slot_batch_size(self._global_batch_size)
@@ -67,14 +68,9 @@ class TFKerasTrialContext:
         """The value of one hyperparameter (a dict for a nested group).
 
         Raises:
-            KeyError: the experiment config defines no hyperparameter ``name``.
+            UndefinedHyperparameterError: (a ``KeyError``) the experiment config defines
+                no hyperparameter ``name``.
         """
-        if name not in self._hparams:
-            defined = ", ".join(sorted(self._hparams))
-            raise KeyError(
-                f"Hyperparameter {name!r} is not defined in the experiment config; "
-                f"the defined hyperparameters are: {defined}"
-            )
         return copy.deepcopy(self._hparams[name])
 
     def get_hparams(self) -> dict[str, Any]:

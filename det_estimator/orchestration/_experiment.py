@@ -23,7 +23,7 @@ from det_estimator.store import ExperimentRecord, ExperimentStore, SearchState, 
 _POLL_SECONDS = 0.25
 # Errors a restart would only repeat, by the type a failed run records: they say the
 # experiment config does not fit the trial, and a restart runs the same config.
-_CONFIG_ERRORS = frozenset({"SearcherMetricError"})
+_CONFIG_ERRORS = frozenset({"SearcherMetricError", "UndefinedHyperparameterError"})
 
 
 def record_experiment(

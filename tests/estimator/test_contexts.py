@@ -4,6 +4,7 @@ import tensorflow as tf
 
 import det_estimator as det
 from det_estimator.config import load_experiment_config
+from det_estimator.errors import UndefinedHyperparameterError
 
 
 def make_config(**overrides):
@@ -74,8 +75,11 @@ class TestTrialContext:
 
     def test_an_undefined_hyperparameter_lists_the_defined_ones(self):
         message = "Hyperparameter 'dropout' is not defined in the experiment config; the defined hyperparameters are: "
-        with pytest.raises(KeyError, match=message + "global_batch_size, lr, model"):
+        with pytest.raises(UndefinedHyperparameterError, match=message + "global_batch_size, lr, model"):
             trial_context().get_hparam("dropout")
+        with pytest.raises(UndefinedHyperparameterError, match=message):
+            trial_context().get_hparams()["dropout"]  # noqa: B018 -- the lookup is the test
+        assert issubclass(UndefinedHyperparameterError, KeyError)  # code catching KeyError keeps working
 
 
 def test_trial_needs_its_three_builders():

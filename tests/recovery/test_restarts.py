@@ -47,6 +47,18 @@ def test_a_searcher_metric_no_validation_reports_is_not_restarted(det, context, 
     assert trial["restarts"] == 0 and len(trial["runs"]) == 1
 
 
+def test_a_trial_asking_for_a_hyperparameter_the_config_lacks_is_not_restarted(det, context, helpers):
+    raw = helpers.fault_config(context, 20, max_restarts=5)
+    del raw["hyperparameters"]["learning_rate"]
+    result = det("experiment", "create", context.write_config(raw=raw), context.directory)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "Hyperparameter 'learning_rate' is not defined in the experiment config" in result.stderr
+    assert "not restarted: the experiment config is at fault" in result.stdout, result.stdout
+    (experiment,) = det.json("experiment", "list")
+    (trial,) = det.json("experiment", "describe", experiment["id"])["trials"]
+    assert trial["restarts"] == 0 and len(trial["runs"]) == 1
+
+
 @pytest.mark.slow
 def test_a_permanent_failure_ends_as_error_after_exactly_max_restarts(det, context, helpers):
     fault = {"kind": "raise", "rank": 0, "batch": 3}

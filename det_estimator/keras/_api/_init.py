@@ -12,7 +12,7 @@ import tensorflow as tf
 from det_estimator import _horovod, _info, core
 from det_estimator.config import load_experiment_config
 from det_estimator.config._source import read_source
-from det_estimator.errors import DetEstimatorError
+from det_estimator.errors import DetEstimatorError, TrialHyperparameters
 from det_estimator.keras import _random_states
 from det_estimator.keras._api._context import KerasContext, Optimizations, TrainingContext
 from det_estimator.keras._devices import pin_local_gpu
@@ -104,7 +104,7 @@ def _trial_context(
     experiment_config = load_experiment_config(trial.config)
     optimizations = experiment_config.optimizations
     training = TrainingContext(
-        hparams=dict(trial.hparams),
+        hparams=TrialHyperparameters(trial.hparams),
         trial_id=trial.trial_id,
         experiment_id=trial.experiment_id,
         seed=seed,
