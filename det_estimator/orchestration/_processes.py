@@ -5,6 +5,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import tempfile
 import threading
 import time
@@ -15,7 +16,7 @@ from typing import Optional
 from det_estimator import _info, launcher
 from det_estimator.orchestration._display import Display
 from det_estimator.orchestration._runs import begin_run, end_run
-from det_estimator.store import ExperimentRecord, ExperimentStore, State, TrialRecord, TrialRunRecord
+from det_estimator.store import ExperimentRecord, ExperimentStore, State, TrialRecord, TrialRunRecord, launcher_alive
 
 # What horovodrun prints when one of its processes ends badly: "Process 1 exit with status code -9."
 _PROCESS_EXIT = re.compile(r"Process (\d+) exit with status code (-?\d+)")
@@ -120,7 +121,7 @@ class TrialProcess:
         shared = str(Path(trial.checkpoint_dir).parent) if hosts else None
         if shared is not None:
             os.makedirs(shared, exist_ok=True)
-        self._scratch = tempfile.TemporaryDirectory(prefix=".det-estimator-run-", dir=shared)
+        self._scratch = _scratch_directory(shared)
         self.pause_file = Path(self._scratch.name) / "pause"
 
     def start(self) -> None:
@@ -190,6 +191,24 @@ class TrialProcess:
         """Ends the run's processes at once (the launcher is going away)."""
         if self._process.poll() is None:
             self._process.kill()
+
+
+# A run's own files (its info, its pause file) go in a directory named after its launcher's process.
+_SCRATCH_PREFIX = ".det-estimator-run-"
+
+
+def _scratch_directory(shared: Optional[str]) -> tempfile.TemporaryDirectory:
+    """A new directory for a run's files, in ``shared`` or the local temporary directory.
+
+    Locally, first removes those of launchers that died: killed, they could not.
+    """
+    if shared is None:
+        host = socket.gethostname()
+        for stale in Path(tempfile.gettempdir()).glob(f"{_SCRATCH_PREFIX}*-*"):
+            pid = stale.name[len(_SCRATCH_PREFIX) :].split("-", 1)[0]
+            if pid.isdigit() and not launcher_alive(int(pid), host):
+                shutil.rmtree(stale, ignore_errors=True)
+    return tempfile.TemporaryDirectory(prefix=f"{_SCRATCH_PREFIX}{os.getpid()}-", dir=shared)
 
 
 def _run_header(store: ExperimentStore, info: _info.ClusterInfo) -> str:

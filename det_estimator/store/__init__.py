@@ -34,6 +34,7 @@ from det_estimator.store._store import (
     StoreUnusableError,
     UnknownIdError,
     default_store_path,
+    launcher_alive,
     trial_checkpoint_dir,
 )
 
@@ -61,6 +62,7 @@ __all__ = [
     "TrialRunRecord",
     "UnknownIdError",
     "default_store_path",
+    "launcher_alive",
     "to_json_value",
     "trial_checkpoint_dir",
 ]

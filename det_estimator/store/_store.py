@@ -380,11 +380,7 @@ class ExperimentStore(JobTable):
             if row is None:
                 raise UnknownIdError(f"There is no experiment {experiment_id} in the store {self.path}.")
             current, current_host = row["launcher_pid"], row["launcher_host"]
-            if (
-                current is not None
-                and (current, current_host) != (pid, host)
-                and _launcher_alive(current, current_host)
-            ):
+            if current is not None and (current, current_host) != (pid, host) and launcher_alive(current, current_host):
                 where = "this machine" if current_host == host else current_host
                 raise ExperimentBusyError(
                     f"Experiment {experiment_id} is being run by process {current} on {where}; one launcher at a "
@@ -684,7 +680,7 @@ class ExperimentStore(JobTable):
 def _state_as_seen(row: sqlite3.Row) -> State:
     """The row's state, but INTERRUPTED for ACTIVE when the experiment's launcher died (the row joins it)."""
     state = State(row["state"])
-    if state == State.ACTIVE and not _launcher_alive(row["launcher_pid"], row["launcher_host"]):
+    if state == State.ACTIVE and not launcher_alive(row["launcher_pid"], row["launcher_host"]):
         return State.INTERRUPTED
     return state
 
@@ -825,7 +821,7 @@ def _enable_wal(connection: sqlite3.Connection, deadline: float) -> None:
             time.sleep(0.05)
 
 
-def _launcher_alive(pid: Optional[int], host: Optional[str]) -> bool:
+def launcher_alive(pid: Optional[int], host: Optional[str]) -> bool:
     """Whether the launcher still runs; assumed so when it runs on another machine."""
     if pid is None or host != socket.gethostname():
         return True
