@@ -1,6 +1,7 @@
 """Running an experiment for a person at a terminal (or a script reading JSON), and telling how it ended."""
 
 import json
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -30,7 +31,7 @@ def run_and_report(
         when it failed.
     """
     stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
-    shown = stderr if json_output else stdout
+    shown = _UntilTheReaderLeaves(stderr if json_output else stdout)
     display = display_for(shown, multi_trial=store.experiment(experiment_id).num_trials > 1)
     try:
         state = run_experiment(store, experiment_id, display, verbose)
@@ -45,6 +46,42 @@ def run_and_report(
     else:
         print_summary(summary, shown, command_on(store.path))
     return 0
+
+
+class _UntilTheReaderLeaves:
+    """A text stream that goes quiet, rather than raising, once the reader of its pipe is gone.
+
+    The reader can die with the very Ctrl-C that pauses the experiment (``det-estimator
+    ... | tee log``, where the terminal signals both): the pause, and every trial's
+    checkpoint, must not fail for want of a place to print. From then on what is written
+    goes to the null device, Python's own flush at exit included.
+    """
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._silence()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._silence()
+
+    def _silence(self) -> None:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, self._stream.fileno())
+        finally:
+            os.close(devnull)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)  # isatty, fileno, encoding: the stream's own
 
 
 def print_json(value: Any, stream: TextIO) -> None:

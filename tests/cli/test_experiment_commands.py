@@ -281,6 +281,40 @@ def test_ctrl_c_pauses_the_experiment(det, context):
     assert 0 < experiment["batches_trained"] < SLOW_BATCHES
 
 
+def test_ctrl_c_pauses_the_experiment_also_when_it_ends_the_reader_of_its_output(det, context, analytic):
+    # `det-estimator ... | tee log` and Ctrl-C: the terminal signals both, and tee is gone first.
+    config = context.write_config(SLOW_BATCHES, hparams={"seconds_per_batch": SECONDS_PER_BATCH})
+    process = subprocess.Popen(
+        det.command(("experiment", "create", config, context.directory)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=det.env(),
+        start_new_session=True,
+    )
+    try:
+        lines = []
+        while not any(line.startswith("checkpoint ") for line in lines):
+            line = process.stdout.readline()
+            assert line, "the command ended before its first checkpoint:\n" + "".join(lines)
+            lines.append(line)
+        process.stdout.close()
+        os.killpg(process.pid, signal.SIGINT)
+        _, errors = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == 0, errors
+    assert "Traceback" not in errors and "BrokenPipeError" not in errors, errors
+    experiment = det.experiment(created_id("".join(lines)))
+    assert experiment["state"] == "PAUSED" and 0 < experiment["batches_trained"] < SLOW_BATCHES
+    # Nothing was lost: the resume ends where an uninterrupted run does.
+    det("experiment", "resume", experiment["id"])
+    (trial,) = det.json("experiment", "describe", experiment["id"])["trials"]
+    weight = trial["validations"][-1]["metrics"]["weight"]
+    assert weight == pytest.approx(analytic.expected_weight(SLOW_BATCHES, LEARNING_RATE, GLOBAL_BATCH), rel=1e-5)
+
+
 def test_two_resumes_of_one_paused_experiment_at_once_run_it_once(det, context, analytic):
     config = context.write_config(SLOW_BATCHES, hparams={"seconds_per_batch": SECONDS_PER_BATCH})
     running = det.start("experiment", "create", config, context.directory)
