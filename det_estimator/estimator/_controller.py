@@ -208,22 +208,21 @@ class EstimatorTrialController:
         )
         local_checkpoint = self._save_local(session, saver) if validate else None
         metrics = self._validate(local_checkpoint) if validate else None
-        if validate and not stopping and self._pause_requested_anywhere():
-            stopping = "pause"  # asked for during the validation: the trial stops at this batch
-        if stopping or self._checkpoint_due(metrics):
+        checkpoint_now = bool(stopping) or self._checkpoint_due(metrics)
+        if checkpoint_now:
             local_checkpoint = local_checkpoint or self._save_local(session, saver)
             self._checkpoint(session, local_checkpoint, metrics)
+        if not stopping and (validate or checkpoint_now) and self._core.preempt.should_preempt(auto_ack=False):
+            # Asked for during the validation or the checkpoint, which no step saw: stop at this batch.
+            stopping = "pause"
+            if not checkpoint_now:
+                self._checkpoint(session, local_checkpoint, metrics)
         if stopping == "end":
             return self._next_operation()
         if stopping == "pause":
             self._state = State.PAUSED
             self._core.preempt.acknowledge_preemption_signal()
         return bool(stopping)
-
-    def _pause_requested_anywhere(self) -> bool:
-        """Whether a pause reached any process (outside a step, where the control hook agrees on it)."""
-        mine = self._core.preempt.requested_locally()
-        return any(self._distributed.allgather(mine)) if self._distributed.size > 1 else mine
 
     def _next_operation(self) -> bool:
         """Completes the searcher's operation; returns True (stop) unless another one follows."""

@@ -237,15 +237,20 @@ class TFKerasTrialController:
                 stopping = "end"
             logs = self._report_training()
             self._callbacks.on_train_workload_end(self._batches, logs)
-            metrics = None
-            if stopping in ("end", "request_stop") or self._period_elapsed(
+            validate = stopping in ("end", "request_stop") or self._period_elapsed(
                 self._config.min_validation_period, self._last_validation
-            ):
-                metrics = self._validate()
-                if not stopping:
-                    stopping = self._stopping_after_validation()
-            if stopping or self._checkpoint_due(metrics):
+            )
+            metrics = self._validate() if validate else None
+            if validate and not stopping and self._stop_requested():
+                stopping = "request_stop"
+            checkpoint_now = bool(stopping) or self._checkpoint_due(metrics)
+            if checkpoint_now:
                 self._checkpoint(iterator, metrics)
+            if not stopping and (validate or checkpoint_now) and self._core.preempt.should_preempt(auto_ack=False):
+                # Asked for during the validation or the checkpoint, which no step saw: stop at this batch.
+                stopping = "pause"
+                if not checkpoint_now:
+                    self._checkpoint(iterator, metrics)
             if stopping == "end":
                 max_batches = self._next_operation()
                 if max_batches is None:
@@ -311,18 +316,10 @@ class TFKerasTrialController:
         self._core.train.report_start(self._batches, max_batches)
         return max_batches
 
-    def _stopping_after_validation(self) -> str:
-        """Why training stops after a validation, agreed by all processes, or "".
-
-        "request_stop" if a callback (EarlyStopping, say) set ``model.stop_training`` on
-        any process in the validation; "pause" if a pause was asked for meanwhile, so
-        that the trial stops at this batch.
-        """
-        mine = (bool(self._model.stop_training), self._core.preempt.requested_locally())
-        everyone = self._distributed.allgather(mine) if self._distributed.size > 1 else [mine]
-        if any(stop for stop, _ in everyone):
-            return "request_stop"
-        return "pause" if any(pause for _, pause in everyone) else ""
+    def _stop_requested(self) -> bool:
+        """Whether a callback (EarlyStopping, say) set ``model.stop_training`` on any process in the validation."""
+        stop = bool(self._model.stop_training)
+        return any(self._distributed.allgather(stop)) if self._distributed.size > 1 else stop
 
     def _period_elapsed(self, period: Optional[Length], since: int) -> bool:
         if period is None:

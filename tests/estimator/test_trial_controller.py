@@ -180,21 +180,41 @@ def test_a_hook_requesting_stop_ends_training_with_a_final_checkpoint(analytic, 
     assert outcome.checkpoints[-1]["batches"] == 7
 
 
-def test_a_pause_asked_for_during_a_validation_stops_at_that_batch(analytic, tmp_path):
-    class PauseInSecondValidation(tf.estimator.SessionRunHook):
-        evaluations = 0
+class PauseAtSecondCall:
+    """Sends this process SIGTERM (what `experiment pause` amounts to) at its second call."""
 
+    calls = 0
+
+    def __call__(self, *args) -> None:
+        self.calls += 1
+        if self.calls == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+@pytest.mark.parametrize("work", ["validation", "checkpoint"])
+def test_a_pause_asked_for_during_a_validation_or_checkpoint_stops_at_that_batch(analytic, tmp_path, work):
+    pause = PauseAtSecondCall()
+
+    class PauseInValidation(tf.estimator.SessionRunHook):
         def end(self, session):
-            PauseInSecondValidation.evaluations += 1
-            if PauseInSecondValidation.evaluations == 2:
-                os.kill(os.getpid(), signal.SIGTERM)  # what `experiment pause` amounts to
+            pause()
 
-    class PausedWhileValidating(analytic.AnalyticTrial):
+    class PauseInCheckpoint(det.RunHook):
+        def on_checkpoint_end(self, checkpoint_dir):
+            pause()
+
+    class Paused(analytic.AnalyticTrial):
+        def build_train_spec(self):
+            spec = super().build_train_spec()
+            hooks = [*spec.hooks, PauseInCheckpoint()] if work == "checkpoint" else spec.hooks
+            return tf.estimator.TrainSpec(spec.input_fn, hooks=hooks)
+
         def build_validation_spec(self):
             spec = super().build_validation_spec()
-            return tf.estimator.EvalSpec(spec.input_fn, steps=spec.steps, hooks=[PauseInSecondValidation()])
+            hooks = [PauseInValidation()] if work == "validation" else []
+            return tf.estimator.EvalSpec(spec.input_fn, steps=spec.steps, hooks=hooks)
 
-    outcome = det.run_trial(PausedWhileValidating, analytic.make_config(tmp_path, 40))
+    outcome = det.run_trial(Paused, analytic.make_config(tmp_path, 40))
     assert (outcome.state, outcome.batches_trained) == ("PAUSED", 10)
     assert [c["batches"] for c in outcome.checkpoints] == [10]  # one checkpoint, with the validation's metrics
     assert [v["batches"] for v in outcome.validations] == [5, 10]

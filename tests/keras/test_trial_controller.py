@@ -108,9 +108,10 @@ def test_a_pause_in_the_callers_process_returns_paused_with_a_checkpoint(analyti
     assert [v["batches"] for v in paused.validations] == [5]  # a pause checkpoints without validating
 
 
-def test_a_pause_asked_for_during_a_validation_stops_at_that_batch(analytic_keras, tmp_path):
+@pytest.mark.parametrize("work", ["validation", "checkpoint"])
+def test_a_pause_asked_for_during_a_validation_or_checkpoint_stops_at_that_batch(analytic_keras, tmp_path, work):
     config = analytic_keras.make_config(tmp_path, 40)
-    config["hyperparameters"]["pause_in_validation_at"] = 10  # SIGTERM as the validation at batch 10 ends
+    config["hyperparameters"]["pause_during"] = {"work": work, "batch": 10}  # SIGTERM as that work at 10 ends
     paused = det.run_trial(analytic_keras.AnalyticKerasTrial, config)
     assert (paused.state, paused.batches_trained) == ("PAUSED", 10)
     assert [c["batches"] for c in paused.checkpoints] == [10]  # one checkpoint, with the validation's metrics

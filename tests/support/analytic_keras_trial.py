@@ -150,7 +150,7 @@ class Events(det.keras.callbacks.Callback):
     """Records the harness's calls in a file per rank, pauses the run or slows it down when asked."""
 
     def __init__(
-        self, events_dir: str, rank: int, seconds_per_batch: float, pause_at_batch: int, pause_in_validation_at: int
+        self, events_dir: str, rank: int, seconds_per_batch: float, pause_at_batch: int, pause_during_work: dict
     ):
         super().__init__()
         os.makedirs(events_dir, exist_ok=True)
@@ -158,7 +158,7 @@ class Events(det.keras.callbacks.Callback):
         self._rank = rank
         self._seconds_per_batch = seconds_per_batch
         self._pause_at_batch = pause_at_batch
-        self._pause_in_validation_at = pause_in_validation_at
+        self._pause_during_work = pause_during_work
         self.checkpoints = 0
 
     def record(self, event: str, **details) -> None:
@@ -182,14 +182,18 @@ class Events(det.keras.callbacks.Callback):
 
     def on_test_end(self, logs=None):
         self.record("test_end", logs=logs)
-        batches = int(self.model.optimizer.iterations.numpy())
-        if self._pause_in_validation_at and batches == self._pause_in_validation_at:
-            os.kill(os.getpid(), signal.SIGTERM)  # a pause asked for while the trial validates
+        self._pause_during("validation")
 
     def on_checkpoint_end(self, checkpoint_dir):
         Path(checkpoint_dir, "events_note.txt").write_text(f"checkpoint {self.checkpoints + 1}")
         self.checkpoints += 1
         self.record("checkpoint_end", batches=int(self.model.optimizer.iterations.numpy()))
+        self._pause_during("checkpoint")
+
+    def _pause_during(self, work: str) -> None:
+        """A pause asked for while the trial validates or checkpoints, when the hyperparameters say so."""
+        if self._pause_during_work == {"work": work, "batch": int(self.model.optimizer.iterations.numpy())}:
+            os.kill(os.getpid(), signal.SIGTERM)
 
     def get_state(self):
         return {"checkpoints": self.checkpoints, "array": np.arange(3.0) * self.checkpoints}
@@ -256,7 +260,7 @@ class AnalyticKerasTrial(det.keras.TFKerasTrial):
                 self.context.distributed.rank,
                 float(hparams.get("seconds_per_batch", 0.0)),
                 int(hparams.get("pause_at_batch", 0)),
-                int(hparams.get("pause_in_validation_at", 0)),
+                hparams.get("pause_during", {}),  # {"work": "validation" or "checkpoint", "batch": n}
             )
         ]
         if "early_stopping" in hparams:
