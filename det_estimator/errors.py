@@ -30,6 +30,9 @@ class UndefinedHyperparameterError(DetEstimatorError, KeyError):
     A restart would run the same config and fail the same way: the trial is not restarted.
     """
 
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""  # the message, not KeyError's quoted repr of it
+
 
 class TrialHyperparameters(dict):
     """A trial's hyperparameters: a dict in which a missing name raises :class:`UndefinedHyperparameterError`.

@@ -80,6 +80,9 @@ class TestTrialContext:
         with pytest.raises(UndefinedHyperparameterError, match=message):
             trial_context().get_hparams()["dropout"]  # noqa: B018 -- the lookup is the test
         assert issubclass(UndefinedHyperparameterError, KeyError)  # code catching KeyError keeps working
+        with pytest.raises(UndefinedHyperparameterError) as raised:
+            trial_context().get_hparam("dropout")
+        assert str(raised.value).startswith(message)  # the message itself, not KeyError's quoted repr
 
 
 def test_trial_needs_its_three_builders():
