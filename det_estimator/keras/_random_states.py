@@ -32,10 +32,15 @@ def restore_layer_setting(previous: bool) -> None:
         tf.keras.backend.experimental.disable_tf_random_generator()
 
 
+def _random_layers(model: tf.keras.Model) -> list[tuple[Any, Any]]:
+    """``(layer, its Keras RandomGenerator)`` for each of the model's layers that draws random numbers."""
+    pairs = [(module, getattr(module, "_random_generator", None)) for module in [model, *model.submodules]]
+    return [(module, random_generator) for module, random_generator in pairs if random_generator is not None]
+
+
 def create_layer_generators(model: tf.keras.Model) -> None:
     """Creates the layers' generators now (Keras does at their first call), for a checkpoint to restore."""
-    for module in [model, *model.submodules]:
-        random_generator = getattr(module, "_random_generator", None)
+    for _, random_generator in _random_layers(model):
         if hasattr(random_generator, "_maybe_init"):
             random_generator._maybe_init()
 
@@ -43,17 +48,14 @@ def create_layer_generators(model: tf.keras.Model) -> None:
 def layers_without_generators(model: tf.keras.Model) -> list[str]:
     """The layers that draw from TensorFlow's stateful random ops (built before :func:`use_generators_in_layers`)."""
     return [
-        module.name
-        for module in [model, *model.submodules]
-        if getattr(getattr(module, "_random_generator", None), "_rng_type", None) == "legacy_stateful"
+        layer.name
+        for layer, random_generator in _random_layers(model)
+        if getattr(random_generator, "_rng_type", None) == "legacy_stateful"
     ]
 
 
 def generators(model: tf.keras.Model) -> dict[str, Any]:
     """The trackable random states to checkpoint: the global generator and each layer's, in layer order."""
-    found = []
-    for module in [model, *model.submodules]:
-        generator = getattr(getattr(module, "_random_generator", None), "_generator", None)
-        if isinstance(generator, tf.random.Generator):
-            found.append(generator)
+    found = [getattr(random_generator, "_generator", None) for _, random_generator in _random_layers(model)]
+    found = [generator for generator in found if isinstance(generator, tf.random.Generator)]
     return {"global_generator": tf.random.get_global_generator(), "layer_generators": found}
