@@ -23,7 +23,7 @@ from det_estimator.store import ExperimentRecord, ExperimentStore, SearchState, 
 _POLL_SECONDS = 0.25
 # Errors a restart would only repeat, by the type a failed run records: they say the
 # experiment config does not fit the trial, and a restart runs the same config.
-_CONFIG_ERRORS = frozenset({"SearcherMetricError", "UndefinedHyperparameterError"})
+CONFIG_ERRORS = frozenset({"SearcherMetricError", "UndefinedHyperparameterError"})
 
 
 def record_experiment(
@@ -225,7 +225,7 @@ class _ExperimentLoop:
         limit = self._config.max_restarts
         if self._pausing or self._search.shutdown or trial.search_state != SearchState.RUNNING:
             return False
-        if limit and (failed.error or {}).get("type") in _CONFIG_ERRORS:
+        if limit and (failed.error or {}).get("type") in CONFIG_ERRORS:
             self._display.message(
                 f"trial {trial_id} failed ({restart_cause(failed, first_failure)}); not restarted: "
                 "the experiment config is at fault, and a restart would fail the same way"

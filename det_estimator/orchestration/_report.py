@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Optional, TextIO
 
 from det_estimator.orchestration._display import display_for
-from det_estimator.orchestration._experiment import run_experiment
+from det_estimator.orchestration._experiment import CONFIG_ERRORS, run_experiment
 from det_estimator.orchestration._outcome import ExperimentSummary, summarize
 from det_estimator.store import ExperimentStore, State, default_store_path, to_json_value
 
@@ -28,7 +28,8 @@ def run_and_report(
 
     Returns:
         The exit status for a command: 0 when the experiment completed or paused, 1
-        when it failed.
+        when it failed, 2 when it failed because its config does not fit its code (see
+        :func:`failed_for_its_config`): bad input, as a config refused before training.
     """
     stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
     shown = _UntilTheReaderLeaves(stderr if json_output else stdout)
@@ -39,7 +40,7 @@ def run_and_report(
         display.close()
     if state == State.ERROR:
         print_failure(store, experiment_id, stderr)
-        return 1
+        return 2 if failed_for_its_config(store, experiment_id) else 1
     summary = summarize(store, experiment_id)
     if json_output:
         print_json(summary_as_json(summary), stdout)
@@ -145,6 +146,21 @@ def print_summary(summary: ExperimentSummary, stream: TextIO, command: str = "de
         lines.append(f"Resume with: {command} experiment resume {experiment.id}")
     stream.write("\n".join(lines) + "\n")
     stream.flush()
+
+
+def failed_for_its_config(store: ExperimentStore, experiment_id: int) -> bool:
+    """Whether every failed trial of the experiment failed with an error that blames the config.
+
+    Such an error (a hyperparameter the code asks for that the config lacks, a searcher
+    metric that no validation reports) surfaces only once the code runs, but a run again
+    would fail the same way until the config is fixed.
+    """
+    errors = []
+    for trial in store.trials(experiment_id):
+        runs = store.trial_runs(trial.id)
+        if runs and runs[-1].error is not None:
+            errors.append(runs[-1].error.get("type"))
+    return bool(errors) and all(error in CONFIG_ERRORS for error in errors)
 
 
 def print_failure(store: ExperimentStore, experiment_id: int, stream: TextIO) -> None:

@@ -173,7 +173,7 @@ def test_a_search_where_every_trial_fails_ends_in_error_with_the_first_traceback
 def test_a_searcher_metric_the_trial_does_not_report_is_an_error_naming_what_it_reports(det, search_dir):
     config = write_config(search_dir, {"name": "single"}, {"x": 0.3, "metric_name": "val_loss"})
     result = det("experiment", "create", config, search_dir)
-    assert result.returncode == 1
+    assert result.returncode == 2  # the config does not fit the code: bad input
     assert "searcher.metric 'loss' is not among the validation metrics: val_loss." in result.stderr
 
 

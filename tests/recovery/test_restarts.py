@@ -37,7 +37,7 @@ def test_a_searcher_metric_no_validation_reports_is_not_restarted(det, context, 
     raw = helpers.fault_config(context, 20, max_restarts=5)
     raw["searcher"]["metric"] = "lss"
     result = det("experiment", "create", context.write_config(raw=raw), context.directory)
-    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.returncode == 2, result.stdout + result.stderr  # bad input, as a config refused at once
     assert "searcher.metric 'lss' is not among the validation metrics" in result.stderr
     assert "not restarted: the experiment config is at fault" in result.stdout, result.stdout
     assert "restart 1 of 5" not in result.stdout
@@ -51,7 +51,7 @@ def test_a_trial_asking_for_a_hyperparameter_the_config_lacks_is_not_restarted(d
     raw = helpers.fault_config(context, 20, max_restarts=5)
     del raw["hyperparameters"]["learning_rate"]
     result = det("experiment", "create", context.write_config(raw=raw), context.directory)
-    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.returncode == 2, result.stdout + result.stderr  # bad input, as a config refused at once
     assert "Hyperparameter 'learning_rate' is not defined in the experiment config" in result.stderr
     assert "not restarted: the experiment config is at fault" in result.stdout, result.stdout
     (experiment,) = det.json("experiment", "list")
