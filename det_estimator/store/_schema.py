@@ -132,6 +132,11 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX trial_restarts_by_trial ON trial_restarts (trial_id);
     """,
+    # 5 -> 6: when the launcher's process started, so that another process given its pid
+    # later (pids wrap, at 32768 by default) is not taken for it.
+    """
+    ALTER TABLE experiments ADD COLUMN launcher_started INTEGER;
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

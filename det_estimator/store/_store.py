@@ -375,20 +375,26 @@ class ExperimentStore(JobTable):
         host = socket.gethostname()
         with self._write() as db:
             row = db.execute(
-                "SELECT launcher_pid, launcher_host FROM experiments WHERE id = ?", (experiment_id,)
+                "SELECT launcher_pid, launcher_host, launcher_started FROM experiments WHERE id = ?", (experiment_id,)
             ).fetchone()
             if row is None:
                 raise UnknownIdError(f"There is no experiment {experiment_id} in the store {self.path}.")
             current, current_host = row["launcher_pid"], row["launcher_host"]
-            if current is not None and (current, current_host) != (pid, host) and launcher_alive(current, current_host):
+            started = process_start_time(pid)
+            if (
+                current is not None
+                and (current, current_host) != (pid, host)
+                and launcher_alive(current, current_host, row["launcher_started"])
+            ):
                 where = "this machine" if current_host == host else current_host
                 raise ExperimentBusyError(
                     f"Experiment {experiment_id} is being run by process {current} on {where}; one launcher at a "
                     "time runs an experiment. Wait for it to end, or pause it first."
                 )
             db.execute(
-                "UPDATE experiments SET launcher_pid = ?, launcher_host = ?, pause_requested_at = NULL WHERE id = ?",
-                (pid, host, experiment_id),
+                "UPDATE experiments SET launcher_pid = ?, launcher_host = ?, launcher_started = ?,"
+                " pause_requested_at = NULL WHERE id = ?",
+                (pid, host, started, experiment_id),
             )
             if current is not None and (current, current_host) != (pid, host):
                 _end_runs_of_a_dead_launcher(db, experiment_id)
@@ -397,8 +403,8 @@ class ExperimentStore(JobTable):
         """Records the process that runs the experiment now, without checking for another."""
         with self._write() as db:
             db.execute(
-                "UPDATE experiments SET launcher_pid = ?, launcher_host = ? WHERE id = ?",
-                (pid, socket.gethostname(), experiment_id),
+                "UPDATE experiments SET launcher_pid = ?, launcher_host = ?, launcher_started = ? WHERE id = ?",
+                (pid, socket.gethostname(), process_start_time(pid), experiment_id),
             )
 
     def set_state(self, experiment_id: int, state: State) -> None:
@@ -579,7 +585,8 @@ class ExperimentStore(JobTable):
     def trials(self, experiment_id: int) -> list[TrialRecord]:
         """An experiment's trials, oldest first."""
         rows = self._connection.execute(
-            "SELECT t.*, e.launcher_pid, e.launcher_host FROM trials t JOIN experiments e ON e.id = t.experiment_id"
+            "SELECT t.*, e.launcher_pid, e.launcher_host, e.launcher_started"
+            " FROM trials t JOIN experiments e ON e.id = t.experiment_id"
             " WHERE t.experiment_id = ? ORDER BY t.id",
             (experiment_id,),
         )
@@ -592,7 +599,8 @@ class ExperimentStore(JobTable):
             UnknownIdError: there is no trial ``trial_id``.
         """
         row = self._connection.execute(
-            "SELECT t.*, e.launcher_pid, e.launcher_host FROM trials t JOIN experiments e ON e.id = t.experiment_id"
+            "SELECT t.*, e.launcher_pid, e.launcher_host, e.launcher_started"
+            " FROM trials t JOIN experiments e ON e.id = t.experiment_id"
             " WHERE t.id = ?",
             (trial_id,),
         ).fetchone()
@@ -680,7 +688,7 @@ class ExperimentStore(JobTable):
 def _state_as_seen(row: sqlite3.Row) -> State:
     """The row's state, but INTERRUPTED for ACTIVE when the experiment's launcher died (the row joins it)."""
     state = State(row["state"])
-    if state == State.ACTIVE and not launcher_alive(row["launcher_pid"], row["launcher_host"]):
+    if state == State.ACTIVE and not launcher_alive(row["launcher_pid"], row["launcher_host"], row["launcher_started"]):
         return State.INTERRUPTED
     return state
 
@@ -785,7 +793,7 @@ def _end_runs_of_a_dead_launcher(db: sqlite3.Connection, experiment_id: int) -> 
 
 # A run is read with its experiment's launcher, which an ACTIVE run cannot outlive.
 _RUNS_WITH_LAUNCHER = (
-    "SELECT r.*, e.launcher_pid, e.launcher_host FROM trial_runs r"
+    "SELECT r.*, e.launcher_pid, e.launcher_host, e.launcher_started FROM trial_runs r"
     " JOIN trials t ON t.id = r.trial_id JOIN experiments e ON e.id = t.experiment_id"
 )
 
@@ -821,8 +829,13 @@ def _enable_wal(connection: sqlite3.Connection, deadline: float) -> None:
             time.sleep(0.05)
 
 
-def launcher_alive(pid: Optional[int], host: Optional[str]) -> bool:
-    """Whether the launcher still runs; assumed so when it runs on another machine."""
+def launcher_alive(pid: Optional[int], host: Optional[str], started: Optional[int] = None) -> bool:
+    """Whether the launcher still runs; assumed so when it runs on another machine.
+
+    ``started`` is the launcher's :func:`process_start_time`, when it was recorded: a
+    process that has the pid now but started at another time is not the launcher, whose
+    pid the system gave out again after it died.
+    """
     if pid is None or host != socket.gethostname():
         return True
     try:
@@ -830,5 +843,26 @@ def launcher_alive(pid: Optional[int], host: Optional[str]) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
+        pass
+    if started is not None:
+        now = process_start_time(pid)
+        return now is None or now == started
     return True
+
+
+def process_start_time(pid: int) -> Optional[int]:
+    """When process ``pid`` started, in clock ticks since boot (Linux's ``/proc``); None where unknown.
+
+    Unlike a pid, which the system reuses, it tells one process from a later one of the same pid.
+    """
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) is in parentheses and may hold spaces or parentheses;
+    # the start time is field 22, the 20th after it.
+    fields = stat[stat.rfind(")") + 2 :].split()
+    try:
+        return int(fields[19])
+    except (IndexError, ValueError):
+        return None

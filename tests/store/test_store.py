@@ -401,6 +401,29 @@ def test_active_experiment_whose_launcher_died_reads_as_interrupted(store):
         assert connection.execute("SELECT state FROM experiments").fetchone() == (ACTIVE,)
 
 
+def test_a_process_that_got_a_dead_launchers_pid_does_not_keep_its_experiment_active(store):
+    experiment_id = new_experiment(store)
+    trial_id = store.create_trial(experiment_id, {}, 0, "/checkpoints")
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        store.set_launcher(experiment_id, sleeper.pid)
+        run_id = store.start_run(trial_id)
+        assert store.experiment(experiment_id).state == ACTIVE
+        # The launcher was killed and the system gave its pid to another process, which
+        # started later (pids wrap at 32768 by default).
+        with raw(store.path) as connection:
+            connection.execute("UPDATE experiments SET launcher_started = launcher_started - 1")
+
+        assert store.experiment(experiment_id).state == INTERRUPTED
+        assert store.trial(trial_id).state == INTERRUPTED
+        assert store.trial_run(run_id).state == INTERRUPTED
+        store.claim(experiment_id)  # a resume is not refused as if the launcher still ran it
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert store.experiment(experiment_id).launcher_pid == os.getpid()
+
+
 def test_runs_of_a_dead_launcher_read_as_interrupted_and_end_so_when_another_claims_the_experiment(store):
     experiment_id = new_experiment(store)
     trial_id = store.create_trial(experiment_id, {}, 0, "/checkpoints")
