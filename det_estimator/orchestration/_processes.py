@@ -20,6 +20,8 @@ from det_estimator.store import ExperimentRecord, ExperimentStore, State, TrialR
 
 # What horovodrun prints when one of its processes ends badly: "Process 1 exit with status code -9."
 _PROCESS_EXIT = re.compile(r"Process (\d+) exit with status code (-?\d+)")
+# The exception horovodrun raises when a process of the job failed, in its own traceback.
+_HOROVODRUN_FAILURE = "Horovod detected that one or more processes exited with non-zero status"
 
 
 @dataclass(frozen=True)
@@ -249,15 +251,33 @@ def first_failed_process(lines: list[str]) -> Optional[tuple[int, int]]:
 def record_failure_from_log(store: ExperimentStore, run_id: int, lines: list[str], status: int) -> None:
     """Records the first traceback of the run's output as its error, when no process recorded one itself.
 
+    A process killed by a signal records nothing: the rank horovodrun names is the cause,
+    rather than horovodrun's own traceback or what a peer recorded on losing it.
+
     Without a traceback, the first process horovodrun saw exit is the cause, or a
     signal that ended the run's own process (one slot, killed), rather than whatever
     line the process printed last.
     """
-    if store.trial_run(run_id).error is not None:
+    recorded = store.trial_run(run_id).error
+    first_failure = first_failed_process(lines)
+    if recorded is not None:
+        # A process that failed only because its peer died (a collective lost it) may
+        # record that before horovodrun ends it; the peer horovodrun saw fail first,
+        # killed without a word, is the cause.
+        if recorded.get("consequence") and first_failure is not None and first_failure[0] != recorded.get("rank"):
+            rank, status = first_failure
+            message = f"the process exited with status {status}{_signal_name(status)}"
+            store.record_run_error(run_id, {"rank": rank, "type": None, "message": message, "traceback": ""})
         return
     block = first_traceback(lines)
     rank = None
-    if block:
+    if first_failure is not None and (not block or _HOROVODRUN_FAILURE in block[-1]):
+        # horovodrun's own traceback only says that a process failed, and names it after
+        # its exception line, which is all a traceback's message keeps.
+        rank, status = first_failure
+        message = f"the process exited with status {status}{_signal_name(status)}"
+        block = []
+    elif block:
         message = block[-1]
     else:
         exits = [match for match in map(_PROCESS_EXIT.search, lines) if match]

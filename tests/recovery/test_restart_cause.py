@@ -61,6 +61,13 @@ def test_a_failure_without_a_recorded_error_still_has_a_cause():
         ),
         # Several slots: the first process horovodrun saw exit, whatever ended horovodrun.
         (HOROVOD_END[1:3], 1, "the process exited with status 137 (killed by SIGKILL)"),
+        # horovodrun's own traceback, which ends the output of a job whose rank 1 was killed,
+        # says nothing of its own: the killed rank is the cause.
+        (
+            HOROVOD_END[1:4] + ["Traceback (most recent call last):", '  File "horovodrun", line 8'] + HOROVOD_END[4:],
+            1,
+            "the process exited with status 137 (killed by SIGKILL)",
+        ),
         # An exit status of its own, without a traceback: the last line it printed says most.
         (["loading", "out of disk space"], 3, "out of disk space"),
         ([], 3, "the trial's processes exited without output"),
@@ -71,4 +78,22 @@ def test_a_failure_without_a_traceback_is_recorded_with_its_likeliest_cause(tmp_
         experiment_id = store.create_experiment("e", {}, "/context", "model_def:Trial", 1, False)
         run_id = store.start_run(store.create_trial(experiment_id, {}, 0, "/checkpoints"))
         record_failure_from_log(store, run_id, lines, status)
-        assert store.trial_run(run_id).error["message"] == message
+        error = store.trial_run(run_id).error
+        assert error["message"] == message
+        assert error["rank"] == (1 if HOROVOD_END[1] in lines else None)
+
+
+def test_a_killed_rank_replaces_what_its_peer_recorded_on_losing_it_as_the_runs_error(tmp_path):
+    peer = {"rank": 0, "type": "UnknownError", "message": "Horovod has been shut down.", "traceback": "..."}
+    with ExperimentStore(tmp_path / "store.sqlite") as store:
+        experiment_id = store.create_experiment("e", {}, "/context", "model_def:Trial", 2, False)
+        trial_id = store.create_trial(experiment_id, {}, 0, "/checkpoints")
+        consequence, own = store.start_run(trial_id), store.start_run(trial_id)
+        store.record_run_error(consequence, {**peer, "consequence": True})
+        store.record_run_error(own, peer)  # rank 0 failed on its own: it stays the cause
+        for run_id in (consequence, own):
+            record_failure_from_log(store, run_id, HOROVOD_END, 1)
+
+        error = store.trial_run(consequence).error
+        assert (error["rank"], error["message"]) == (1, "the process exited with status 137 (killed by SIGKILL)")
+        assert store.trial_run(own).error == peer
