@@ -70,7 +70,7 @@ def init(
     if launched is not None:
         return _context_of_launched_rank(launched)
     if not local:
-        command = _command_to_run(command)
+        command = _command_to_run(command, context_dir)
     if context_dir:
         if not Path(context_dir).is_dir():
             raise ValueError(f"det.init(context_dir={context_dir!r}): not a directory.")
@@ -92,7 +92,7 @@ def _native_config(config: Optional[dict[str, Any]], slots: Optional[int]) -> Ex
     return load_experiment_config(raw)
 
 
-def _command_to_run(command: Optional[list[str]]) -> list[str]:
+def _command_to_run(command: Optional[list[str]], context_dir: str = "") -> list[str]:
     if command is None:
         if not sys.argv or sys.argv[0] in _NO_SCRIPT or "ipykernel" in sys.argv[0]:
             raise ValueError(
@@ -105,7 +105,24 @@ def _command_to_run(command: Optional[list[str]]) -> list[str]:
     # The script is found from the context directory the experiment runs in.
     if Path(command[0]).is_file():
         command = [str(Path(command[0]).resolve()), *command[1:]]
+    if context_dir and Path(context_dir).resolve() != Path.cwd().resolve():
+        # So are the files its arguments name (``--config runs/exp.yaml``), which this
+        # process read from its own working directory: they must name the same files there.
+        command = [command[0], *map(_absolute_if_a_path_here, command[1:])]
     return ["python3", *command]
+
+
+def _absolute_if_a_path_here(argument: str) -> str:
+    """``argument`` (or the value of ``--name=value``) made absolute if it is a relative path that exists here."""
+    prefix, value = "", argument
+    if argument.startswith("-"):
+        if "=" not in argument:
+            return argument
+        name, value = argument.split("=", 1)
+        prefix = f"{name}="
+    if value and not os.path.isabs(value) and os.path.exists(value):
+        return prefix + os.path.abspath(value)
+    return argument
 
 
 def _context(config: ExperimentConfig, info: _info.ClusterInfo, distributed, run: Callable):

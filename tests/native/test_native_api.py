@@ -79,6 +79,31 @@ def test_context_dir_becomes_the_working_directory(tmp_path, monkeypatch):
     assert os.getcwd() == str(tmp_path / "code")
 
 
+def test_files_the_command_names_from_here_are_the_same_files_from_the_context_dir(tmp_path, monkeypatch):
+    from det_estimator.native._init import _command_to_run
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "train.py").write_text("")
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "exp.yaml").write_text("")
+    command = ["code/train.py", "--config", "configs/exp.yaml", "--out=configs", "--epochs", "3", "-v", "missing.yaml"]
+
+    assert _command_to_run(command, context_dir="code") == [
+        "python3",
+        str(tmp_path / "code" / "train.py"),
+        "--config",
+        str(tmp_path / "configs" / "exp.yaml"),
+        f"--out={tmp_path / 'configs'}",
+        "--epochs",
+        "3",
+        "-v",
+        "missing.yaml",
+    ]
+    # Run where the code is, the command's paths mean the same there already.
+    assert _command_to_run(command, context_dir=".")[2:4] == ["--config", "configs/exp.yaml"]
+
+
 @pytest.mark.parametrize(
     ("arguments", "error", "message"),
     [
