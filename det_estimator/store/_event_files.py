@@ -24,8 +24,9 @@ class MetricEventFiles:
     and validation as two runs.
     """
 
-    def __init__(self, directory: str) -> None:
+    def __init__(self, directory: str, start_batches: int = 0) -> None:
         self._directory = Path(directory)
+        self._start_batches = start_batches
         self._writers: dict[str, RecordWriter] = {}
 
     def write(self, kind: str, batches: int, metrics: dict[str, Any]) -> None:
@@ -39,7 +40,7 @@ class MetricEventFiles:
             return
         writer = self._writers.get(kind)
         if writer is None:
-            writer = self._writers[kind] = _open_event_file(self._directory / kind)
+            writer = self._writers[kind] = _open_event_file(self._directory / kind, self._start_batches)
         event = event_pb2.Event(wall_time=time.time(), step=batches, summary=summary_pb2.Summary(value=values))
         writer.write(event.SerializeToString())
         writer.flush()
@@ -50,13 +51,26 @@ class MetricEventFiles:
         self._writers.clear()
 
 
-def _open_event_file(directory: Path) -> RecordWriter:
-    """A new event file in ``directory``, named as TensorBoard names them, with its header event."""
+def _open_event_file(directory: Path, start_batches: int = 0) -> RecordWriter:
+    """A new event file in ``directory``, named as TensorBoard names them, with its header event.
+
+    A run that starts from a checkpoint after ``start_batches`` trains again the batches
+    an earlier run reported past it: a session start at the first batch after the
+    checkpoint makes TensorBoard drop the earlier run's points from there on, as it does
+    for a TensorFlow job restarted from a checkpoint.
+    """
     directory.mkdir(parents=True, exist_ok=True)
     name = f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.{time.monotonic_ns()}"
     stream: BinaryIO = open(directory / name, "ab")  # noqa: SIM115 -- kept open by the writer until close()
     writer = RecordWriter(stream)
     header = event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2")
     writer.write(header.SerializeToString())
+    if start_batches > 0:
+        start = event_pb2.Event(
+            wall_time=time.time(),
+            step=start_batches + 1,
+            session_log=event_pb2.SessionLog(status=event_pb2.SessionLog.START),
+        )
+        writer.write(start.SerializeToString())
     writer.flush()
     return writer

@@ -29,7 +29,8 @@ class StoreRecorder:
         self.store = ExperimentStore(store_path)
         self.trial_id = trial_id
         self.run_id = run_id
-        self._event_files = MetricEventFiles(self.store.trial(trial_id).tensorboard_dir)
+        start_batches = 0 if run_id is None else self.store.trial_run(run_id).start_batches
+        self._event_files = MetricEventFiles(self.store.trial(trial_id).tensorboard_dir, start_batches)
 
     def on_start(self, batches_done: int, max_batches: int) -> None:
         """Training starts (or resumes) with ``batches_done`` of ``max_batches`` behind it."""

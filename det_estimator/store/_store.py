@@ -625,6 +625,10 @@ class ExperimentStore(JobTable):
     ) -> list[MetricRecord]:
         """A trial's training or validation metrics, in the order of the batches.
 
+        Those of a run past the checkpoint a later run of the trial started from (a
+        restart, or a resume after the launcher was killed) are left out: the later run
+        trained those batches again.
+
         Args:
             trial_id: the trial.
             kind: training or validation metrics.
@@ -632,12 +636,15 @@ class ExperimentStore(JobTable):
             after_id: only those recorded after the metric record with this id (for
                 following a run as it goes).
         """
-        query = "SELECT rowid AS id, * FROM metrics WHERE trial_id = ? AND kind = ? AND rowid > ?"
+        query = (
+            "SELECT m.rowid AS id, m.* FROM metrics m WHERE m.trial_id = ? AND m.kind = ? AND m.rowid > ?"
+            f" AND {_NOT_ROLLED_BACK}"
+        )
         parameters: list[Any] = [trial_id, MetricKind(kind).value, after_id]
         if run_id is not None:
-            query += " AND run_id = ?"
+            query += " AND m.run_id = ?"
             parameters.append(run_id)
-        rows = self._connection.execute(query + " ORDER BY batches, rowid", parameters)
+        rows = self._connection.execute(query + " ORDER BY m.batches, m.rowid", parameters)
         return [_metric_record(row) for row in rows.fetchall()]
 
     def checkpoints(
@@ -673,7 +680,8 @@ class ExperimentStore(JobTable):
         # Parsed here, not with SQLite's JSON functions, which refuse the NaN a metric may hold.
         rows = self._connection.execute(
             "SELECT m.trial_id, m.batches, m.metrics FROM metrics m JOIN trials t ON t.id = m.trial_id"
-            " WHERE t.experiment_id = ? AND m.kind = 'validation' AND (? IS NULL OR m.trial_id = ?) ORDER BY m.rowid",
+            " WHERE t.experiment_id = ? AND m.kind = 'validation' AND (? IS NULL OR m.trial_id = ?)"
+            f" AND {_NOT_ROLLED_BACK} ORDER BY m.rowid",
             (experiment_id, trial_id, trial_id),
         )
         for row in rows.fetchall():
@@ -789,6 +797,15 @@ def _end_runs_of_a_dead_launcher(db: sqlite3.Connection, experiment_id: int) -> 
         f"UPDATE trial_runs SET state = ?, ended_at = ? WHERE state = 'ACTIVE' AND trial_id IN ({active})",
         (State.INTERRUPTED.value, time.time(), experiment_id),
     )
+
+
+# A metric ``m`` that a later run of its trial trained again: that run started from a
+# checkpoint before it, so the model it was measured on is gone, and the later run
+# records its own in its place (as the reference archives a restarted trial's metrics).
+_NOT_ROLLED_BACK = (
+    "NOT EXISTS (SELECT 1 FROM trial_runs later WHERE later.trial_id = m.trial_id AND later.id > m.run_id"
+    " AND later.start_batches < m.batches)"
+)
 
 
 # A run is read with its experiment's launcher, which an ACTIVE run cannot outlive.

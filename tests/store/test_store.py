@@ -847,6 +847,27 @@ def test_recorder_writes_numeric_metrics_to_tensorboard_event_files(store, recor
     assert scalars(tensorboard_dir / "validation", "accuracy") == [(20, 0.75), (40, 0.875)]
 
 
+def test_metrics_a_later_run_trained_again_from_a_checkpoint_are_shown_once_from_that_run(store, recorded_trial):
+    _, trial_id = recorded_trial
+    killed = StoreRecorder(str(store.path), trial_id, store.start_run(trial_id))
+    for batches, loss in ((10, 0.5), (20, 0.25), (30, 0.0625)):
+        killed.on_training(batches, {"loss": loss})
+        killed.on_validation(batches, {"loss": loss})
+    killed.close()  # killed after 30 batches; its latest checkpoint was after 20
+    restarted = StoreRecorder(str(store.path), trial_id, store.start_run(trial_id, start_batches=20))
+    restarted.on_training(30, {"loss": 0.125})
+    restarted.on_validation(30, {"loss": 0.125})
+    restarted.close()
+
+    expected = [(10, {"loss": 0.5}), (20, {"loss": 0.25}), (30, {"loss": 0.125})]
+    assert plain(store.metrics(trial_id, TRAINING)) == plain(store.metrics(trial_id, VALIDATION)) == expected
+    best = store.best_validation(store.trial(trial_id).experiment_id)
+    assert (best.value, best.batches) == (0.125, 30)  # not the 0.0625 of a model no checkpoint kept
+    tensorboard_dir = Path(store.trial(trial_id).tensorboard_dir)
+    for kind in ("training", "validation"):
+        assert scalars(tensorboard_dir / kind, "loss") == [(10, 0.5), (20, 0.25), (30, 0.125)]
+
+
 def test_recorder_creates_no_event_file_for_metrics_with_nothing_numeric(store, recorded_trial):
     _, trial_id = recorded_trial
     recorder = StoreRecorder(str(store.path), trial_id)
