@@ -59,6 +59,9 @@ class RootCause:
             ``"MyHook.after_run"``.
         consequence: the process failed because another one did (a collective lost a
             peer): another rank's error, if any, is the cause.
+        permanent: the trial's code or config asks for what cannot work (the error's
+            class says so with ``permanent = True``, as ``errors.PermanentTrialError``
+            does): a restart would fail the same way.
     """
 
     rank: Optional[int]
@@ -67,6 +70,7 @@ class RootCause:
     traceback: str
     origin: str = ""
     consequence: bool = False
+    permanent: bool = False
 
     def to_record(self) -> dict[str, Any]:
         """The cause as JSON-ready data (the store's run error)."""
@@ -109,7 +113,14 @@ def root_cause(error: BaseException, rank: Optional[int], origin: str = "", use_
     if _is_own_error(error):
         # det-estimator's own errors say what was wrong and what to do: the message is the
         # cause, and det-estimator's frames would only hide it.
-        return RootCause(rank, type(error).__name__, str(error), f"{type(error).__name__}: {error}", origin)
+        return RootCause(
+            rank,
+            type(error).__name__,
+            str(error),
+            f"{type(error).__name__}: {error}",
+            origin,
+            permanent=_is_permanent(error),
+        )
     links = [link for link in _chain(error) if type(link).__name__ not in _NOISE] or [error]
     entry = _entry_into_user_code(links[-1].__traceback__)
     if not origin and entry is not None and entry.f_code.co_name != "<module>":
@@ -123,6 +134,7 @@ def root_cause(error: BaseException, rank: Optional[int], origin: str = "", use_
         ),
         origin=origin,
         consequence=_is_consequence(error),
+        permanent=_is_permanent(error),
     )
 
 
@@ -186,6 +198,10 @@ def _frame_origin(frame: types.FrameType) -> str:
     owner = frame.f_locals.get("self")
     name = frame.f_code.co_name
     return f"{type(owner).__name__}.{name}" if owner is not None else name
+
+
+def _is_permanent(error: BaseException) -> bool:
+    return getattr(type(error), "permanent", False) is True
 
 
 def _is_own_error(error: BaseException) -> bool:

@@ -16,6 +16,24 @@ class DetEstimatorError(Exception):
     """An error raised by det-estimator itself; its message says what was wrong and what is expected."""
 
 
+class PermanentTrialError(DetEstimatorError):
+    """A trial's code or config asks for what cannot work, as det-estimator can tell when it runs.
+
+    A restart would run the same code and config and fail the same way, so a trial that
+    raises one is not restarted: its run records ``permanent`` (see ``_root_cause``).
+    """
+
+    permanent = True
+
+
+class TrialDefinitionError(PermanentTrialError, TypeError, ValueError):
+    """A trial's builder returned what the harness cannot run: a wrong type, a setting it would ignore.
+
+    Both a ``TypeError`` and a ``ValueError``, as the checks that raise it raised one or
+    the other before, so that code catching those keeps working.
+    """
+
+
 class InvalidHP(DetEstimatorError):  # noqa: N818 -- the reference system's name
     """Raised by a trial whose hyperparameters cannot work (an impossible combination, say).
 
@@ -24,11 +42,8 @@ class InvalidHP(DetEstimatorError):  # noqa: N818 -- the reference system's name
     """
 
 
-class UndefinedHyperparameterError(DetEstimatorError, KeyError):
-    """A trial asked for a hyperparameter that its experiment config does not define.
-
-    A restart would run the same config and fail the same way: the trial is not restarted.
-    """
+class UndefinedHyperparameterError(PermanentTrialError, KeyError):
+    """A trial asked for a hyperparameter that its experiment config does not define."""
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""  # the message, not KeyError's quoted repr of it

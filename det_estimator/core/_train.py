@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from det_estimator.core._distributed import DistributedContext
-from det_estimator.errors import DetEstimatorError
+from det_estimator.errors import PermanentTrialError
 from det_estimator.store import ExperimentStore, StoreRecorder
 
 logger = logging.getLogger("det_estimator.core")
@@ -25,7 +25,7 @@ class EarlyExitReason(enum.Enum):
     USER_REQUESTED_STOP = "USER_REQUESTED_STOP"
 
 
-class SearcherMetricError(DetEstimatorError, KeyError):
+class SearcherMetricError(PermanentTrialError, KeyError):
     """A validation did not report the experiment's ``searcher.metric``."""
 
     def __str__(self) -> str:

@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from det_estimator._names import DIRECTORY_NAME_RULE, is_directory_name
 from det_estimator._saved_models import MODEL_DIR, RESERVED_NAMES
+from det_estimator.errors import TrialDefinitionError
 from det_estimator.hooks import RunHook
 
 
@@ -22,18 +23,18 @@ def check_serving_names(serving_fns: Mapping[str, Any]) -> None:
         ValueError: a name is not made of letters, digits, ``_``, ``.`` and ``-``.
     """
     if not isinstance(serving_fns, Mapping):
-        raise TypeError(
+        raise TrialDefinitionError(
             "build_serving_input_receiver_fns() must return a dict of name to serving_input_receiver_fn. "
             f"Received: {type(serving_fns).__name__}"
         )
     for name, fn in serving_fns.items():
         if not is_directory_name(name) or name in RESERVED_NAMES:
-            raise ValueError(
+            raise TrialDefinitionError(
                 f"Each name returned by build_serving_input_receiver_fns() must {DIRECTORY_NAME_RULE}, and not be "
                 f"one of {', '.join(RESERVED_NAMES)} (other parts of the checkpoint). Received: {name!r}"
             )
         if not callable(fn):
-            raise TypeError(f"The serving_input_receiver_fn of {name!r} must be callable. Received: {fn!r}")
+            raise TrialDefinitionError(f"The serving_input_receiver_fn of {name!r} must be callable. Received: {fn!r}")
 
 
 def write_checkpoint_files(

@@ -7,6 +7,7 @@ import tensorflow as tf
 
 from det_estimator import _dataset_cache, _horovod
 from det_estimator.core import DistributedContext, DummyDistributedContext
+from det_estimator.errors import TrialDefinitionError
 from det_estimator.reducers import MetricReducer
 
 
@@ -91,7 +92,9 @@ class EstimatorContext:
             TypeError: ``dataset`` is not a ``tf.data.Dataset``.
         """
         if not isinstance(dataset, tf.data.Dataset):
-            raise TypeError(f"Argument `dataset` must be a tf.data.Dataset. Received: {type(dataset).__name__}")
+            raise TrialDefinitionError(
+                f"Argument `dataset` must be a tf.data.Dataset. Received: {type(dataset).__name__}"
+            )
         self.wrapped_datasets += 1
         if shard_dataset and self.distributed.size > 1:
             dataset = dataset.shard(self.distributed.size, self.distributed.rank)

@@ -13,7 +13,7 @@ from det_estimator import __version__, core
 from det_estimator._process_random_state import python_and_numpy_state, restore_python_and_numpy_state
 from det_estimator.checkpoint import read_checkpoint
 from det_estimator.config import ExperimentConfig, Length, load_experiment_config
-from det_estimator.errors import DetEstimatorError
+from det_estimator.errors import PermanentTrialError, TrialDefinitionError
 from det_estimator.estimator._checkpointing import check_serving_names, restore_into, write_checkpoint_files
 from det_estimator.estimator._estimator_setup import EXAMPLES_KEY, GraphRecorder, rebuild_estimator
 from det_estimator.estimator._inputs import training_input_fn, validation_input_fn
@@ -28,7 +28,7 @@ from det_estimator.store import State
 _DEFAULT_THROTTLE_SECS, _DEFAULT_START_DELAY_SECS = 600, 120
 
 
-class TrialLifecycleError(DetEstimatorError, RuntimeError):
+class TrialLifecycleError(PermanentTrialError, RuntimeError):
     """The trial was built or used in a way the harness cannot run."""
 
 
@@ -368,10 +368,14 @@ class EstimatorTrialController:
 def _checked_specs(trial: EstimatorTrial) -> tuple[tf.estimator.TrainSpec, tf.estimator.EvalSpec]:
     train_spec = trial.build_train_spec()
     if not isinstance(train_spec, tf.estimator.TrainSpec):
-        raise TypeError(f"build_train_spec() must return a tf.estimator.TrainSpec. Received: {type(train_spec)}")
+        raise TrialDefinitionError(
+            f"build_train_spec() must return a tf.estimator.TrainSpec. Received: {type(train_spec)}"
+        )
     eval_spec = trial.build_validation_spec()
     if not isinstance(eval_spec, tf.estimator.EvalSpec):
-        raise TypeError(f"build_validation_spec() must return a tf.estimator.EvalSpec. Received: {type(eval_spec)}")
+        raise TrialDefinitionError(
+            f"build_validation_spec() must return a tf.estimator.EvalSpec. Received: {type(eval_spec)}"
+        )
     _check_eval_spec(eval_spec)
     return train_spec, eval_spec
 
@@ -379,7 +383,7 @@ def _checked_specs(trial: EstimatorTrial) -> tuple[tf.estimator.TrainSpec, tf.es
 def _check_eval_spec(eval_spec: tf.estimator.EvalSpec) -> None:
     """Refuses the EvalSpec settings the harness would otherwise silently ignore."""
     if eval_spec.exporters:
-        raise TypeError(
+        raise TrialDefinitionError(
             "The EvalSpec has exporters, which det-estimator does not run. Return the serving input receiver "
             "functions from build_serving_input_receiver_fns() instead: every checkpoint then holds one SavedModel "
             f"per function. Received: exporters={list(eval_spec.exporters)!r}"
@@ -390,7 +394,7 @@ def _check_eval_spec(eval_spec: tf.estimator.EvalSpec) -> None:
     ):
         value = getattr(eval_spec, name)
         if value != default:
-            raise ValueError(
+            raise TrialDefinitionError(
                 f"EvalSpec({name}={value}) is not used: det-estimator validates on the experiment config's "
                 f"{instead}, counted in batches, records or epochs. Leave {name} at its default ({default})."
             )

@@ -15,6 +15,7 @@ from typing import Any, Callable, Optional
 import tensorflow as tf
 
 from det_estimator.core import DistributedContext
+from det_estimator.errors import TrialDefinitionError
 from det_estimator.estimator._random_streams import restorable_random_ops, unrestorable_random_ops
 from det_estimator.estimator._user_calls import call_with_accepted_arguments
 from det_estimator.reducers._make_metric import accumulator_of
@@ -63,13 +64,13 @@ def rebuild_estimator(
     # TF1 premade estimators (tf.compat.v1.estimator.DNNClassifier, ...) are only that.
     kind = type(estimator)
     if not isinstance(estimator, tf.compat.v1.estimator.Estimator):
-        raise TypeError(
+        raise TrialDefinitionError(
             "build_estimator() must return a tf.estimator.Estimator (or tf.compat.v1.estimator.Estimator). "
             f"Received: {kind.__module__}.{kind.__qualname__}"
         )
     overridden = overridden_estimator_methods(kind)
     if overridden:
-        raise TypeError(
+        raise TrialDefinitionError(
             f"build_estimator() returned a {kind.__qualname__}, a subclass of tf.estimator.Estimator that overrides "
             f"{', '.join(overridden)}. det-estimator runs the estimator's model_fn, params and config in an "
             "Estimator of its own, so those overrides would be silently lost. Move that behaviour into the "

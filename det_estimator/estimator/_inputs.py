@@ -4,6 +4,7 @@ from typing import Any, Callable
 
 import tensorflow as tf
 
+from det_estimator.errors import TrialDefinitionError
 from det_estimator.estimator._user_calls import call_with_accepted_arguments
 
 InputFn = Callable[..., tf.data.Dataset]
@@ -12,7 +13,7 @@ InputFn = Callable[..., tf.data.Dataset]
 def _call_user_input_fn(input_fn: InputFn, which: str, passed: dict) -> tf.data.Dataset:
     dataset = call_with_accepted_arguments(input_fn, **passed)
     if not isinstance(dataset, tf.data.Dataset):
-        raise TypeError(
+        raise TrialDefinitionError(
             f"The input_fn of {which} must return a tf.data.Dataset (of (features, labels) or features). "
             f"Received: {type(dataset).__name__}"
         )

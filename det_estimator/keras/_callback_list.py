@@ -5,7 +5,7 @@ from typing import Any, Optional
 
 import tensorflow as tf
 
-from det_estimator.errors import DetEstimatorError
+from det_estimator.errors import PermanentTrialError
 from det_estimator.keras.callbacks import Callback, EarlyStopping, ReduceLROnPlateau, TensorBoard
 
 logger = logging.getLogger("det_estimator.keras")
@@ -14,7 +14,7 @@ logger = logging.getLogger("det_estimator.keras")
 _OWN = (EarlyStopping, ReduceLROnPlateau, TensorBoard)
 
 
-class CallbackError(DetEstimatorError, ValueError):
+class CallbackError(PermanentTrialError, ValueError):
     """A callback the harness cannot run as it is written."""
 
 

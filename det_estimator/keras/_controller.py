@@ -12,7 +12,7 @@ from det_estimator import __version__, core
 from det_estimator._process_random_state import python_and_numpy_state, restore_python_and_numpy_state
 from det_estimator.checkpoint import read_checkpoint
 from det_estimator.config import ExperimentConfig, Length, load_experiment_config
-from det_estimator.errors import DetEstimatorError
+from det_estimator.errors import PermanentTrialError
 from det_estimator.keras import _callback_states, _data, _random_states
 from det_estimator.keras._callback_list import TrialCallbacks
 from det_estimator.keras._checkpoints import read_variables, write_variables
@@ -27,7 +27,7 @@ from det_estimator.store import State
 logger = logging.getLogger("det_estimator.keras")
 
 
-class TrialLifecycleError(DetEstimatorError, RuntimeError):
+class TrialLifecycleError(PermanentTrialError, RuntimeError):
     """The trial was built or used in a way the harness cannot run."""
 
 

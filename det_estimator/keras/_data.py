@@ -20,7 +20,7 @@ from typing import Any, Callable, Optional, Union
 
 import tensorflow as tf
 
-from det_estimator.errors import DetEstimatorError
+from det_estimator.errors import PermanentTrialError
 from det_estimator.keras._arrays import ArrayData
 from det_estimator.keras._context import TFKerasTrialContext
 from det_estimator.keras._sequences import BatchReader, Placement, SequenceAdapter, epoch_order, signature_of
@@ -32,7 +32,7 @@ KINDS = "(x, y), (x, y, sample_weights), a tf.data.Dataset, a keras.utils.Sequen
 ITERATORS_DIR = "data"
 
 
-class DataError(DetEstimatorError, ValueError):
+class DataError(PermanentTrialError, ValueError):
     """A data loader cannot be used as returned."""
 
 

@@ -217,18 +217,21 @@ class _ExperimentLoop:
 
         As the reference: up to ``max_restarts`` times per trial, whatever failed (an
         exception, a killed process, a host gone), except an error that says the config
-        does not fit the trial (a searcher metric no validation reports): the same config
-        would fail the same way. Not while pausing, nor once the search has ended or has
-        closed the trial.
+        does not fit the trial (a searcher metric no validation reports) or that the
+        trial's code asks for what det-estimator cannot do (an EvalSpec with exporters, a
+        Keras model never wrapped): the same config and code would fail the same way. Not
+        while pausing, nor once the search has ended or has closed the trial.
         """
         trial = self._store.trial(trial_id)
         limit = self._config.max_restarts
         if self._pausing or self._search.shutdown or trial.search_state != SearchState.RUNNING:
             return False
-        if limit and (failed.error or {}).get("type") in CONFIG_ERRORS:
+        error = failed.error or {}
+        if limit and (error.get("permanent") or error.get("type") in CONFIG_ERRORS):
+            at_fault = "the experiment config is" if error.get("type") in CONFIG_ERRORS else "the trial's code is"
             self._display.message(
                 f"trial {trial_id} failed ({restart_cause(failed, first_failure)}); not restarted: "
-                "the experiment config is at fault, and a restart would fail the same way"
+                f"{at_fault} at fault, and a restart would fail the same way"
             )
             return False
         if trial.restarts >= limit:

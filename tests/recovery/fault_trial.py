@@ -9,7 +9,9 @@ The ``fault`` hyperparameter says what goes wrong, where and how often::
 - ``kill_in_evaluation``: the rank SIGKILLs itself at its first evaluation batch of its
   ``evaluation``-th evaluation, while the other ranks go on into the metrics' allgather;
 - ``kill_in_checkpoint``: the chief SIGKILLs itself while writing its ``checkpoint``-th
-  checkpoint of the run, after the model files and before the checkpoint is sealed.
+  checkpoint of the run, after the model files and before the checkpoint is sealed;
+- ``throttled_eval_spec``: the trial's EvalSpec sets ``throttle_secs``, which
+  det-estimator refuses (a mistake in the trial's code, not a fault of the run).
 
 With ``once`` (a file path) the fault happens only if that file does not exist yet, and
 creates it: a restart or a resume then runs clean. Without it the fault happens in every run.
@@ -101,6 +103,8 @@ class FaultTrial(AnalyticTrial):
     def build_validation_spec(self) -> tf.estimator.EvalSpec:
         spec = super().build_validation_spec()
         fault = self._fault()
+        if fault.get("kind") == "throttled_eval_spec":
+            return spec._replace(throttle_secs=10)
         if fault.get("kind") != "kill_in_evaluation" or fault.get("rank") != self.context.distributed.rank:
             return spec
         counter = {"evaluations": 0}

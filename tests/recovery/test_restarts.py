@@ -59,6 +59,17 @@ def test_a_trial_asking_for_a_hyperparameter_the_config_lacks_is_not_restarted(d
     assert trial["restarts"] == 0 and len(trial["runs"]) == 1
 
 
+def test_a_trial_whose_code_det_estimator_refuses_is_not_restarted(det, context, helpers):
+    raw = helpers.fault_config(context, 20, {"kind": "throttled_eval_spec"}, max_restarts=5)
+    result = det("experiment", "create", context.write_config(raw=raw), context.directory)
+    assert result.returncode == 1, result.stdout + result.stderr  # the code is at fault, not the input
+    assert "EvalSpec(throttle_secs=10) is not used" in result.stderr
+    assert "not restarted: the trial's code is at fault" in result.stdout, result.stdout
+    (experiment,) = det.json("experiment", "list")
+    (trial,) = det.json("experiment", "describe", experiment["id"])["trials"]
+    assert trial["restarts"] == 0 and len(trial["runs"]) == 1
+
+
 @pytest.mark.slow
 def test_a_permanent_failure_ends_as_error_after_exactly_max_restarts(det, context, helpers):
     fault = {"kind": "raise", "rank": 0, "batch": 3}

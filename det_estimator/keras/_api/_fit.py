@@ -20,7 +20,7 @@ import numpy as np
 import tensorflow as tf
 
 from det_estimator.core import DistributedContext, Unit
-from det_estimator.errors import DetEstimatorError
+from det_estimator.errors import PermanentTrialError
 
 logger = logging.getLogger("det_estimator.keras")
 
@@ -28,7 +28,7 @@ logger = logging.getLogger("det_estimator.keras")
 KERAS_DEFAULT_BATCH_SIZE = 32
 
 
-class FitError(DetEstimatorError, ValueError):
+class FitError(PermanentTrialError, ValueError):
     """``context.fit`` cannot run as called."""
 
 
