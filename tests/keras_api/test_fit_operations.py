@@ -84,3 +84,22 @@ def test_each_operation_trains_on_to_its_length_and_reports_its_metric(launched)
         validations = store.metrics(context.training.trial_id, MetricKind.VALIDATION)
     assert [v.batches for v in validations] == [8, 16, 24]
     assert [v.metrics["epochs"] for v in validations] == [1, 2, 3]
+
+
+def test_a_paused_trial_ends_inside_fit_so_the_code_after_it_does_not_run(launched):
+    """The code after fit is for a finished training: after a pause its History may hold no validation yet."""
+    context, completed = launched
+    (x, y), validation = data()
+    model = linear()
+    context.training.core._watcher.request()  # what Ctrl-C or `experiment pause` does
+
+    with pytest.raises(SystemExit) as exited:
+        context.fit(model, x, y, batch_size=BATCH_SIZE, shuffle=False, validation_data=validation, verbose=0)
+
+    assert exited.value.code == 0  # a clean exit: the launcher records the trial as PAUSED
+    assert context.training.core.preempt.acknowledged
+    # The pause is seen at batch 10, in the second operation, which a resume goes on with.
+    assert [length for length, _ in completed] == [1]
+    with ExperimentStore(context.training.core.info.store_path) as store:
+        checkpoints = store.checkpoints(context.training.experiment_id)
+    assert checkpoints[-1].batches == int(model.optimizer.iterations.numpy()) == 10

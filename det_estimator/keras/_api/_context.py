@@ -387,10 +387,22 @@ class KerasContext:
             epochs_done = max(epochs_done, epochs)
             checkpoint = self._writer.last_storage_id or checkpoint
             if core_context.preempt.acknowledged:
-                break  # paused: the operation is not complete; a resume continues it
+                self._end_paused_process()
             if self.distributed.rank == 0:
                 op.report_completed(self._searcher_metric(histories, checkpoint))
         return _fit.merge_histories(histories)
+
+    def _end_paused_process(self) -> None:
+        """Ends a paused trial's process here, after its checkpoint; ``experiment resume`` runs the script again.
+
+        What follows ``fit`` in a script is written for a finished training (reading the
+        last ``val_loss`` of the History, saving or uploading the final model). After a
+        pause the History may hold no validation yet and the model is half trained, so
+        that code must not run: raised there, it would turn the pause into a failure.
+        """
+        logger.info("paused: the process ends after its checkpoint; `experiment resume` runs the script again")
+        self._end(None)
+        raise SystemExit(0)
 
     def _searcher_metric(self, histories: list[tf.keras.callbacks.History], checkpoint: Optional[str]) -> Any:
         """The searcher metric of the latest validation: this run's, else the one in the checkpoint resumed from.
