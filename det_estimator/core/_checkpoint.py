@@ -4,6 +4,7 @@ import contextlib
 import enum
 import errno
 import logging
+import numbers
 import os
 import shutil
 from collections.abc import Iterator
@@ -13,6 +14,7 @@ from typing import Any, Callable, Optional, Union
 
 from det_estimator.checkpoint import Checkpoint, TrialCheckpoints, read_checkpoint
 from det_estimator.core._distributed import DistributedContext
+from det_estimator.core._train import plain_number
 from det_estimator.errors import DetEstimatorError
 from det_estimator.store import ExperimentStore, StoreRecorder, UnknownIdError
 
@@ -124,6 +126,8 @@ class CheckpointContext:
             CheckpointError: ``shard=False`` on another process than the chief.
         """
         metadata = dict(metadata or {})
+        if isinstance(metadata.get(STEPS_COMPLETED), numbers.Integral):  # a NumPy int too
+            metadata[STEPS_COMPLETED] = plain_number(metadata[STEPS_COMPLETED])
         if not isinstance(metadata.get(STEPS_COMPLETED), int) or isinstance(metadata[STEPS_COMPLETED], bool):
             raise ValueError(
                 f"Checkpoint metadata must hold `{STEPS_COMPLETED}`, the batches trained so far, as an int. "

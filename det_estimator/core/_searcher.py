@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from typing import Any, Callable, Optional, Protocol
 
 from det_estimator.core._distributed import DistributedContext
+from det_estimator.core._train import plain_number
 from det_estimator.errors import DetEstimatorError
 
 
@@ -114,7 +115,7 @@ class SearcherOperation:
         if self._completed:
             raise DetEstimatorError("op.report_completed() may be called only once per operation.")
         self._completed = True
-        self._metric = searcher_metric
+        self._metric = plain_number(searcher_metric)
 
 
 class SearcherContext:

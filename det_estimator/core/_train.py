@@ -87,7 +87,7 @@ class TrainContext:
                 last report.
             batch_metrics: per-batch values; accepted for compatibility and not recorded.
         """
-        _check_metrics(metrics, "report_training_metrics")
+        metrics = _check_metrics(metrics, "report_training_metrics")
         if self._recorder is not None:
             self._recorder.on_training(int(steps_completed), dict(metrics))
             self._progressed_to(int(steps_completed))
@@ -102,7 +102,7 @@ class TrainContext:
             SearcherMetricError: ``metrics`` lacks the config's ``searcher.metric``; the
                 message names the metrics reported, so a misspelt name is easy to fix.
         """
-        _check_metrics(metrics, "report_validation_metrics")
+        metrics = _check_metrics(metrics, "report_validation_metrics")
         if self._searcher_metric is not None and self._searcher_metric not in metrics:
             raise SearcherMetricError(
                 f"searcher.metric {self._searcher_metric!r} is not among the validation metrics: "
@@ -187,9 +187,27 @@ class TrainContext:
         return None if self._tensorboard_dir is None else Path(self._tensorboard_dir)
 
 
-def _check_metrics(metrics: Any, caller: str) -> None:
+def _check_metrics(metrics: Any, caller: str) -> dict[str, Any]:
+    """The metrics with NumPy scalars as Python numbers, which the store's JSON can hold."""
     if not isinstance(metrics, dict) or not all(isinstance(key, str) for key in metrics):
         raise TypeError(f"{caller}() takes a dict of metric name (str) to value. Received: {metrics!r}")
-    for key, value in metrics.items():
-        if isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isinf(value):
+    plain = {key: plain_number(value) for key, value in metrics.items()}
+    for key, value in plain.items():
+        if isinstance(value, float) and math.isinf(value):
             logger.warning("metric %r is infinite after %s", key, caller)
+    return plain
+
+
+def plain_number(value: Any) -> Any:
+    """A NumPy (or other) int or float scalar as Python's int or float; anything else as it is.
+
+    Scripts often report what NumPy or TensorFlow computed (``loss.numpy()`` is a
+    ``numpy.float32``), which JSON cannot encode as it is.
+    """
+    if isinstance(value, bool) or type(value) in (int, float):
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    return value

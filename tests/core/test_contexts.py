@@ -9,6 +9,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from det_estimator import _info, core
@@ -89,6 +90,22 @@ def test_metrics_and_progress_reach_the_store(store, info):
     assert store.trial(info.trial.trial_id).batches_trained == 8  # the last value, written on close
     records = store.metrics(info.trial.trial_id, MetricKind.VALIDATION, run_id=info.trial.run_id)
     assert [(r.batches, r.metrics) for r in records] == [(5, {"loss": 0.25, "accuracy": 0.75})]
+
+
+def test_numpy_scalars_are_reported_and_checkpointed_as_python_numbers(store, info):
+    # What a script computes with NumPy or TensorFlow (loss.numpy() is a numpy.float32).
+    with core.build_context(info, core.DummyDistributedContext()) as core_context:
+        op = next(core_context.searcher.operations())
+        core_context.train.report_training_metrics(5, {"loss": np.float32(0.5), "records": np.int64(20)})
+        core_context.train.report_validation_metrics(5, {"loss": np.float32(0.25)})
+        storage_id = save(core_context, np.int64(5))
+        op.report_completed(np.float32(0.25))
+        assert next(core_context.searcher.operations(), None) is None
+    (training,) = store.metrics(info.trial.trial_id, MetricKind.TRAINING)
+    assert training.metrics == {"loss": 0.5, "records": 20} and type(training.metrics["records"]) is int
+    (validation,) = store.metrics(info.trial.trial_id, MetricKind.VALIDATION)
+    assert validation.metrics == {"loss": 0.25}
+    assert store.checkpoint(storage_id).batches == 5
 
 
 def test_a_validation_without_the_searcher_metric_names_the_metrics_it_has(info):
