@@ -41,3 +41,13 @@ def test_the_script_by_hand_trains_as_plain_keras_and_creates_the_store(tmp_path
     assert [v["metrics"]["loss"] for v in validations] == pytest.approx(plain["history"]["val_loss"], rel=1e-6)
     assert described["checkpoints"], "the run by hand keeps a checkpoint"
     assert all(checkpoint["path"].startswith(str(tmp_path / "checkpoints")) for checkpoint in described["checkpoints"])
+
+
+def test_the_run_by_hand_records_the_epochs_it_trains_as_its_length(tmp_path, det):
+    # `experiment resume` of a run paused by Ctrl-C runs the script as a trial, which trains
+    # the recorded searcher length: the epochs fit was given, not one batch (no config).
+    store = tmp_path / "store.sqlite"
+    run(store=store, cwd=tmp_path)  # fit(epochs=3, batch_size=16) on 160 records: 10 batches an epoch
+    described = json.loads(det(store, "experiment", "describe", 1, "--json").stdout)
+    assert described["config"]["searcher"]["max_length"] == {"epochs": 3}
+    assert described["config"]["records_per_epoch"] == 160

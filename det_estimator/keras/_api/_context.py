@@ -304,9 +304,32 @@ class KerasContext:
             "check_preempt_every_batches": check_preempt_every_batches,
         }
         if not training.launched:
+            self._record_epochs_by_hand(x, fit_kwargs)
             callbacks = self._callbacks(model, user_callbacks, checkpoint=None, options=options)
             return model.fit(x, y, callbacks=callbacks, **fit_kwargs)
         return self._fit_operations(model, x, y, user_callbacks, options, fit_kwargs)
+
+    def _record_epochs_by_hand(self, x: Any, fit_kwargs: dict[str, Any]) -> None:
+        """Makes the recorded run's length the ``epochs`` this run by hand trains, for ``experiment resume``.
+
+        A run by hand honours ``fit``'s ``epochs``, not the config's ``searcher.max_length``
+        (one batch when there is no config). Resumed, the script runs as an experiment's
+        trial, which trains the searcher's length: without this, a run paused by Ctrl-C
+        would resume to a different end, or to one it has passed, and fail.
+        """
+        if self.distributed.rank != 0:
+            return
+        epochs = int(fit_kwargs.get("epochs", 1))
+        steps = fit_kwargs.get("steps_per_epoch") or _fit.local_steps(x, fit_kwargs.get("batch_size"))
+        batch_size = fit_kwargs.get("batch_size") or _fit.KERAS_DEFAULT_BATCH_SIZE
+        training = self.training
+        with ExperimentStore(self._store_path) as store:
+            experiment = store.experiment(training.experiment_id)
+            config = dict(experiment.config)
+            config["searcher"] = {**config["searcher"], "max_length": {"epochs": epochs}}
+            # Only the progress display reads it: the trial trains whole epochs of its input.
+            config["records_per_epoch"] = max(1, (steps or 1) * batch_size * self.distributed.size)
+            store.update_experiment(training.experiment_id, config, experiment.slots, experiment.test)
 
     def _prepare_inputs(self, model: tf.keras.Model, x: Any, y: Any, fit_kwargs: dict[str, Any]) -> tuple:
         """On several processes: a wrapped optimizer, the same weights everywhere, and equal batches per epoch."""
