@@ -10,7 +10,7 @@ from typing import Any, Optional, TextIO
 from det_estimator.orchestration._display import display_for
 from det_estimator.orchestration._experiment import CONFIG_ERRORS, run_experiment
 from det_estimator.orchestration._outcome import ExperimentSummary, summarize
-from det_estimator.store import ExperimentStore, State, default_store_path, to_json_value
+from det_estimator.store import ExperimentStore, State, TrialRecord, default_store_path, to_json_value
 
 
 def run_and_report(
@@ -28,7 +28,8 @@ def run_and_report(
 
     Returns:
         The exit status for a command: 0 when the experiment completed or paused, 1
-        when it failed, 2 when it failed because its config does not fit its code (see
+        when it failed or every one of its trials failed (a script that raised after
+        reporting its training complete, say), 2 when it failed because its config does not fit its code (see
         :func:`failed_for_its_config`): bad input, as a config refused before training.
     """
     stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
@@ -46,7 +47,10 @@ def run_and_report(
         print_json(summary_as_json(summary), stdout)
     else:
         print_summary(summary, shown, command_on(store.path))
-    return 0
+    failed = [trial for trial in summary.trials if trial.state == State.ERROR]
+    print_trial_failures(store, failed, stderr)
+    stderr.flush()
+    return 1 if summary.trials and len(failed) == len(summary.trials) else 0
 
 
 class _UntilTheReaderLeaves:
@@ -142,6 +146,14 @@ def print_summary(summary: ExperimentSummary, stream: TextIO, command: str = "de
         lines.append(f"  {checkpoint.uuid}  batches {checkpoint.batches}  {checkpoint.path}")
         for name, path in summary.saved_models.get(checkpoint.uuid, {}).items():
             lines.append(f"    SavedModel {name!r}: {path}")
+    for trial in summary.trials:
+        # A trial can fail after the search had what it needed: a script that raised
+        # after reporting its training complete. Its checkpoints stand; its failure is shown.
+        if trial.state == State.ERROR:
+            lines.append(
+                f"Trial {trial.id} failed: `{command} trial describe {trial.id}` says why, "
+                f"`{command} trial logs {trial.id}` has its output."
+            )
     if experiment.state == State.PAUSED:
         lines.append(f"Resume with: {command} experiment resume {experiment.id}")
     stream.write("\n".join(lines) + "\n")
@@ -163,15 +175,10 @@ def failed_for_its_config(store: ExperimentStore, experiment_id: int) -> bool:
     return bool(errors) and all(error in CONFIG_ERRORS for error in errors)
 
 
-def print_failure(store: ExperimentStore, experiment_id: int, stream: TextIO) -> None:
-    """The cause of a failed run, once: the failing rank, what raised it, the user's exception and frames.
-
-    The whole output of every process, with the full tracebacks, is in the trial's log,
-    which the last lines name.
-    """
-    experiment = store.experiment(experiment_id)
+def print_trial_failures(store: ExperimentStore, trials: list[TrialRecord], stream: TextIO) -> list[TrialRecord]:
+    """The cause of each of ``trials`` whose last run failed, once; returns those trials."""
     failed = []
-    for trial in store.trials(experiment_id):
+    for trial in trials:
         runs = store.trial_runs(trial.id)
         error = runs[-1].error if runs else None
         if error is None:
@@ -181,6 +188,17 @@ def print_failure(store: ExperimentStore, experiment_id: int, stream: TextIO) ->
         origin = f" in {error['origin']}" if error.get("origin") else ""
         text = (error.get("traceback") or error.get("message") or "").rstrip()
         stream.write(f"Trial {trial.id} failed{where}{origin}:\n{text}\n\n")
+    return failed
+
+
+def print_failure(store: ExperimentStore, experiment_id: int, stream: TextIO) -> None:
+    """The cause of a failed run, once: the failing rank, what raised it, the user's exception and frames.
+
+    The whole output of every process, with the full tracebacks, is in the trial's log,
+    which the last lines name.
+    """
+    experiment = store.experiment(experiment_id)
+    failed = print_trial_failures(store, store.trials(experiment_id), stream)
     stream.write(f"Experiment {experiment_id} failed ({experiment.state}).")
     for trial in failed or store.trials(experiment_id)[:1]:
         stream.write(

@@ -170,6 +170,17 @@ def test_a_search_where_every_trial_fails_ends_in_error_with_the_first_traceback
     assert resumed.returncode == 2 and "every trial of its random search failed" in resumed.stderr
 
 
+def test_a_script_that_fails_after_completing_its_training_is_shown_as_failed(det, search_dir):
+    config = write_config(search_dir, {"name": "single"}, {"x": 0.3, "fail_when_done": True})
+    result = det("experiment", "create", config, search_dir)
+    assert result.returncode == 1, result.stdout + result.stderr  # not a silent success
+    assert "RuntimeError: failed after reporting the training complete" in result.stderr
+    assert "Trial 1 failed: `" in result.stdout and "trial logs 1" in result.stdout
+    (trial,) = det.json("experiment", "describe", 1)["trials"]
+    assert trial["state"] == "ERROR"
+    assert trial["validations"][-1]["metrics"]["loss"] == pytest.approx(loss(0.3, BATCHES))
+
+
 def test_a_searcher_metric_the_trial_does_not_report_is_an_error_naming_what_it_reports(det, search_dir):
     config = write_config(search_dir, {"name": "single"}, {"x": 0.3, "metric_name": "val_loss"})
     result = det("experiment", "create", config, search_dir)

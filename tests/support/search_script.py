@@ -3,8 +3,9 @@
 ``loss = (x - 0.3) ** 2 + 1 / batches``: the best ``x`` is 0.3, and every trial improves
 with length. It checkpoints its position every ``checkpoint_every`` batches, sleeps
 ``seconds_per_batch`` per batch (so that a test can pause it), raises for ``x`` above
-``fail_above``, raises InvalidHP for ``x`` below ``invalid_below``, and reports
-``metric_name`` (``loss`` by default).
+``fail_above``, raises InvalidHP for ``x`` below ``invalid_below``, reports
+``metric_name`` (``loss`` by default), and with ``fail_when_done`` raises after its
+training is complete.
 """
 
 import json
@@ -44,6 +45,8 @@ def main() -> None:
             value = loss(x, batches)
             core.train.report_validation_metrics(batches, {hparams.get("metric_name", "loss"): value})
             op.report_completed(value)
+        if hparams.get("fail_when_done"):
+            raise RuntimeError("failed after reporting the training complete")
 
 
 if __name__ == "__main__":
