@@ -11,6 +11,7 @@ import numpy as np
 import tensorflow as tf
 
 from det_estimator import core
+from det_estimator._process_random_state import python_and_numpy_state, restore_python_and_numpy_state
 from det_estimator.keras import _random_states
 
 logger = logging.getLogger("det_estimator.keras")
@@ -57,9 +58,14 @@ class DeterminedCallback(tf.keras.callbacks.Callback):
     Exact resumption assumes an input that Keras reads afresh each epoch in the same
     order (arrays with ``shuffle=False``, a ``Sequence``, or a finite
     ``tf.data.Dataset``); a repeating dataset with ``steps_per_epoch`` starts again from
-    its own beginning. Keras' running averages of the training metrics restart at the
-    batch of a resume. Do not combine it with Keras' ``BackupAndRestore`` (they drive
-    the same mechanism of ``fit``) or ``ModelCheckpoint`` (redundant).
+    its own beginning. A ``Sequence`` may be shuffled by ``fit`` (its default
+    ``shuffle=True``): Keras draws each epoch's order from Python's ``random``, whose
+    state (and NumPy's) at the start of the epoch every checkpoint holds per process, so
+    the resumed epoch is read in the same order. A ``Sequence`` that reorders its own
+    items in its ``on_epoch_end`` starts again from its initial order. Keras' running
+    averages of the training metrics restart at the batch of a resume. Do not combine
+    it with Keras' ``BackupAndRestore`` (they drive the same mechanism of ``fit``) or
+    ``ModelCheckpoint`` (redundant).
 
     Args:
         core_context: the context of ``det.core.init()``.
@@ -153,6 +159,9 @@ class DeterminedCallback(tf.keras.callbacks.Callback):
         self._writer: Optional[tf.train.Checkpoint] = None
         self._steps_per_epoch: Optional[int] = None
         self._epochs: Optional[int] = None
+        # Python's and NumPy's random states when the current epoch began: Keras shuffles a
+        # Sequence's batches with Python's random when it starts reading an epoch.
+        self._epoch_random_state: Optional[dict[str, Any]] = None
 
     # ----- start and resume -----
 
@@ -170,6 +179,8 @@ class DeterminedCallback(tf.keras.callbacks.Callback):
         self._epochs = self.params.get("epochs")
         if self._checkpoint is not None:
             self._restore(self._checkpoint)
+        # fit() starts reading the first epoch after on_train_begin: from this state.
+        self._epoch_random_state = python_and_numpy_state()
         total = self._epochs * self._steps_per_epoch if self._epochs and self._steps_per_epoch else None
         self._core.train.report_start(self._steps_completed, total)
 
@@ -193,6 +204,9 @@ class DeterminedCallback(tf.keras.callbacks.Callback):
         self._epoch_start_steps = self._steps_completed - batch
         # fit() asks the model's training state where to start right after on_train_begin.
         self.model._training_state = _ResumePosition(epoch, batch)
+        if state.get("random_states"):
+            # The resumed epoch draws its order (and the user's own draws) as the interrupted one did.
+            restore_python_and_numpy_state(state["random_states"], self._core.distributed.rank)
         if batch:
             self._skip_batches_on_first_call(batch)
         logger.info("continuing from checkpoint %s at epoch %d, batch %d", storage_id, epoch, batch)
@@ -287,6 +301,8 @@ class DeterminedCallback(tf.keras.callbacks.Callback):
             self._report_validation(validation)
         self._epoch, self._batch = epoch + 1, 0
         self._epoch_start_steps = self._steps_completed
+        # fit() starts reading the next epoch after the callbacks' on_epoch_end.
+        self._epoch_random_state = python_and_numpy_state()
         due = self._checkpoint_epochs is not None and (epoch + 1) % self._checkpoint_epochs == 0
         if due or self._preempted:
             self._save()
@@ -364,6 +380,8 @@ class DeterminedCallback(tf.keras.callbacks.Callback):
         }
         if self._at_epoch_end():
             state["epoch"], state["batch"] = self._epoch + 1, 0
+        # Every process's, by rank; kept out of the metadata, which stays small.
+        random_states = self._core.distributed.allgather(self._epoch_random_state)
         metadata = {"steps_completed": self._steps_completed, "framework": "tensorflow-keras", **state}
         if self._writer is None:  # built once: each new one would trace its save functions again
             self._writer = tf.train.Checkpoint(
@@ -374,7 +392,8 @@ class DeterminedCallback(tf.keras.callbacks.Callback):
         with self._core.checkpoint.store_path(metadata, shard=True) as (path, storage_id):
             if rank == 0:
                 checkpoint.write(str(Path(path) / WEIGHTS_PREFIX))
-                (Path(path) / STATE_FILE).write_text(json.dumps(state, indent=2), encoding="utf-8")
+                with_random = {**state, "random_states": random_states}
+                (Path(path) / STATE_FILE).write_text(json.dumps(with_random, indent=2), encoding="utf-8")
             else:
                 # Reading variables of a tf.distribute strategy can be a collective: every
                 # process writes, the others into a directory thrown away.

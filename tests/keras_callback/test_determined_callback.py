@@ -7,6 +7,7 @@ expected weights of every scenario.
 
 import json
 import os
+import random
 import signal
 from pathlib import Path
 
@@ -17,7 +18,7 @@ import tensorflow as tf
 import det_estimator as det
 from det_estimator.store import ExperimentStore, MetricKind
 
-from .linear_script import FEATURES, GLOBAL_BATCH, RECORDS, build_model, dataset
+from .linear_script import FEATURES, GLOBAL_BATCH, RECORDS, build_model, data, dataset
 
 STEPS_PER_EPOCH = RECORDS // GLOBAL_BATCH
 
@@ -211,6 +212,45 @@ def test_dropout_from_generators_draws_after_a_resume_the_masks_of_an_uninterrup
     # The masks matter: a run that draws them afresh from the start ends elsewhere.
     restarted, _ = fit_dropout(2, generators=True)
     assert not np.allclose(flat(restarted), flat(uninterrupted), rtol=1e-3)
+
+
+class ShuffledBatches(tf.keras.utils.Sequence):
+    """The linear data's batches as a Sequence, which fit (shuffle=True by default) reads in a new order each epoch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.x, self.y = data()
+
+    def __len__(self) -> int:
+        return STEPS_PER_EPOCH
+
+    def __getitem__(self, index: int):
+        rows = slice(index * GLOBAL_BATCH, (index + 1) * GLOBAL_BATCH)
+        return self.x[rows], self.y[rows]
+
+
+def fit_shuffled(seed: int, checkpoint=None, extra=()):
+    """Three epochs of the shuffled Sequence from Python's random seeded with ``seed``, as a script seeds it."""
+    random.seed(seed)
+    with det.core.init() as core_context:
+        model = build_model()
+        callback = det.keras.DeterminedCallback(core_context, checkpoint, "run", check_preempt_every_batches=1)
+        model.fit(ShuffledBatches(), epochs=3, callbacks=[callback, *extra], verbose=0)
+        info = core_context.info
+    return model, info
+
+
+def test_a_shuffled_sequence_resumed_mid_epoch_reads_the_order_of_an_uninterrupted_run():
+    uninterrupted, _ = fit_shuffled(seed=3)
+    _, info = fit_shuffled(seed=3, extra=[SignalAt(STEPS_PER_EPOCH + 3)])
+    paused = latest(info)
+    assert STEPS_PER_EPOCH + 3 <= paused.batches < 2 * STEPS_PER_EPOCH  # in the second epoch
+    # The script seeds Python's random afresh when it resumes, as a restarted process does.
+    resumed, _ = fit_shuffled(seed=3, checkpoint=paused.uuid)
+    np.testing.assert_allclose(flat(resumed), flat(uninterrupted), rtol=1e-6, atol=1e-7)
+    # The order matters: another seed ends elsewhere.
+    other, _ = fit_shuffled(seed=4)
+    assert not np.allclose(flat(other), flat(uninterrupted), rtol=1e-4)
 
 
 def test_a_resume_warns_of_layers_without_generators(caplog):
