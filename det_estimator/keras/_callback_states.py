@@ -14,6 +14,8 @@ from typing import Any, Optional
 
 import numpy as np
 
+from det_estimator.errors import DetEstimatorError
+
 logger = logging.getLogger("det_estimator.keras")
 
 STATES_FILE = "callbacks.json"
@@ -27,6 +29,14 @@ ALLOWED = (
 )
 
 
+class CallbackStateError(DetEstimatorError, TypeError):
+    """A callback's ``get_state()`` returned something a checkpoint cannot hold.
+
+    The message names the callback and the path of the value; det-estimator's frames,
+    which are all a traceback would show, would only hide it.
+    """
+
+
 def class_name(callback: Any) -> str:
     """How a callback's class is recorded: ``module.QualifiedName``."""
     kind = type(callback)
@@ -37,8 +47,8 @@ def write_states(directory: Path, callbacks: list[Any]) -> None:
     """Writes the states of ``callbacks`` (``det.keras.callbacks.Callback`` instances) into ``directory``.
 
     Raises:
-        TypeError: a state holds something other than what :data:`ALLOWED` lists; the
-            message names the callback and the path of the value.
+        CallbackStateError: a state holds something other than what :data:`ALLOWED`
+            lists; the message names the callback and the path of the value.
     """
     arrays: dict[str, np.ndarray] = {}
     records = []
@@ -99,7 +109,9 @@ def _encode(value: Any, where: str, arrays: dict[str, np.ndarray]) -> Any:
         value = np.asarray(value.numpy())
     if isinstance(value, np.ndarray):
         if value.dtype.kind == "O":
-            raise TypeError(f"A callback state may hold numeric arrays only. Received: an object array at {where}")
+            raise CallbackStateError(
+                f"A callback state may hold numeric arrays only. Received: an object array at {where}"
+            )
         key = f"a{len(arrays)}"
         arrays[key] = value
         return {_ARRAY_KEY: key}
@@ -109,12 +121,12 @@ def _encode(value: Any, where: str, arrays: dict[str, np.ndarray]) -> Any:
         encoded = {}
         for key, item in value.items():
             if not isinstance(key, str):
-                raise TypeError(f"A callback state's dict keys must be str. Received: {key!r} in {where}")
+                raise CallbackStateError(f"A callback state's dict keys must be str. Received: {key!r} in {where}")
             encoded[key] = _encode(item, f"{where}[{key!r}]", arrays)
         if list(encoded) == [_ARRAY_KEY]:
-            raise TypeError(f"A callback state may not be a dict whose only key is {_ARRAY_KEY!r}: {where}")
+            raise CallbackStateError(f"A callback state may not be a dict whose only key is {_ARRAY_KEY!r}: {where}")
         return encoded
-    raise TypeError(
+    raise CallbackStateError(
         f"A callback state may hold only {ALLOWED}. Received: {type(value).__module__}.{type(value).__qualname__} "
         f"at {where}"
     )

@@ -8,6 +8,7 @@ import pytest
 import tensorflow as tf
 
 import det_estimator as det
+from det_estimator._root_cause import root_cause
 from det_estimator.keras import _callback_states
 from det_estimator.store import ExperimentStore
 
@@ -110,8 +111,12 @@ def test_a_state_that_cannot_be_stored_is_refused_with_its_path(analytic_keras, 
         def keras_callbacks(self):
             return [Unstorable()]
 
-    with pytest.raises(TypeError, match=r"Received: builtins.object at .*Unstorable \(callback 0\).get_state\(\)"):
+    refused = r"Received: builtins.object at .*Unstorable \(callback 0\).get_state\(\)"
+    with pytest.raises(TypeError, match=refused) as raised:
         det.run_trial(WithUnstorable, analytic_keras.make_config(tmp_path, 5))
+    # No frame of the user's raised it: the command shows the message alone, not det-estimator's frames.
+    cause = root_cause(raised.value, rank=0)
+    assert cause.traceback == f"CallbackStateError: {cause.message}"
 
 
 def test_states_round_trip_through_json_and_an_npz_read_without_pickle(tmp_path):
