@@ -13,7 +13,17 @@ from typing import Any, Optional
 import numpy as np
 import tensorflow as tf
 
+from det_estimator.errors import PermanentTrialError
+
 _LAST_EPOCH = np.iinfo(np.int64).max
+
+
+class DataError(PermanentTrialError, ValueError):
+    """A data loader cannot be used as returned.
+
+    Raised by the harness about what the trial returned, in no frame of the user's: the
+    command shows its message alone.
+    """
 
 
 class ArrayData:
@@ -24,12 +34,12 @@ class ArrayData:
         which: how error messages name the builder.
 
     Raises:
-        ValueError: the tuple has not 2 or 3 elements, no record, or arrays of different lengths.
+        DataError: the tuple has not 2 or 3 elements, no record, or arrays of different lengths.
     """
 
     def __init__(self, data: tuple, which: str) -> None:
         if not 2 <= len(data) <= 3:
-            raise ValueError(
+            raise DataError(
                 f"{which} must return (x, y) or (x, y, sample_weights) when it returns a tuple. "
                 f"Received: a tuple of {len(data)} elements"
             )
@@ -37,12 +47,12 @@ class ArrayData:
         lengths = {len(leaf) for leaf in tf.nest.flatten(structure)}
         if len(lengths) != 1:
             shapes = tf.nest.map_structure(lambda leaf: leaf.shape, structure)
-            raise ValueError(
+            raise DataError(
                 f"The arrays returned by {which} must all have one record per row. Received shapes: {shapes}"
             )
         (self.num_records,) = lengths
         if self.num_records == 0:
-            raise ValueError(f"The arrays returned by {which} hold no record.")
+            raise DataError(f"The arrays returned by {which} hold no record.")
         self._tensors = tf.nest.map_structure(tf.convert_to_tensor, structure)
 
     def training(
@@ -108,7 +118,7 @@ def _as_arrays(structure: Any) -> Any:
         return {key: _as_arrays(item) for key, item in structure.items()}
     array = np.asarray(structure)
     if array.ndim == 0:
-        raise ValueError(f"Each array must have one row per record. Received a scalar: {structure!r}")
+        raise DataError(f"Each array must have one row per record. Received a scalar: {structure!r}")
     if array.dtype.kind == "f":
         array = array.astype(tf.keras.backend.floatx(), copy=False)
     return array

@@ -18,6 +18,10 @@ class CallbackError(PermanentTrialError, ValueError):
     """A callback the harness cannot run as it is written."""
 
 
+class CallbackTypeError(CallbackError, TypeError):
+    """keras_callbacks() returned something other than Keras callbacks."""
+
+
 class TrialCallbacks:
     """Calls the trial's callbacks (``keras_callbacks()``) at the points of training where ``model.fit`` would.
 
@@ -30,7 +34,7 @@ class TrialCallbacks:
         rank: this process's rank; ``TensorBoard`` callbacks run on the chief only.
 
     Raises:
-        TypeError: an entry is not a Keras callback.
+        CallbackTypeError: an entry is not a Keras callback.
         CallbackError: a ``det.keras.callbacks.Callback`` overrides ``on_epoch_end``
             and the config has no ``records_per_epoch``.
     """
@@ -120,7 +124,7 @@ def _checked(callbacks: Any, batches_per_epoch: Optional[int]) -> list[tf.keras.
         )
     for index, callback in enumerate(callbacks):
         if not isinstance(callback, tf.keras.callbacks.Callback):
-            raise TypeError(
+            raise CallbackTypeError(
                 f"keras_callbacks() must return a list of tf.keras.callbacks.Callback. Received at index {index}: "
                 f"{type(callback).__name__}"
             )

@@ -20,8 +20,7 @@ from typing import Any, Callable, Optional, Union
 
 import tensorflow as tf
 
-from det_estimator.errors import PermanentTrialError
-from det_estimator.keras._arrays import ArrayData
+from det_estimator.keras._arrays import ArrayData, DataError
 from det_estimator.keras._context import TFKerasTrialContext
 from det_estimator.keras._sequences import BatchReader, Placement, SequenceAdapter, epoch_order, signature_of
 
@@ -32,8 +31,8 @@ KINDS = "(x, y), (x, y, sample_weights), a tf.data.Dataset, a keras.utils.Sequen
 ITERATORS_DIR = "data"
 
 
-class DataError(PermanentTrialError, ValueError):
-    """A data loader cannot be used as returned."""
+class DataTypeError(DataError, TypeError):
+    """A data loader returned something of none of the kinds the harness takes."""
 
 
 class TrainingData:
@@ -175,7 +174,7 @@ def training_data(loader: Loader, context: TFKerasTrialContext) -> TrainingData:
     """The trial's training loader as a :class:`TrainingData` of this process.
 
     Raises:
-        TypeError: the loader is of none of the five kinds.
+        DataTypeError: the loader is of none of the five kinds.
         DataError: a tf.data.Dataset not wrapped on several processes, or unusable arrays.
     """
     which = "build_training_data_loader()"
@@ -218,7 +217,7 @@ def validation_data(loader: Loader, context: TFKerasTrialContext, test_mode: boo
     """The trial's validation loader as this process's :class:`ValidationData`.
 
     Raises:
-        TypeError: the loader is of none of the five kinds.
+        DataTypeError: the loader is of none of the five kinds.
         DataError: a tf.data.Dataset not wrapped on several processes, or unusable arrays.
     """
     which = "build_validation_data_loader()"
@@ -250,7 +249,7 @@ def _reader(loader: Any, context: TFKerasTrialContext, which: str) -> BatchReade
     if isinstance(loader, tf.keras.utils.Sequence):
         return BatchReader(loader, fit.workers, fit.use_multiprocessing, fit.max_queue_size)
     hint = " (a list: return a tuple)" if isinstance(loader, list) else ""
-    raise TypeError(f"{which} must return {KINDS}. Received: {type(loader).__name__}{hint}")
+    raise DataTypeError(f"{which} must return {KINDS}. Received: {type(loader).__name__}{hint}")
 
 
 def _sequence_plan(num_batches: int, first: int, size: int, shuffle_seed: Optional[int]) -> Iterator[Placement]:

@@ -15,6 +15,8 @@ from typing import Any, Optional
 import numpy as np
 import tensorflow as tf
 
+from det_estimator.keras._arrays import DataError
+
 
 class SequenceAdapter:
     """A ``keras.utils.Sequence`` with how to read it: in the input pipeline, in threads or in processes.
@@ -96,7 +98,7 @@ class BatchReader:
     def first_batch(self) -> tuple:
         """The Sequence's first batch, as a tuple, to learn the structure and dtypes of all of them."""
         if len(self.sequence) < 1:
-            raise ValueError(f"The Sequence {type(self.sequence).__name__} is empty: it must have at least one batch.")
+            raise DataError(f"The Sequence {type(self.sequence).__name__} is empty: it must have at least one batch.")
         return as_batch(self.sequence[0], 0)
 
     def read(self, plan: Iterable[Placement], epoch: int) -> Iterator[tuple]:
@@ -180,14 +182,14 @@ def as_batch(item: Any, index: int) -> tuple:
     """A Sequence item as Keras takes a batch: ``(inputs,)``, ``(inputs, targets)`` or with weights; lists as tuples.
 
     Raises:
-        ValueError: the item is a tuple of more than three elements.
+        DataError: the item is a tuple of more than three elements.
     """
     if isinstance(item, list):
         item = tuple(item)
     if not isinstance(item, tuple):
         item = (item,)
     if not 1 <= len(item) <= 3:
-        raise ValueError(
+        raise DataError(
             "A Sequence's items must be (inputs, targets) or (inputs, targets, sample_weights). "
             f"Received: a tuple of {len(item)} elements at index {index}"
         )

@@ -5,6 +5,7 @@ from typing import Any, Union
 
 import tensorflow as tf
 
+from det_estimator.errors import PermanentTrialError
 from det_estimator.keras._context import TFKerasTrialContext
 from det_estimator.keras._sequences import SequenceAdapter
 
@@ -97,12 +98,16 @@ class TFKerasTrial(abc.ABC):
         return []
 
 
+class ModelTypeError(PermanentTrialError, TypeError):
+    """build_model() returned something other than a Keras model."""
+
+
 def check_model(model: Any) -> tf.keras.Model:
     """Checks what build_model() returned is a Keras model.
 
     Raises:
-        TypeError: it is not a ``tf.keras.Model``.
+        ModelTypeError: it is not a ``tf.keras.Model``.
     """
     if not isinstance(model, tf.keras.Model):
-        raise TypeError(f"build_model() must return a tf.keras.Model. Received: {type(model).__name__}")
+        raise ModelTypeError(f"build_model() must return a tf.keras.Model. Received: {type(model).__name__}")
     return model

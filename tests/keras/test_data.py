@@ -101,8 +101,9 @@ def test_arrays_keep_the_structure_of_several_inputs_and_sample_weights():
     ],
 )
 def test_unusable_arrays_are_refused_with_what_was_received(data, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ValueError, match=message) as raised:
         ArrayData(data, "build_training_data_loader()")
+    assert isinstance(raised.value, DataError)  # det-estimator's own: shown as its message alone
 
 
 def test_array_validation_shares_cover_every_record_once():

@@ -5,6 +5,7 @@ import pytest
 import tensorflow as tf
 
 import det_estimator as det
+from det_estimator._root_cause import root_cause
 from det_estimator.checkpoint import read_checkpoint
 
 LEARNING_RATE, GLOBAL_BATCH = 0.01, 8
@@ -177,6 +178,16 @@ def test_validation_metrics_and_checkpoints_follow_the_config_periods(analytic_k
     assert checkpoints == [5, 10, 12]
 
 
+class NoBatches(tf.keras.utils.Sequence):
+    """A Sequence of no batch (a batch size larger than the data, say)."""
+
+    def __len__(self):
+        return 0
+
+    def __getitem__(self, index):
+        raise IndexError(index)
+
+
 @pytest.mark.parametrize(
     ("method", "returned", "error", "message"),
     [
@@ -194,6 +205,7 @@ def test_validation_metrics_and_checkpoints_follow_the_config_periods(analytic_k
             "is not compiled",
         ),
         ("build_training_data_loader", lambda self: [1, 2], TypeError, "a list: return a tuple"),
+        ("build_training_data_loader", lambda self: NoBatches(), ValueError, "The Sequence NoBatches is empty"),
         ("build_validation_data_loader", lambda self: iter([]), TypeError, "Received: list_iterator"),
         ("keras_callbacks", lambda self: [print], TypeError, "Received at index 0: builtin_function_or_method"),
     ],
@@ -202,8 +214,11 @@ def test_a_builder_returning_the_wrong_thing_is_a_clear_error(
     analytic_keras, tmp_path, method, returned, error, message
 ):
     broken = type("Broken", (analytic_keras.AnalyticKerasTrial,), {method: returned})
-    with pytest.raises(error, match=message.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(error, match=message.replace("(", r"\(").replace(")", r"\)")) as raised:
         det.run_trial(broken, analytic_keras.make_config(tmp_path, 10))
+    # Raised by the harness about what the method returned: the command shows the message, not its frames.
+    cause = root_cause(raised.value, rank=0)
+    assert cause.traceback == f"{cause.type}: {cause.message}"
 
 
 def test_a_searcher_metric_the_validation_lacks_is_named_with_those_it_has(analytic_keras, tmp_path):
