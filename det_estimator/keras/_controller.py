@@ -1,5 +1,6 @@
 """TFKerasTrialController: runs one TFKerasTrial on this process, as one rank of the job, on the Core API."""
 
+import contextlib
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -358,13 +359,14 @@ class TFKerasTrialController:
 
     def _validate(self) -> dict[str, Any]:
         self._validation.reset_count()
-        local = self._model.evaluate(
-            self._validation.dataset,
-            steps=self._validation.steps,
-            callbacks=self._callbacks.for_evaluate,
-            verbose=0,
-            return_dict=True,
-        )
+        with _one_step_per_execution(self._model):
+            local = self._model.evaluate(
+                self._validation.dataset,
+                steps=self._validation.steps,
+                callbacks=self._callbacks.for_evaluate,
+                verbose=0,
+                return_dict=True,
+            )
         combined = self._combine_across_ranks(_to_json(local or {}), self._validation.examples)
         metrics = {f"val_{name}": value for name, value in combined.items()}
         self._last_validation = self._batches
@@ -438,6 +440,26 @@ class TFKerasTrialController:
                 self._export.write(path / SAVED_MODEL_DIR)
                 self._callbacks.on_checkpoint_end(str(path))
                 _callback_states.write_states(path, self._callbacks.stateful)  # last: as on_checkpoint_end left them
+
+
+@contextlib.contextmanager
+def _one_step_per_execution(model: tf.keras.Model) -> Iterator[None]:
+    """Evaluates one batch per call, whatever ``compile(steps_per_execution=...)`` says.
+
+    The validation data has no known length (see ``_data.ValidationData``), and Keras
+    refuses data of unknown length with ``steps_per_execution > 1`` unless told the
+    steps, which a process's share of a Sequence or a dataset does not tell.
+    """
+    steps = getattr(model, "_steps_per_execution", None)
+    saved = int(steps.numpy()) if steps is not None else 1
+    if saved == 1:
+        yield
+        return
+    steps.assign(1)
+    try:
+        yield
+    finally:
+        steps.assign(saved)
 
 
 def _to_json(logs: dict[str, Any]) -> dict[str, Any]:

@@ -188,6 +188,15 @@ class NoBatches(tf.keras.utils.Sequence):
         raise IndexError(index)
 
 
+@pytest.mark.parametrize("loader", ["numpy", "sequence", "dataset"])
+def test_a_model_compiled_with_several_steps_per_execution_trains_and_validates(analytic_keras, tmp_path, loader):
+    config = analytic_keras.make_config(tmp_path, 12, loader=loader)
+    config["hyperparameters"]["steps_per_execution"] = 4
+    outcome = det.run_trial(analytic_keras.AnalyticKerasTrial, config)
+    assert [v["batches"] for v in outcome.validations] == [5, 10, 12]
+    analytic_keras.assert_closed_form(outcome.validations)
+
+
 @pytest.mark.parametrize(
     ("method", "returned", "error", "message"),
     [

@@ -227,7 +227,13 @@ class AnalyticKerasTrial(det.keras.TFKerasTrial):
             LearningRateMetric(model),
             det.keras.ReducerMetric(RecordCount(), name="records"),
         ]
-        model.compile(optimizer, loss="mse", metrics=metrics, run_eagerly=self.context.get_hparams().get("eagerly"))
+        model.compile(
+            optimizer,
+            loss="mse",
+            metrics=metrics,
+            run_eagerly=self.context.get_hparams().get("eagerly"),
+            steps_per_execution=self.context.get_hparams().get("steps_per_execution", 1),
+        )
         return model
 
     def _loader(self, records: int):
