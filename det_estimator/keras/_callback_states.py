@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from det_estimator.errors import DetEstimatorError
+from det_estimator.errors import PermanentTrialError
 
 logger = logging.getLogger("det_estimator.keras")
 
@@ -29,7 +29,7 @@ ALLOWED = (
 )
 
 
-class CallbackStateError(DetEstimatorError, TypeError):
+class CallbackStateError(PermanentTrialError, TypeError):
     """A callback's ``get_state()`` returned something a checkpoint cannot hold.
 
     The message names the callback and the path of the value; det-estimator's frames,
