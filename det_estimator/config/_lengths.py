@@ -104,7 +104,9 @@ def check_epochs_allowed(length: Length, path: str, records_per_epoch: int) -> N
         ConfigError: If the length is in epochs and ``records_per_epoch`` is 0.
     """
     if length.unit is LengthUnit.EPOCHS and records_per_epoch < 1:
+        # 0 is what the config holds when it does not set records_per_epoch at all.
+        received = "it has none" if records_per_epoch == 0 else f"Received: records_per_epoch={records_per_epoch}"
         raise ConfigError(
             f"{PREFIX}`{path}` is given in epochs, which needs `records_per_epoch` (a positive integer) "
-            f"in the experiment config. Received: records_per_epoch={records_per_epoch}"
+            f"in the experiment config; {received}."
         )

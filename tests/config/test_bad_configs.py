@@ -149,13 +149,13 @@ CASES = [
         "epochs without records_per_epoch",
         config(searcher=searcher(max_length={"epochs": 2})),
         "experiment config: `searcher.max_length` is given in epochs, which needs `records_per_epoch` (a positive "
-        "integer) in the experiment config. Received: records_per_epoch=0",
+        "integer) in the experiment config; it has none.",
     ),
     (
         "min_checkpoint_period in epochs without records_per_epoch",
         config(min_checkpoint_period={"epochs": 1}),
         "experiment config: `min_checkpoint_period` is given in epochs, which needs `records_per_epoch` (a positive "
-        "integer) in the experiment config. Received: records_per_epoch=0",
+        "integer) in the experiment config; it has none.",
     ),
     (
         "unknown searcher",
