@@ -9,7 +9,7 @@ import types
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from det_estimator import _info
+from det_estimator import _info, _root_cause
 from det_estimator.config import ExperimentConfig, Length, LengthUnit, load_experiment_config
 from det_estimator.core._checkpoint import CheckpointContext, RetentionPolicy
 from det_estimator.core._distributed import DistributedContext, DummyDistributedContext
@@ -184,6 +184,9 @@ def build_context(
     strict_metric: bool = True,
 ) -> Context:
     """The core context of trial ``info`` for this process (det-estimator's controllers build theirs here)."""
+    # A new run: the cause noted for an earlier failure in this process (a run by hand that
+    # failed, in a notebook) is not this run's.
+    _root_cause.forget()
     trial = info.trial
     if trial is None:
         raise DetEstimatorError(f"core.init() needs a trial; the task is a {info.task_type}.")

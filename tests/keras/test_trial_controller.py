@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 import det_estimator as det
-from det_estimator._root_cause import root_cause
+from det_estimator._root_cause import RootCause, note, root_cause
 from det_estimator.checkpoint import read_checkpoint
 
 LEARNING_RATE, GLOBAL_BATCH = 0.01, 8
@@ -223,11 +223,14 @@ def test_a_builder_returning_the_wrong_thing_is_a_clear_error(
     analytic_keras, tmp_path, method, returned, error, message
 ):
     broken = type("Broken", (analytic_keras.AnalyticKerasTrial,), {method: returned})
+    # The cause of an earlier failure in this process, which this run must not report as its own.
+    note(RootCause(0, "ValueError", "an earlier run's failure", "ValueError: an earlier run's failure"))
     with pytest.raises(error, match=message.replace("(", r"\(").replace(")", r"\)")) as raised:
         det.run_trial(broken, analytic_keras.make_config(tmp_path, 10))
     # Raised by the harness about what the method returned: the command shows the message, not its frames.
     cause = root_cause(raised.value, rank=0)
     assert cause.traceback == f"{cause.type}: {cause.message}"
+    assert cause.message != "an earlier run's failure"
 
 
 def test_a_searcher_metric_the_validation_lacks_is_named_with_those_it_has(analytic_keras, tmp_path):
