@@ -277,7 +277,7 @@ def _describe_trial(store: ExperimentStore, trial: TrialRecord) -> None:
     if len(runs) > 1 or any(run.error for run in runs):
         print("  runs:")
         for number, run in enumerate(runs, 1):
-            cause = "" if run.error is None else f"  {run.error.get('type') or 'error'}: {run.error.get('message')}"
+            cause = "" if run.error is None else f"  {run_cause(run.state, run.error)}"
             print(f"    {number}. {format_time(run.started_at)}  {run.state}{cause}")
     restarts = store.restarts(trial.id)
     if restarts:
@@ -292,6 +292,19 @@ def _describe_trial(store: ExperimentStore, trial: TrialRecord) -> None:
             ["BATCHES", *[name.upper() for name in names]],
             [[v.batches, *[v.metrics.get(name) for name in names]] for v in validations],
         )
+
+
+def run_cause(state: State, error: dict[str, Any]) -> str:
+    """A run's error in one line: the rank it came from, and what it was.
+
+    A run that its launcher's death interrupted often records what its processes hit
+    next (a print into the launcher's closed pipe): that is a consequence, and said so.
+    """
+    where = "" if error.get("rank") is None else f"rank {error['rank']}: "
+    what = f"{error['type']}: {error.get('message')}" if error.get("type") else str(error.get("message"))
+    if state == State.INTERRUPTED and error.get("consequence"):
+        return f"its launcher was gone (then {where}{what})"
+    return where + what
 
 
 def trial_max_restarts(store: ExperimentStore, trial: TrialRecord) -> Any:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from det_estimator.store import ExperimentStore
+from det_estimator.store import ExperimentStore, State
 
 LEARNING_RATE, GLOBAL_BATCH = 0.01, 8
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -523,3 +523,29 @@ def test_a_pause_reaches_an_experiment_launched_on_another_machine_through_the_s
     assert result.returncode == 1 and f"Experiment {experiment_id} has not stopped within 1 s." in result.stderr
     with ExperimentStore(det.store) as store:
         assert store.experiment(experiment_id).pause_requested_at is not None  # what its launcher polls
+
+
+@pytest.mark.parametrize(
+    ("state", "error", "shown"),
+    [
+        (
+            "ERROR",
+            {"rank": 0, "type": "RuntimeError", "message": "injected failure"},
+            "rank 0: RuntimeError: injected failure",
+        ),
+        (
+            "ERROR",
+            {"rank": 1, "type": None, "message": "the process exited with status 137 (killed by SIGKILL)"},
+            "rank 1: the process exited with status 137 (killed by SIGKILL)",
+        ),
+        (
+            "INTERRUPTED",
+            {"rank": 0, "type": "BrokenPipeError", "message": "[Errno 32] Broken pipe", "consequence": True},
+            "its launcher was gone (then rank 0: BrokenPipeError: [Errno 32] Broken pipe)",
+        ),
+    ],
+)
+def test_a_runs_error_is_one_line_with_its_rank_and_a_dead_launchers_consequence_said_so(state, error, shown):
+    from det_estimator.cli._experiments import run_cause
+
+    assert run_cause(State(state), error) == shown
