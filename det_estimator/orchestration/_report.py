@@ -27,10 +27,11 @@ def run_and_report(
     standard output gets the summary as JSON).
 
     Returns:
-        The exit status for a command: 0 when the experiment completed or paused, 1
-        when it failed or every one of its trials failed (a script that raised after
-        reporting its training complete, say), 2 when it failed because its config does not fit its code (see
-        :func:`failed_for_its_config`): bad input, as a config refused before training.
+        The exit status for a command: 0 when the experiment completed or paused; 1
+        when it failed, or every one of its trials failed (a script that raised after
+        reporting its training complete, say); 2 when it failed because its config does
+        not fit its code (see :func:`failed_for_its_config`): bad input, as a config
+        refused before training.
     """
     stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
     shown = _UntilTheReaderLeaves(stderr if json_output else stdout)
@@ -167,28 +168,29 @@ def failed_for_its_config(store: ExperimentStore, experiment_id: int) -> bool:
     metric that no validation reports) surfaces only once the code runs, but a run again
     would fail the same way until the config is fixed.
     """
-    errors = []
-    for trial in store.trials(experiment_id):
+    errors = [error for _, error in _last_run_errors(store, store.trials(experiment_id))]
+    return bool(errors) and all(error.get("type") in CONFIG_ERRORS for error in errors)
+
+
+def _last_run_errors(store: ExperimentStore, trials: list[TrialRecord]) -> list[tuple[TrialRecord, dict[str, Any]]]:
+    """Each of ``trials`` whose last run failed, with that run's error."""
+    failed = []
+    for trial in trials:
         runs = store.trial_runs(trial.id)
         if runs and runs[-1].error is not None:
-            errors.append(runs[-1].error.get("type"))
-    return bool(errors) and all(error in CONFIG_ERRORS for error in errors)
+            failed.append((trial, runs[-1].error))
+    return failed
 
 
 def print_trial_failures(store: ExperimentStore, trials: list[TrialRecord], stream: TextIO) -> list[TrialRecord]:
     """The cause of each of ``trials`` whose last run failed, once; returns those trials."""
-    failed = []
-    for trial in trials:
-        runs = store.trial_runs(trial.id)
-        error = runs[-1].error if runs else None
-        if error is None:
-            continue
-        failed.append(trial)
+    failed = _last_run_errors(store, trials)
+    for trial, error in failed:
         where = "" if error.get("rank") is None else f" on rank {error['rank']}"
         origin = f" in {error['origin']}" if error.get("origin") else ""
         text = (error.get("traceback") or error.get("message") or "").rstrip()
         stream.write(f"Trial {trial.id} failed{where}{origin}:\n{text}\n\n")
-    return failed
+    return [trial for trial, _ in failed]
 
 
 def print_failure(store: ExperimentStore, experiment_id: int, stream: TextIO) -> None:
