@@ -266,8 +266,9 @@ def record_failure_from_log(store: ExperimentStore, run_id: int, lines: list[str
         # killed without a word, is the cause.
         if recorded.get("consequence") and first_failure is not None and first_failure[0] != recorded.get("rank"):
             rank, status = first_failure
-            message = f"the process exited with status {status}{_signal_name(status)}"
-            store.record_run_error(run_id, {"rank": rank, "type": None, "message": message, "traceback": ""})
+            store.record_run_error(
+                run_id, {"rank": rank, "type": None, "message": _exit_message(status), "traceback": ""}
+            )
         return
     block = first_traceback(lines)
     rank = None
@@ -275,21 +276,22 @@ def record_failure_from_log(store: ExperimentStore, run_id: int, lines: list[str
         # horovodrun's own traceback only says that a process failed, and names it after
         # its exception line, which is all a traceback's message keeps.
         rank, status = first_failure
-        message = f"the process exited with status {status}{_signal_name(status)}"
+        message = _exit_message(status)
         block = []
     elif block:
         message = block[-1]
+    elif _signal_name(status):  # no process horovodrun named: this run's own process (one slot) was killed
+        message = _exit_message(status)
     else:
-        exits = [match for match in map(_PROCESS_EXIT.search, lines) if match]
-        if exits:
-            rank, status = int(exits[0].group(1)), int(exits[0].group(2))
-        if exits or _signal_name(status):
-            message = f"the process exited with status {status}{_signal_name(status)}"
-        else:
-            message = lines[-1] if lines else "the trial's processes exited without output"
+        message = lines[-1] if lines else "the trial's processes exited without output"
     store.record_run_error(
         run_id, {"rank": rank, "type": None, "message": message, "traceback": "\n".join(block) + "\n" if block else ""}
     )
+
+
+def _exit_message(status: int) -> str:
+    """``the process exited with status 137 (killed by SIGKILL)``."""
+    return f"the process exited with status {status}{_signal_name(status)}"
 
 
 def _signal_name(status: int) -> str:
@@ -310,7 +312,7 @@ def restart_cause(run: TrialRunRecord, first_failure: Optional[tuple[int, int]] 
     """
     if first_failure is not None and _signal_name(first_failure[1]):
         rank, status = first_failure
-        return f"rank {rank}: the process exited with status {status}{_signal_name(status)}"
+        return f"rank {rank}: {_exit_message(status)}"
     error = run.error or {}
     message = str(error.get("message") or "").strip().splitlines()
     line = message[0] if message else ""
