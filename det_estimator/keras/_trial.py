@@ -5,7 +5,7 @@ from typing import Any, Union
 
 import tensorflow as tf
 
-from det_estimator.errors import PermanentTrialError
+from det_estimator.errors import TrialDefinitionError
 from det_estimator.keras._context import TFKerasTrialContext
 from det_estimator.keras._sequences import SequenceAdapter
 
@@ -98,16 +98,12 @@ class TFKerasTrial(abc.ABC):
         return []
 
 
-class ModelTypeError(PermanentTrialError, TypeError):
-    """build_model() returned something other than a Keras model."""
-
-
 def check_model(model: Any) -> tf.keras.Model:
     """Checks what build_model() returned is a Keras model.
 
     Raises:
-        ModelTypeError: it is not a ``tf.keras.Model``.
+        TrialDefinitionError: it is not a ``tf.keras.Model``.
     """
     if not isinstance(model, tf.keras.Model):
-        raise ModelTypeError(f"build_model() must return a tf.keras.Model. Received: {type(model).__name__}")
+        raise TrialDefinitionError(f"build_model() must return a tf.keras.Model. Received: {type(model).__name__}")
     return model
