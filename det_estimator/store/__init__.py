@@ -10,6 +10,7 @@ are kept beside it. Checkpoint files themselves live in the experiment's
 """
 
 from det_estimator.store._jobs import BATCH_INFERENCE, JobRecord
+from det_estimator.store._launchers import launcher_alive
 from det_estimator.store._recorder import StoreRecorder
 from det_estimator.store._records import (
     Assignment,
@@ -34,7 +35,6 @@ from det_estimator.store._store import (
     StoreUnusableError,
     UnknownIdError,
     default_store_path,
-    launcher_alive,
     trial_checkpoint_dir,
 )
 

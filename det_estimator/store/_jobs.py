@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from det_estimator.store._launchers import process_start_time, state_as_seen
 from det_estimator.store._records import State
 
 BATCH_INFERENCE = "BATCH_INFERENCE"
@@ -70,7 +71,7 @@ class JobTable:
         with self._write() as db:  # type: ignore[attr-defined]
             cursor = db.execute(
                 "INSERT INTO jobs (name, kind, state, config, context_dir, command, slots, log_path, created_at,"
-                " launcher_pid, launcher_host) VALUES (?, ?, ?, ?, ?, ?, ?, '', ?, ?, ?)",
+                " launcher_pid, launcher_host, launcher_started) VALUES (?, ?, ?, ?, ?, ?, ?, '', ?, ?, ?, ?)",
                 (
                     name,
                     kind,
@@ -82,6 +83,7 @@ class JobTable:
                     time.time(),
                     os.getpid(),
                     socket.gethostname(),
+                    process_start_time(os.getpid()),
                 ),
             )
             job_id = int(cursor.lastrowid)
@@ -123,7 +125,7 @@ def _job_record(row: sqlite3.Row) -> JobRecord:
         id=row["id"],
         name=row["name"],
         kind=row["kind"],
-        state=State(row["state"]),
+        state=state_as_seen(State(row["state"]), row["launcher_pid"], row["launcher_host"], row["launcher_started"]),
         config=json.loads(row["config"]),
         context_dir=row["context_dir"],
         command=json.loads(row["command"]),

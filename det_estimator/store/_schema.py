@@ -137,6 +137,10 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE experiments ADD COLUMN launcher_started INTEGER;
     """,
+    # 6 -> 7: the same for a job's launcher.
+    """
+    ALTER TABLE jobs ADD COLUMN launcher_started INTEGER;
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

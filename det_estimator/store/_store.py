@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 from det_estimator.store._jobs import JobTable
+from det_estimator.store._launchers import launcher_alive, process_start_time, state_as_seen
 from det_estimator.store._records import (
     Assignment,
     BestValidation,
@@ -694,11 +695,8 @@ class ExperimentStore(JobTable):
 
 
 def _state_as_seen(row: sqlite3.Row) -> State:
-    """The row's state, but INTERRUPTED for ACTIVE when the experiment's launcher died (the row joins it)."""
-    state = State(row["state"])
-    if state == State.ACTIVE and not launcher_alive(row["launcher_pid"], row["launcher_host"], row["launcher_started"]):
-        return State.INTERRUPTED
-    return state
+    """The row's state as seen now (:func:`state_as_seen`); the row joins the experiment's launcher."""
+    return state_as_seen(State(row["state"]), row["launcher_pid"], row["launcher_host"], row["launcher_started"])
 
 
 def _experiment_record(row: sqlite3.Row) -> ExperimentRecord:
@@ -844,42 +842,3 @@ def _enable_wal(connection: sqlite3.Connection, deadline: float) -> None:
             if "locked" not in str(error) or time.monotonic() > deadline:
                 raise
             time.sleep(0.05)
-
-
-def launcher_alive(pid: Optional[int], host: Optional[str], started: Optional[int] = None) -> bool:
-    """Whether the launcher still runs; assumed so when it runs on another machine.
-
-    ``started`` is the launcher's :func:`process_start_time`, when it was recorded: a
-    process that has the pid now but started at another time is not the launcher, whose
-    pid the system gave out again after it died.
-    """
-    if pid is None or host != socket.gethostname():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    if started is not None:
-        now = process_start_time(pid)
-        return now is None or now == started
-    return True
-
-
-def process_start_time(pid: int) -> Optional[int]:
-    """When process ``pid`` started, in clock ticks since boot (Linux's ``/proc``); None where unknown.
-
-    Unlike a pid, which the system reuses, it tells one process from a later one of the same pid.
-    """
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # The command name (field 2) is in parentheses and may hold spaces or parentheses;
-    # the start time is field 22, the 20th after it.
-    fields = stat[stat.rfind(")") + 2 :].split()
-    try:
-        return int(fields[19])
-    except (IndexError, ValueError):
-        return None

@@ -480,6 +480,19 @@ def test_finished_experiment_with_a_dead_launcher_keeps_its_state(store):
     assert store.experiment(experiment_id).state == PAUSED
 
 
+
+def test_a_job_whose_launcher_is_gone_reads_as_interrupted_and_an_ended_one_keeps_its_state(store):
+    running, killed, reused, ended = (store.create_job(f"job{i}", {}, "/context", ["predict.py"], 1) for i in range(4))
+    store.end_job(ended, COMPLETED, 0)
+    with raw(store.path) as connection:
+        connection.execute("UPDATE jobs SET launcher_pid = ? WHERE id IN (?, ?)", (dead_pid(), killed, ended))
+        # The system gave the killed launcher's pid to a process that started later.
+        connection.execute("UPDATE jobs SET launcher_started = launcher_started - 1 WHERE id = ?", (reused,))
+
+    assert [job.state for job in store.jobs()] == [ACTIVE, INTERRUPTED, INTERRUPTED, COMPLETED]
+    assert store.job(killed).state == INTERRUPTED
+
+
 # The file.
 
 
