@@ -60,7 +60,8 @@ def create(store: ExperimentStore, args: argparse.Namespace) -> int:
             check_trial_entrypoint(context_dir, config.entrypoint_module, config.entrypoint_class)
     except EntrypointError as error:
         raise UsageError(f"{args.config}: {error}") from error
-    _check_slots_fit_this_machine(slots or config.resources.slots_per_trial, args.hosts)
+    if args.hosts is None:
+        check_slots_fit_this_machine(slots or config.resources.slots_per_trial, "resources.slots_per_trial")
     _check_checkpoint_storage(orchestration.checkpoint_storage_root(config, str(context_dir)), args.config)
     for warning in config_warnings(config):
         print(f"det-estimator: warning: {warning}", file=sys.stderr, flush=True)
@@ -370,16 +371,21 @@ def trial_logs(store: ExperimentStore, args: argparse.Namespace) -> int:
     return print_log(f"Trial {args.trial_id}", store.trial(args.trial_id).log_path)
 
 
-def _check_slots_fit_this_machine(slots: int, hosts: Optional[str]) -> None:
-    """Refuses more processes than this machine has CPUs (Horovod's rendezvous would time out after a minute)."""
-    if hosts is not None:
-        return
+def check_slots_fit_this_machine(slots: int, config_key: str, hosts_option: bool = True) -> None:
+    """Refuses more processes than this machine has CPUs (Horovod's rendezvous would time out after a minute).
+
+    Args:
+        slots: the processes asked for, on this machine alone.
+        config_key: the config key that also sets them, for the message.
+        hosts_option: whether the command has ``--hosts``, to offer it in the message.
+    """
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     if slots > cpus:
+        spread = ", or --hosts to spread the processes over several machines" if hosts_option else ""
         raise UsageError(
             f"{slots} slots asked for, but this machine has {cpus} CPUs: each slot is a process of its own, and "
             f"more processes than CPUs cannot start together. Use --slots {cpus} or fewer (or "
-            "resources.slots_per_trial), or --hosts to spread the processes over several machines."
+            f"{config_key}){spread}."
         )
 
 

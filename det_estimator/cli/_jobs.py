@@ -4,7 +4,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from det_estimator.cli._experiments import UsageError
+from det_estimator.cli._experiments import UsageError, check_slots_fit_this_machine
 from det_estimator.cli._output import format_time, print_log, print_table
 from det_estimator.orchestration import print_json
 from det_estimator.orchestration._jobs import JobConfigError, load_job_config, run_job
@@ -25,6 +25,7 @@ def run(store: ExperimentStore, args: argparse.Namespace) -> int:
         spec = load_job_config(read_source(args.config), default_name=Path(args.config).stem, slots=args.slots)
     except (ConfigError, JobConfigError) as error:
         raise UsageError(f"{args.config}: {error}") from error
+    check_slots_fit_this_machine(spec.slots, "resources.slots", hosts_option=False)
     scripts = [word for word in spec.command if word.endswith(".py")]
     if scripts and not (Path(scripts[0]).is_absolute() or (context_dir / scripts[0]).is_file()):
         raise UsageError(f"The job's command runs {scripts[0]}, which is not in CONTEXT_DIR {context_dir}.")

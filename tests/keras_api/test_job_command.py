@@ -43,6 +43,12 @@ def test_a_missing_config_context_or_script_is_refused_with_exit_status_2(tmp_pa
     assert no_script.returncode == 2 and "absent.py" in no_script.stderr
     unknown = det(store, "job", "logs", 42, check=False)
     assert unknown.returncode == 2 and "There is no job 42" in unknown.stderr
+    (tmp_path / "present.py").write_text("print('never run')\n")
+    present = write(tmp_path / "present.yaml", {"entrypoint_script": "python3 present.py", "data": {}})
+    too_many = det(store, "job", "run", present, tmp_path, "--slots", 4096, check=False)
+    assert too_many.returncode == 2 and "4096 slots asked for, but this machine has" in too_many.stderr
+    assert "--hosts" not in too_many.stderr and "never run" not in too_many.stdout
+    assert det(store, "job", "list").stdout.startswith("No jobs yet")
 
 
 def test_a_job_runs_its_script_with_its_data_and_records_how_it_ended(tmp_path, det):

@@ -480,7 +480,6 @@ def test_finished_experiment_with_a_dead_launcher_keeps_its_state(store):
     assert store.experiment(experiment_id).state == PAUSED
 
 
-
 def test_a_job_whose_launcher_is_gone_reads_as_interrupted_and_an_ended_one_keeps_its_state(store):
     running, killed, reused, ended = (store.create_job(f"job{i}", {}, "/context", ["predict.py"], 1) for i in range(4))
     store.end_job(ended, COMPLETED, 0)
