@@ -211,6 +211,10 @@ class BarDisplay:
             self._lines.pop(event.trial_id, None)
             if bar is not None:
                 bar.close()
+                # tqdm leaves the cursor after the cleared bar (at the right margin of a
+                # full-width one) unless the bar was on the first line: back to the start,
+                # or the next line written would begin there.
+                self._stream.write("\r")
             if self._multi_trial:
                 self._write(event.trial_id, describe_end(event))
 

@@ -1,10 +1,10 @@
-"""The live display of several trials: each running trial's bar keeps a line of its own."""
+"""The live display of several trials: each bar keeps a line of its own, and text never starts mid-line."""
 
 import io
 
 from det_estimator.orchestration._display import BarDisplay
-from det_estimator.orchestration._follow import TrialEnded, TrialStarted
-from det_estimator.store import State
+from det_estimator.orchestration._follow import MetricsReported, TrialEnded, TrialStarted
+from det_estimator.store import MetricKind, State
 
 
 def bar_lines(display: BarDisplay) -> dict[int, int]:
@@ -22,3 +22,47 @@ def test_a_new_trial_takes_the_line_a_finished_one_left_not_a_running_ones():
     display.show(TrialStarted(4, 0, 100, 2.0))
     assert bar_lines(display) == {2: 1, 3: 0, 4: 2}
     display.close()
+
+
+def screen(output: str) -> list[str]:
+    """The lines a terminal shows for ``output``: text, carriage returns, newlines and cursor-up (tqdm's moves)."""
+    lines: list[list[str]] = [[]]
+    row = column = 0
+    i = 0
+    while i < len(output):
+        if output.startswith("\x1b[A", i):
+            row, i = max(row - 1, 0), i + 3
+            continue
+        char = output[i]
+        i += 1
+        if char == "\r":
+            column = 0
+        elif char == "\n":  # a terminal's output mode adds the carriage return
+            row, column = row + 1, 0
+            while len(lines) <= row:
+                lines.append([])
+        else:
+            line = lines[row]
+            line.extend(" " * (column + 1 - len(line)))
+            line[column] = char
+            column += 1
+    return ["".join(line).rstrip() for line in lines]
+
+
+def test_what_is_written_after_the_last_bar_closes_begins_its_own_line():
+    stream = io.StringIO()
+    display = BarDisplay(stream, multi_trial=True)
+    for trial_id in (1, 2):
+        display.show(TrialStarted(trial_id, 0, 100, 0.0))
+    for trial_id in (1, 2):
+        display.show(MetricsReported(trial_id, MetricKind.TRAINING, 50, {"loss": 0.5, "auc": 0.75}, 1.0))
+    for trial_id in (1, 2):  # the second bar is not on the first line when it closes
+        display.show(TrialEnded(trial_id, State.COMPLETED, 2.0, batches=100))
+    display.message("Experiment 1 COMPLETED")
+    display.close()
+    shown = [line for line in screen(stream.getvalue()) if line.strip()]
+    assert shown == [
+        "trial 1: done after 100 batches",
+        "trial 2: done after 100 batches",
+        "Experiment 1 COMPLETED",
+    ]
