@@ -15,7 +15,7 @@ error is a :class:`ConfigError` whose message names the key's dotted path.
 """
 
 from det_estimator.config._checkpoint_storage import CheckpointStorageConfig
-from det_estimator.config._environment import ClusterKeysIgnoredWarning, EnvironmentConfig
+from det_estimator.config._environment import ClusterKeysIgnoredWarning, EnvironmentConfig, load_environment
 from det_estimator.config._errors import ConfigError
 from det_estimator.config._experiment_config import ExperimentConfig, load_experiment_config
 from det_estimator.config._hyperparameters import (
@@ -53,5 +53,6 @@ __all__ = [
     "SearcherConfig",
     "grid_point",
     "grid_size",
+    "load_environment",
     "load_experiment_config",
 ]

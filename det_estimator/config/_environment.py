@@ -93,6 +93,18 @@ class EnvironmentConfig:
         }
 
 
+def load_environment(raw: Any) -> EnvironmentConfig:
+    """The ``environment`` section of a config other than an experiment's (a job's); warns of its cluster-only keys.
+
+    Raises:
+        ConfigError: an unknown key, or environment variables of the wrong form.
+    """
+    ignored: dict[str, str] = {}
+    environment = parse_environment(raw, "environment", ignored)
+    warn_ignored(ignored)
+    return environment
+
+
 def parse_max_restarts(raw: Mapping[str, Any]) -> int:
     """``max_restarts``: how many times a failed trial is restarted from its latest checkpoint (default 5)."""
     return read_int(raw, "max_restarts", "", minimum=0, default=DEFAULT_MAX_RESTARTS)

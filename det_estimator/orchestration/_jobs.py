@@ -8,6 +8,8 @@
       batch_size: 64
     resources:
       slots: 2                                       # or slots_per_trial; --slots wins
+    environment:                                     # optional, as in an experiment config
+      environment_variables: [OMP_NUM_THREADS=1]
 
 and runs the command on each slot (under horovodrun on several), in the context
 directory, with ``DET_CLUSTER_INFO`` naming a :class:`~det_estimator.ClusterInfo` of
@@ -26,11 +28,12 @@ from pathlib import Path
 from typing import Any, Optional, TextIO
 
 from det_estimator import _info, launcher
+from det_estimator.config import EnvironmentConfig, load_environment
 from det_estimator.errors import DetEstimatorError
-from det_estimator.orchestration._processes import first_traceback
+from det_estimator.orchestration._processes import device_type, first_traceback
 from det_estimator.store import BATCH_INFERENCE, ExperimentStore, JobRecord, State
 
-_KEYS = ("entrypoint", "entrypoint_script", "name", "description", "labels", "data", "resources")
+_KEYS = ("entrypoint", "entrypoint_script", "name", "description", "labels", "data", "resources", "environment")
 _RESOURCE_KEYS = ("slots", "slots_per_trial")
 
 
@@ -48,6 +51,7 @@ class JobSpec:
         data: the config's ``data`` section, the script's ``context.config_data``.
         slots: the processes to run (``resources.slots``, else ``slots_per_trial``, else 1).
         config: the config as given.
+        environment: the variables set in every process (``environment.environment_variables``).
     """
 
     name: str
@@ -55,6 +59,7 @@ class JobSpec:
     data: dict[str, Any]
     slots: int
     config: dict[str, Any]
+    environment: EnvironmentConfig
 
 
 def load_job_config(raw: Any, default_name: str = "job", slots: Optional[int] = None) -> JobSpec:
@@ -67,6 +72,7 @@ def load_job_config(raw: Any, default_name: str = "job", slots: Optional[int] = 
 
     Raises:
         JobConfigError: not a mapping, an unknown key, no command, no ``data`` mapping, or a bad slot count.
+        ConfigError: a bad ``environment`` section.
     """
     if not isinstance(raw, Mapping):
         raise JobConfigError(f"A job config must be a mapping of keys. Received: {type(raw).__name__}")
@@ -90,7 +96,8 @@ def load_job_config(raw: Any, default_name: str = "job", slots: Optional[int] = 
     if isinstance(configured, bool) or not isinstance(configured, int) or configured < 1:
         raise JobConfigError(f"`resources.slots` must be a positive integer. Received: {configured!r}")
     name = raw.get("name") or default_name
-    return JobSpec(str(name), command, dict(data), slots or configured, dict(raw))
+    environment = load_environment(raw.get("environment"))
+    return JobSpec(str(name), command, dict(data), slots or configured, dict(raw), environment)
 
 
 def _command(raw: Mapping) -> tuple[str, ...]:
@@ -159,6 +166,7 @@ def run_job(
         info.write(info_path)
         env = dict(
             os.environ,
+            **spec.environment.variables_for(device_type()),
             **{
                 _info.INFO_VARIABLE: str(info_path),
                 "DET_CHIEF_IP": "127.0.0.1",

@@ -21,6 +21,10 @@ def write(path, raw) -> str:
         ({"data": {"a": 1}}, "needs the command to run"),
         ({"entrypoint": "model_def:Trial", "data": {}}, "needs the command to run"),
         ({"entrypoint_script": "python3 job.py", "data": {}, "searcher": {}}, "Unknown key 'searcher'"),
+        (
+            {"entrypoint_script": "python3 job.py", "data": {}, "environment": {"environment_variables": "X"}},
+            "environment.environment_variables",
+        ),
         ({"entrypoint_script": "python3 job.py", "data": {}, "resources": {"slots": 0}}, "positive integer"),
         ({"entrypoint": "python3 job.py", "entrypoint_script": "python3 job.py", "data": {}}, "not both"),
     ],
@@ -57,17 +61,27 @@ def test_a_job_runs_its_script_with_its_data_and_records_how_it_ended(tmp_path, 
         "import json, det_estimator as det\n"
         "info = det.get_cluster_info()\n"
         "print('DATA', json.dumps(info.user_data), info.task_type, info.trial)\n"
+        "import os; print('THREADS', os.environ.get('OMP_NUM_THREADS'))\n"
     )
     (tmp_path / "fails.py").write_text("raise RuntimeError('no model here')\n")
     ok = det(
         store,
         "job",
         "run",
-        write(tmp_path / "ok.yaml", {"entrypoint_script": "python3 job.py", "data": {"n": 3}}),
+        write(
+            tmp_path / "ok.yaml",
+            {
+                "entrypoint_script": "python3 job.py",
+                "data": {"n": 3},
+                "environment": {"environment_variables": ["OMP_NUM_THREADS=3"], "image": "ignored:latest"},
+            },
+        ),
         tmp_path,
     )
     assert "Job 1 COMPLETED" in ok.stdout
-    assert 'DATA {"n": 3} BATCH_INFERENCE None' in det(store, "job", "logs", 1).stdout
+    assert "ignored 1 key(s) that matter only on a cluster: `environment.image`" in ok.stderr
+    logs = det(store, "job", "logs", 1).stdout
+    assert 'DATA {"n": 3} BATCH_INFERENCE None' in logs and "THREADS 3" in logs
 
     failed = det(
         store,
