@@ -2,6 +2,7 @@
 
 import argparse
 import os
+import sqlite3
 import sys
 from pathlib import Path
 from typing import Callable, Optional
@@ -171,7 +172,7 @@ def _store_to_open(args: argparse.Namespace) -> Optional[str]:
 def main(argv: Optional[list[str]] = None) -> int:
     """Runs the command line; returns the exit status (2 for a bad command line or config)."""
     from det_estimator.errors import DetEstimatorError
-    from det_estimator.store import ExperimentStore, StoreUnusableError, UnknownIdError
+    from det_estimator.store import ExperimentStore, StoreUnusableError, UnknownIdError, damaged_store_error
 
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -191,6 +192,12 @@ def main(argv: Optional[list[str]] = None) -> int:
             return run(store, args)
     except (UsageError, UnknownIdError, StoreUnusableError) as error:
         print(f"det-estimator: error: {error}", file=sys.stderr)
+        return 2
+    except sqlite3.DatabaseError as error:
+        damaged = damaged_store_error(Path(store_path).resolve(), error)
+        if damaged is None:
+            raise
+        print(f"det-estimator: error: {damaged}", file=sys.stderr)
         return 2
     except DetEstimatorError as error:
         print(f"det-estimator: error: {error}", file=sys.stderr)

@@ -34,6 +34,7 @@ from det_estimator.store._store import (
     ExperimentStore,
     StoreUnusableError,
     UnknownIdError,
+    damaged_store_error,
     default_store_path,
     trial_checkpoint_dir,
 )
@@ -61,6 +62,7 @@ __all__ = [
     "TrialRecord",
     "TrialRunRecord",
     "UnknownIdError",
+    "damaged_store_error",
     "default_store_path",
     "launcher_alive",
     "to_json_value",

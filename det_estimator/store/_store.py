@@ -69,6 +69,22 @@ class StoreUnusableError(StoreError):
     """The store file cannot be opened, read or written (corrupt, read-only, of a newer schema, not a file)."""
 
 
+def damaged_store_error(path: Path, error: sqlite3.DatabaseError) -> Optional[StoreUnusableError]:
+    """The error to show for a query that found the store's file damaged; None for any other SQLite error.
+
+    A store damaged past its first page opens (SQLite reads only the header and the
+    schema then), and fails at the first query that reaches a damaged table.
+    ``sqlite3.DatabaseError`` itself, not a subclass, is what SQLite's "malformed" and
+    "not a database" become; a lock or a full disk is an ``OperationalError``.
+    """
+    if type(error) is not sqlite3.DatabaseError:
+        return None
+    return StoreUnusableError(
+        f"Cannot read the store {path}: {error}. Its file is damaged; restore it from a copy, or give the "
+        "--store (or DET_ESTIMATOR_STORE) of another store."
+    )
+
+
 class ExperimentBusyError(StoreError):
     """Another live process already runs the experiment."""
 

@@ -112,6 +112,18 @@ def _newer_schema_store(directory: Path) -> None:
         connection.execute("PRAGMA user_version = 999")
 
 
+def _damaged_store(directory: Path) -> None:
+    """A det-estimator store whose header and schema read, and every page after the first is overwritten."""
+    from det_estimator.store import ExperimentStore
+
+    path = directory / "damaged.sqlite"
+    with ExperimentStore(path):
+        pass
+    data = path.read_bytes()
+    page_size = int.from_bytes(data[16:18], "big")
+    path.write_bytes(data[:page_size] + b"\xa5" * (len(data) - page_size))
+
+
 def _create(name: str, **files: Any) -> tuple[str, ...]:
     return ("--store", "{dir}/new.sqlite", "experiment", "create", "{dir}/" + name, "{dir}")
 
@@ -342,6 +354,12 @@ CASES: list[BadInput] = [
         ("--store", "{dir}/corrupt.sqlite", "experiment", "list"),
         "file is not a database",
         files={"corrupt.sqlite": "this is not SQLite\n" * 100},
+    ),
+    BadInput(
+        "a store damaged past its first page",
+        ("--store", "{dir}/damaged.sqlite", "experiment", "list"),
+        "Its file is damaged",
+        prepare=_damaged_store,
     ),
     BadInput(
         "a store of a newer det-estimator",
