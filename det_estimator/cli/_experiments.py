@@ -336,6 +336,8 @@ def plot(store: ExperimentStore, args: argparse.Namespace) -> int:
         raise UsageError(f"-o {args.output}: cannot write it: {error.strerror or error}.") from None
     if args.json:
         print_json({"id": args.experiment_id, "output": str(output.resolve()), "panels": panels}, sys.stdout)
+    elif not panels:
+        print(f"Experiment {args.experiment_id} has no metrics yet: wrote an empty plot to {output}")
     else:
         print(f"Wrote {len(panels)} learning curves ({', '.join(panels)}) to {output}")
     return 0

@@ -13,6 +13,8 @@ _NOT_CURVES = {"global_step"}
 def plot_learning_curves(store: ExperimentStore, experiment_id: int, output: Path) -> list[str]:
     """Draws training loss and each validation metric against batches; returns the panels' titles.
 
+    An experiment without metrics yet gets an image that says so, and no panels.
+
     Every trial has its curve; with several trials, the best one (by the searcher
     metric) is drawn thick and named in the legend, the others thin. The image format
     follows the file's suffix (``.png``, ``.svg``, ``.pdf``).
@@ -32,14 +34,19 @@ def plot_learning_curves(store: ExperimentStore, experiment_id: int, output: Pat
         )
         training = store.metrics(trial.id, MetricKind.TRAINING)
         validations = store.metrics(trial.id, MetricKind.VALIDATION)
-        panels.setdefault("loss", []).append((f"{label} training", *_series(training, "loss")))
+        # A curve without points would still take a legend entry (and, alone, an empty panel).
+        batches, values = _series(training, "loss")
+        if values:
+            panels.setdefault("loss", []).append((f"{label} training", batches, values))
         for name in sorted({name for v in validations for name in v.metrics} - _NOT_CURVES):
             batches, values = _series(validations, name)
             if values:
                 panels.setdefault(name, []).append((f"{label} validation", batches, values))
-    columns = min(3, len(panels))
-    rows = math.ceil(len(panels) / columns)
+    columns = max(1, min(3, len(panels)))
+    rows = max(1, math.ceil(len(panels) / columns))
     figure, axes = pyplot.subplots(rows, columns, figsize=(5 * columns, 3.6 * rows), squeeze=False)
+    if not panels:  # its one empty axis is hidden below, with the unused ones
+        figure.text(0.5, 0.5, "no metrics reported yet", ha="center", va="center")
     for axis, (title, curves) in zip(axes.flat, panels.items()):
         others_labelled = False
         for label, batches, values in curves:
