@@ -24,7 +24,7 @@ def run_and_report(
     """Runs the experiment with a live display, then prints its summary or its error.
 
     Progress goes to standard output (to standard error with ``json_output``, where
-    standard output gets the summary as JSON).
+    standard output gets the summary as JSON, a failed experiment's included).
 
     Returns:
         The exit status for a command: 0 when the experiment completed or paused; 1
@@ -42,6 +42,8 @@ def run_and_report(
         display.close()
     if state == State.ERROR:
         print_failure(store, experiment_id, stderr)
+        if json_output:  # a script reading stdout learns the id and the state of a failure too
+            print_json(summary_as_json(summarize(store, experiment_id)), stdout)
         return 2 if failed_for_its_config(store, experiment_id) else 1
     summary = summarize(store, experiment_id)
     if json_output:

@@ -170,6 +170,15 @@ def test_a_search_where_every_trial_fails_ends_in_error_with_the_first_traceback
     assert resumed.returncode == 2 and "every trial of its random search failed" in resumed.stderr
 
 
+def test_a_failed_experiment_with_json_still_writes_its_summary_to_stdout(det, search_dir):
+    config = write_config(search_dir, {"name": "single"}, {"fail_above": -1})
+    result = det("experiment", "create", config, search_dir, "--json")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "ValueError: x=" in result.stderr
+    summary = json.loads(result.stdout)
+    assert (summary["id"], summary["state"], summary["best_validation"]) == (1, "ERROR", None)
+
+
 def test_a_script_that_fails_after_completing_its_training_is_shown_as_failed(det, search_dir):
     config = write_config(search_dir, {"name": "single"}, {"x": 0.3, "fail_when_done": True})
     result = det("experiment", "create", config, search_dir)
