@@ -147,6 +147,9 @@ _WRITING_COMMANDS = _CREATING_COMMANDS | {
     (name, action) for name in ("experiment", "e") for action in ("pause", "resume")
 }
 
+# Commands that list everything in the store, and need no id.
+_LISTING_EVERYTHING = {("experiment", "list"), ("e", "list"), ("job", "list"), ("j", "list")}
+
 
 def _store_to_open(args: argparse.Namespace) -> Optional[str]:
     """The store file a command uses; None when there is none and the command has nothing to show.
@@ -160,8 +163,14 @@ def _store_to_open(args: argparse.Namespace) -> Optional[str]:
     path = Path(given).expanduser() if given else default_store_path()
     if (args.command, getattr(args, "action", None)) in _CREATING_COMMANDS or path.exists():
         return str(path)
-    if args.action == "list" and not given:
-        print(f"No experiments yet: there is no store at {path}.")
+    # Listing every experiment or job of the default store, before the first: an empty
+    # list. `trial list ID` and `checkpoint list ID` name an experiment, which cannot be there.
+    if (args.command, args.action) in _LISTING_EVERYTHING and not given:
+        if args.json:
+            print("[]")
+        else:
+            what = "jobs" if args.command in ("job", "j") else "experiments"
+            print(f"No {what} yet: there is no store at {path}.")
         return None
     raise UsageError(
         f"There is no experiment store at {path}. Give the --store (or DET_ESTIMATOR_STORE) of an existing "

@@ -81,3 +81,29 @@ def test_json_output_writes_a_nan_metric_as_null(store_with_one_experiment, tmp_
     described = json.loads(output)  # a bare NaN is not JSON: this would fail
     (validation,) = described["trials"][0]["validations"]
     assert validation["metrics"] == {"auc": None, "loss": 0.5}
+
+
+@pytest.fixture
+def no_default_store(monkeypatch, tmp_path) -> Path:
+    """No --store, no DET_ESTIMATOR_STORE, and nothing yet where the default store would be."""
+    monkeypatch.delenv("DET_ESTIMATOR_STORE", raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    return tmp_path / "data" / "det-estimator" / "store.sqlite"
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"), [(["experiment", "list"], "No experiments yet"), (["job", "list"], "No jobs yet")]
+)
+def test_listing_everything_before_the_default_store_exists_is_an_empty_list(no_default_store, argv, said):
+    assert run_command(argv) == (0, f"{said}: there is no store at {no_default_store}.\n")
+    assert run_command([*argv, "--json"]) == (0, "[]\n")
+    assert not no_default_store.exists()
+
+
+@pytest.mark.parametrize(
+    "argv", [["trial", "list", "1"], ["checkpoint", "list", "1"], ["checkpoint", "list", "1", "--json"]]
+)
+def test_listing_an_experiments_trials_or_checkpoints_without_a_store_is_a_usage_error(no_default_store, argv):
+    status, output = run_command(argv)
+    assert status == 2 and f"There is no experiment store at {no_default_store}." in output, output
+    assert not no_default_store.exists()
