@@ -61,7 +61,7 @@ class UnknownIdError(StoreError, LookupError):
 def _read_only_message(path: Path, error: Exception) -> str:
     return (
         f"The store {path} cannot be written: {error}. Expected a store file, and a folder, that this user can "
-        "write (SQLite keeps its journal beside the file)."
+        "write (SQLite keeps its journal beside the file, and writes there even to read the store)."
     )
 
 
@@ -125,7 +125,10 @@ class ExperimentStore(JobTable):
             self._connection.execute("PRAGMA foreign_keys = ON")
             migrate(self._connection, str(self.path))
         except sqlite3.DatabaseError as error:
-            if "readonly" in str(error):
+            # On a read-only file system SQLite cannot make the WAL index beside the store,
+            # and says only "unable to open database file", even to read it.
+            unwritable_folder = self.path.is_file() and not os.access(self.path.parent, os.W_OK)
+            if "readonly" in str(error) or (isinstance(error, sqlite3.OperationalError) and unwritable_folder):
                 raise StoreUnusableError(_read_only_message(self.path, error)) from None
             raise StoreUnusableError(
                 f"Cannot use {self.path} as a det-estimator store: {error}. Expected a store that det-estimator "

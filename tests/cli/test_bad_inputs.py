@@ -8,7 +8,9 @@ runs the same cases through the installed command.
 import contextlib
 import io
 import json
+import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -107,3 +109,23 @@ def test_listing_an_experiments_trials_or_checkpoints_without_a_store_is_a_usage
     status, output = run_command(argv)
     assert status == 2 and f"There is no experiment store at {no_default_store}." in output, output
     assert not no_default_store.exists()
+
+
+def test_a_store_on_a_read_only_file_system_is_said_to_be_unwritable(store_with_one_experiment, tmp_path):
+    """SQLite says only "unable to open database file" there; the store itself is fine."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare, to mount a folder read-only in a namespace of its own")
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    shutil.copy(store_with_one_experiment, folder / "store.sqlite")
+    command = Path(sys.executable).with_name("det-estimator")
+    script = (
+        f"mount --bind {folder} {folder} && mount -o remount,ro,bind {folder} {folder} && "
+        f"exec {command} --store {folder / 'store.sqlite'} experiment list"
+    )
+    result = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=120)
+    if "mount" in result.stderr and "det-estimator" not in result.stderr:
+        pytest.skip(f"cannot mount a folder read-only here: {result.stderr.strip()}")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert f"The store {folder / 'store.sqlite'} cannot be written" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
