@@ -370,7 +370,19 @@ def list_checkpoints(store: ExperimentStore, args: argparse.Namespace) -> int:
 
 def trial_logs(store: ExperimentStore, args: argparse.Namespace) -> int:
     """Everything a trial's processes printed."""
-    return print_log(f"Trial {args.trial_id}", store.trial(args.trial_id).log_path)
+    trial = store.trial(args.trial_id)
+    if store.trial_runs(trial.id) and not Path(trial.log_path).exists():
+        # Only a launched run writes the log (opened before its processes start); a run in
+        # its caller's process printed there, and nothing more will come.
+        print(
+            f"Trial {trial.id} has no log at {trial.log_path}: its runs were not launched by det-estimator "
+            "(run_trial on one slot, det.init(local=True) and a script calling det.core.init() run by hand "
+            "print their output where they run; experiment create and resume keep it), or the file was moved "
+            "or deleted.",
+            file=sys.stderr,
+        )
+        return 1
+    return print_log(f"Trial {trial.id}", trial.log_path)
 
 
 def check_slots_fit_this_machine(slots: int, config_key: str, hosts_option: bool = True) -> None:
