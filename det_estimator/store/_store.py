@@ -118,6 +118,12 @@ class ExperimentStore(JobTable):
             ) from None
         if self.path.is_dir():
             raise StoreUnusableError(f"Cannot use {self.path} as a det-estimator store: it is a directory.")
+        if self.path.exists() and not self.path.is_file():
+            # /dev/null or a pipe: SQLite fails on it with an unrelated message.
+            raise StoreUnusableError(
+                f"Cannot use {self.path} as a det-estimator store: it is not a regular file. Expected a store that "
+                "det-estimator made (an SQLite database), or a path where there is none yet."
+            )
         try:
             self._connection = sqlite3.connect(str(self.path), timeout=60.0, isolation_level=None)
             self._connection.row_factory = sqlite3.Row

@@ -350,6 +350,11 @@ CASES: list[BadInput] = [
         files={"folder.sqlite/x": ""},
     ),
     BadInput(
+        "a store that is a device",
+        ("--store", "/dev/null", "experiment", "list"),
+        "/dev/null as a det-estimator store: it is not a regular file",
+    ),
+    BadInput(
         "a store that is not a database",
         ("--store", "{dir}/corrupt.sqlite", "experiment", "list"),
         "file is not a database",
