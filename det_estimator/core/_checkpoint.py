@@ -246,7 +246,8 @@ class CheckpointContext:
             logger.warning("validation metrics not stored in checkpoint %s: %s", checkpoint.uuid, error)
             return
         if self._recorder is not None:
-            self._recorder.store.record_checkpoint_validation(checkpoint.uuid, metrics)
+            # metadata.json grew by the metrics: the recorded size follows the files.
+            self._recorder.on_checkpoint_validation(checkpoint.uuid, str(checkpoint.path), metrics)
         self._prune()
 
     def upload(

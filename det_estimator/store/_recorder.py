@@ -55,6 +55,10 @@ class StoreRecorder:
         kept = {key: value for key, value in metadata.items() if key not in _UNRECORDED_METADATA}
         self.store.record_checkpoint(self.trial_id, uuid, batches, path, _size_of(path), kept, self.run_id)
 
+    def on_checkpoint_validation(self, uuid: str, path: str, metrics: dict[str, Any]) -> None:
+        """Validation metrics were added to the ``metadata.json`` of the sealed checkpoint at ``path``."""
+        self.store.record_checkpoint_validation(uuid, metrics, size_bytes=_size_of(path))
+
     def on_checkpoints_deleted(self, uuids: list[str]) -> None:
         """Retention deleted these checkpoints."""
         self.store.mark_checkpoints_deleted(uuids)

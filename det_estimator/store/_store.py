@@ -561,13 +561,25 @@ class ExperimentStore(JobTable):
                 (uuid, trial_id, batches, path, size_bytes, json.dumps(metadata), time.time(), run_id),
             )
 
-    def record_checkpoint_validation(self, uuid: str, metrics: dict[str, Any]) -> None:
-        """Adds validation metrics, reported after the checkpoint was recorded, to its metadata."""
+    def record_checkpoint_validation(
+        self, uuid: str, metrics: dict[str, Any], size_bytes: Optional[int] = None
+    ) -> None:
+        """Adds validation metrics, reported after the checkpoint was recorded, to its metadata.
+
+        Args:
+            uuid: the checkpoint.
+            metrics: its validation metrics.
+            size_bytes: its size now, when writing the metrics into its ``metadata.json``
+                changed it; None keeps the recorded size.
+        """
         with self._write() as db:
             row = db.execute("SELECT metadata FROM checkpoints WHERE uuid = ?", (uuid,)).fetchone()
             if row is not None:
                 metadata = {**json.loads(row["metadata"]), "validation_metrics": metrics}
-                db.execute("UPDATE checkpoints SET metadata = ? WHERE uuid = ?", (json.dumps(metadata), uuid))
+                db.execute(
+                    "UPDATE checkpoints SET metadata = ?, size_bytes = COALESCE(?, size_bytes) WHERE uuid = ?",
+                    (json.dumps(metadata), size_bytes, uuid),
+                )
 
     def mark_checkpoints_deleted(self, uuids: list[str]) -> None:
         """Records that retention deleted these checkpoints' files."""

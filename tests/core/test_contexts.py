@@ -128,6 +128,9 @@ def test_checkpoints_are_sealed_recorded_found_and_deleted(store, info):
             assert (path / "model.txt").read_text() == "first"
         metadata = core_context.checkpoint.get_metadata(first)
         assert metadata["steps_completed"] == 5 and metadata["validation_metrics"] == {"loss": 0.5}
+        # The metrics made metadata.json longer: the size recorded is the files' size on disk.
+        recorded = store.checkpoint(first)
+        assert recorded.size_bytes == sum(p.stat().st_size for p in Path(recorded.path).rglob("*") if p.is_file())
         copied = Path(info.checkpoint_dir).parent / "copy"
         core_context.checkpoint.download(first, copied)
         assert (copied / "model.txt").read_text() == "first"
