@@ -1,9 +1,11 @@
+import argparse
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 from det_estimator import __version__
+from det_estimator.cli import build_parser
 
 COMMAND = str(Path(sys.executable).with_name("det-estimator"))
 
@@ -27,3 +29,27 @@ def test_no_command_is_a_usage_error():
     result = subprocess.run([COMMAND], capture_output=True, text=True)
     assert result.returncode == 2
     assert "usage: det-estimator" in result.stdout
+
+
+def _commands(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()):
+    """Every runnable command line's words, with its parser (aliases left out)."""
+    actions = [action for action in parser._actions if isinstance(action, argparse._SubParsersAction)]
+    if not actions:
+        yield prefix, parser
+        return
+    seen = set()
+    for name, child in actions[0].choices.items():
+        if id(child) not in seen:
+            seen.add(id(child))
+            yield from _commands(child, (*prefix, name))
+
+
+def test_the_readme_names_every_command_without_json():
+    without = {
+        " ".join(words)
+        for words, parser in _commands(build_parser())
+        if not any("--json" in action.option_strings for action in parser._actions)
+    }
+    readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+    (exceptions,) = re.findall(r"Every command takes `--json` \(except ([^)]*)\)", readme)
+    assert set(re.findall(r"`([^`]+)`", exceptions)) == without
