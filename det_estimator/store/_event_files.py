@@ -57,7 +57,10 @@ def _open_event_file(directory: Path, start_batches: int = 0) -> RecordWriter:
     A run that starts from a checkpoint after ``start_batches`` trains again the batches
     an earlier run reported past it: a session start at the first batch after the
     checkpoint makes TensorBoard drop the earlier run's points from there on, as it does
-    for a TensorFlow job restarted from a checkpoint.
+    for a TensorFlow job restarted from a checkpoint. Every run's file starts with one,
+    the first run's too: the TensorBoard server takes the first session start it reads
+    in a folder for the job's start, not for a restart, and would keep the points of a
+    run killed past its checkpoint beside those of the run that trained them again.
     """
     directory.mkdir(parents=True, exist_ok=True)
     name = f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.{time.monotonic_ns()}"
@@ -65,12 +68,11 @@ def _open_event_file(directory: Path, start_batches: int = 0) -> RecordWriter:
     writer = RecordWriter(stream)
     header = event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2")
     writer.write(header.SerializeToString())
-    if start_batches > 0:
-        start = event_pb2.Event(
-            wall_time=time.time(),
-            step=start_batches + 1,
-            session_log=event_pb2.SessionLog(status=event_pb2.SessionLog.START),
-        )
-        writer.write(start.SerializeToString())
+    start = event_pb2.Event(
+        wall_time=time.time(),
+        step=start_batches + 1,
+        session_log=event_pb2.SessionLog(status=event_pb2.SessionLog.START),
+    )
+    writer.write(start.SerializeToString())
     writer.flush()
     return writer

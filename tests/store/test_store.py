@@ -14,7 +14,9 @@ import time
 from pathlib import Path
 
 import pytest
+from tensorboard.backend.event_processing import plugin_event_accumulator
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.util import tensor_util
 
 from det_estimator.store import (
     SCHEMA_VERSION,
@@ -809,6 +811,13 @@ def scalars(directory, tag):
     return [(event.step, event.value) for event in accumulator.Scalars(tag)]
 
 
+def served_scalars(directory, tag):
+    """The points the TensorBoard server shows: its accumulator takes a run's first session start for no restart."""
+    accumulator = plugin_event_accumulator.EventAccumulator(str(directory), tensor_size_guidance={tag: 0})
+    accumulator.Reload()
+    return [(event.step, float(tensor_util.make_ndarray(event.tensor_proto))) for event in accumulator.Tensors(tag)]
+
+
 def scalar_tags(directory):
     accumulator = EventAccumulator(str(directory))
     accumulator.Reload()
@@ -878,6 +887,7 @@ def test_metrics_a_later_run_trained_again_from_a_checkpoint_are_shown_once_from
     tensorboard_dir = Path(store.trial(trial_id).tensorboard_dir)
     for kind in ("training", "validation"):
         assert scalars(tensorboard_dir / kind, "loss") == [(10, 0.5), (20, 0.25), (30, 0.125)]
+        assert served_scalars(tensorboard_dir / kind, "loss") == [(10, 0.5), (20, 0.25), (30, 0.125)]
 
 
 def test_recorder_creates_no_event_file_for_metrics_with_nothing_numeric(store, recorded_trial):
