@@ -64,6 +64,9 @@ class TrialCallbacks:
     def on_train_begin(self, batches: int) -> None:
         """Training (re)starts after ``batches`` batches; an epoch begins if epochs are counted."""
         self._keras.on_train_begin()
+        for callback in self._keras.callbacks:
+            if isinstance(callback, TensorBoard):
+                callback.start_run_after(batches)
         if self._batches_per_epoch:
             self._keras.on_epoch_begin(batches // self._batches_per_epoch)
 

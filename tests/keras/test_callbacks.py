@@ -2,10 +2,12 @@
 
 import logging
 import math
+import time
 
 import numpy as np
 import pytest
 import tensorflow as tf
+from tensorboard.backend.event_processing import plugin_event_accumulator
 
 import det_estimator as det
 from det_estimator._root_cause import root_cause
@@ -199,3 +201,29 @@ def test_the_tensorboard_callback_writes_in_the_trials_directory_whatever_log_di
         for event in tf.compat.v1.train.summary_iterator(str(path)):
             tags.update(value.tag for value in event.summary.value)
     assert {"epoch_loss", "epoch_weight"} <= tags  # each workload's training metrics
+
+
+def test_the_tensorboard_callback_drops_the_points_a_killed_run_wrote_past_its_checkpoint(analytic_keras, tmp_path):
+    class WithTensorBoard(analytic_keras.AnalyticKerasTrial):
+        def keras_callbacks(self):
+            return [*super().keras_callbacks(), det.keras.callbacks.TensorBoard()]
+
+    config = analytic_keras.make_config(tmp_path, 20)
+    config["hyperparameters"]["pause_at_batch"] = 12
+    paused = det.run_trial(WithTensorBoard, config)
+    assert (paused.state, paused.batches_trained) == ("PAUSED", 12)  # checkpointed after 12 batches
+    with ExperimentStore() as store:
+        train_dir = tmp_path.parent / store.trial(paused.trial_id).tensorboard_dir / "keras" / "train"
+    # What a run killed at batch 16 leaves: a point past the checkpoint, which the resume trains again.
+    with tf.summary.create_file_writer(str(train_dir)).as_default():
+        tf.summary.scalar("epoch_loss", 1e6, step=15)
+    time.sleep(1.1)  # TensorBoard reads a folder's files in the order of their names, which start with the time
+
+    config["hyperparameters"]["pause_at_batch"] = 0
+    assert det.run_trial(WithTensorBoard, config).state == "COMPLETED"
+    # The accumulator the TensorBoard server reads Keras' (tensor) summaries with.
+    accumulator = plugin_event_accumulator.EventAccumulator(str(train_dir), tensor_size_guidance={"epoch_loss": 0})
+    accumulator.Reload()
+    points = [(event.step, float(tf.make_ndarray(event.tensor_proto))) for event in accumulator.Tensors("epoch_loss")]
+    assert [step for step, _ in points] == [5, 10, 12, 15, 20]
+    assert max(value for _, value in points) < 1e6

@@ -2,9 +2,12 @@
 
 import logging
 import os
+import time
 from typing import Any
 
 import tensorflow as tf
+from tensorboard.compat.proto import event_pb2
+from tensorflow.python.ops import summary_ops_v2
 
 from det_estimator.keras.callbacks._callback import Callback
 
@@ -50,6 +53,25 @@ class TensorBoard(tf.keras.callbacks.TensorBoard, Callback):
     def use_directory(self, trial_directory: str) -> None:
         """Writes under ``trial_directory`` (the harness calls it before training starts)."""
         self.log_dir = os.path.join(trial_directory, SUBDIRECTORY)
+
+    def start_run_after(self, batches: int) -> None:
+        """Marks in both event files that this run of the trial starts after ``batches`` batches.
+
+        A run killed after its last checkpoint wrote points past it that this run trains
+        again: a session start at the batch after the checkpoint makes TensorBoard drop
+        them, as the event files of the trial's own metrics do. The first run marks its
+        start too: the TensorBoard server takes the first session start it reads for the
+        job's start, not for a restart. Called once training begins (``on_train_begin``).
+        """
+        start = event_pb2.Event(
+            wall_time=time.time(),
+            step=batches + 1,
+            session_log=event_pb2.SessionLog(status=event_pb2.SessionLog.START),
+        )
+        for writer in (self._train_writer, self._val_writer):
+            with writer.as_default():
+                summary_ops_v2.import_event(tf.constant(start.SerializeToString()))
+            writer.flush()
 
     def on_train_workload_end(self, total_batches_trained: int, logs: dict[str, Any]) -> None:
         """Writes the workload's training metrics (and a learning rate schedule's value) at its last batch."""
