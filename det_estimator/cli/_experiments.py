@@ -65,6 +65,8 @@ def create(store: ExperimentStore, args: argparse.Namespace) -> int:
     _check_checkpoint_storage(orchestration.checkpoint_storage_root(config, str(context_dir)), args.config)
     for warning in config_warnings(config):
         print(f"det-estimator: warning: {warning}", file=sys.stderr, flush=True)
+    if args.test:
+        config = _test_mode_config(raw, config)
     experiment_id = orchestration.record_experiment(
         store,
         config,
@@ -77,6 +79,24 @@ def create(store: ExperimentStore, args: argparse.Namespace) -> int:
     trial_id = store.trials(experiment_id)[0].id
     _tell(args.json, f"Created experiment {experiment_id} (trial {trial_id}) in {store.path}")
     return _run(store, experiment_id, args)
+
+
+def _test_mode_config(raw: dict[str, Any], config: Any) -> Any:
+    """The config that ``--test`` runs: one trial of one batch, whatever the searcher, as the reference's test mode.
+
+    Without this, a search would run all of its trials, and a Core API script, which
+    trains to the length its searcher operations give, would train to ``max_length``.
+    The trial keeps ``resources`` (its processes) and the seed, hence its hyperparameters.
+    """
+    from det_estimator.config import load_experiment_config
+
+    searcher = {
+        "name": "single",
+        "metric": config.searcher.metric,
+        "smaller_is_better": config.searcher.smaller_is_better,
+        "max_length": {"batches": 1},
+    }
+    return load_experiment_config({**raw, "searcher": searcher, "reproducibility": config.reproducibility.to_dict()})
 
 
 def resume(store: ExperimentStore, args: argparse.Namespace) -> int:

@@ -110,6 +110,28 @@ def test_a_grid_search_visits_every_point(det, search_dir):
     assert seen == sorted((x, kind) for x in (0.1, 0.3, 0.5) for kind in ("a", "b"))
 
 
+@pytest.mark.parametrize(
+    "searcher",
+    [
+        {"name": "adaptive_asha", "max_trials": 8, "max_rungs": 3, "divisor": 2},
+        {"name": "grid", "max_concurrent_trials": 2},
+    ],
+    ids=["adaptive_asha", "grid"],
+)
+def test_test_mode_of_a_search_runs_one_trial_of_one_batch(det, search_dir, searcher):
+    # As the reference's test mode: the search becomes one trial, and a Core API script,
+    # which trains to its operations' length, trains one batch.
+    hparams = {"x": {"type": "double", "minval": 0.1, "maxval": 0.5, "count": 3}}
+    config = write_config(search_dir, searcher, hparams)
+    result = det.ok("experiment", "create", config, search_dir, "--test", "--slots", "2")
+    assert "Experiment 1 COMPLETED after 1 batches." in result.stdout
+    described = det.json("experiment", "describe", 1)
+    assert described["test"] is True and described["config"]["searcher"]["name"] == "single"
+    (trial,) = described["trials"]
+    assert trial["batches_trained"] == 1 and [v["batches"] for v in trial["validations"]] == [1]
+    assert 0.1 <= trial["hparams"]["x"] <= 0.5
+
+
 @pytest.mark.parametrize("stop_once", [True, False], ids=["stopping", "promotion"])
 def test_adaptive_asha_stops_trials_early_and_keeps_the_best(det, search_dir, stop_once):
     searcher = {
