@@ -20,7 +20,8 @@ def main() -> None:
         if info.latest_checkpoint:  # a resumed trial continues where it stopped
             with core.checkpoint.restore_path(info.latest_checkpoint) as path:
                 saved = np.load(path / "state.npz")
-                weights, batches = saved["weights"], int(saved["batches"])
+                # The loss too: a run paused at the end of an operation validates without training.
+                weights, batches, loss = saved["weights"], int(saved["batches"]), float(saved["loss"])
         for op in core.searcher.operations():
             while batches < op.length:
                 error = weights[0] * x + weights[1] - y
@@ -32,7 +33,7 @@ def main() -> None:
                     core.train.report_training_metrics(batches, {"loss": loss})
                     if rank == 0:
                         with core.checkpoint.store_path({"steps_completed": batches}) as (path, _):
-                            np.savez(path / "state.npz", weights=weights, batches=batches)
+                            np.savez(path / "state.npz", weights=weights, batches=batches, loss=loss)
                     if core.preempt.should_preempt():
                         return  # checkpointed: `det-estimator experiment resume` continues from here
             core.train.report_validation_metrics(batches, {"loss": loss, "slope": weights[0]})
