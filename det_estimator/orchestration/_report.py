@@ -185,13 +185,22 @@ def _last_run_errors(store: ExperimentStore, trials: list[TrialRecord]) -> list[
 
 
 def print_trial_failures(store: ExperimentStore, trials: list[TrialRecord], stream: TextIO) -> list[TrialRecord]:
-    """The cause of each of ``trials`` whose last run failed, once; returns those trials."""
+    """The cause of each of ``trials`` whose last run failed, once; returns those trials.
+
+    Trials that failed alike (the same rank, origin and error: a search whose code or
+    config fails every trial the same way) share one report that names them all, rather
+    than repeating it for each.
+    """
     failed = _last_run_errors(store, trials)
+    causes: dict[tuple[str, str], list[int]] = {}
     for trial, error in failed:
         where = "" if error.get("rank") is None else f" on rank {error['rank']}"
         origin = f" in {error['origin']}" if error.get("origin") else ""
         text = (error.get("traceback") or error.get("message") or "").rstrip()
-        stream.write(f"Trial {trial.id} failed{where}{origin}:\n{text}\n\n")
+        causes.setdefault((f"{where}{origin}", text), []).append(trial.id)
+    for (place, text), trial_ids in causes.items():
+        named = f"Trial {trial_ids[0]}" if len(trial_ids) == 1 else f"Trials {', '.join(map(str, trial_ids))}"
+        stream.write(f"{named} failed{place}:\n{text}\n\n")
     return [trial for trial, _ in failed]
 
 
@@ -203,10 +212,15 @@ def print_failure(store: ExperimentStore, experiment_id: int, stream: TextIO) ->
     """
     experiment = store.experiment(experiment_id)
     failed = print_trial_failures(store, store.trials(experiment_id), stream)
+    command = command_on(store.path)
+    logged = failed or store.trials(experiment_id)[:1]
     stream.write(f"Experiment {experiment_id} failed ({experiment.state}).")
-    for trial in failed or store.trials(experiment_id)[:1]:
-        stream.write(
-            f" The whole output of trial {trial.id}: {command_on(store.path)} trial logs {trial.id}  ({trial.log_path})"
-        )
-    stream.write("\n")
+    if len(logged) == 1:
+        (trial,) = logged
+        stream.write(f" The whole output of trial {trial.id}: {command} trial logs {trial.id}  ({trial.log_path})\n")
+    else:
+        # A search's trials: one line each, not one line as long as all of them.
+        stream.write(" The whole output of each trial:\n")
+        for trial in logged:
+            stream.write(f"  trial {trial.id}: {command} trial logs {trial.id}  ({trial.log_path})\n")
     stream.flush()

@@ -219,6 +219,19 @@ def test_a_searcher_metric_the_trial_does_not_report_is_an_error_naming_what_it_
     assert "searcher.metric 'loss' is not among the validation metrics: val_loss." in result.stderr
 
 
+def test_a_search_whose_trials_all_fail_alike_shows_the_cause_once_and_each_log_on_its_own_line(det, search_dir):
+    searcher = {"name": "random", "max_trials": 3, "max_concurrent_trials": 2}
+    config = write_config(search_dir, searcher, {"metric_name": "val_loss"})
+    result = det("experiment", "create", config, search_dir, "--slots", "2")
+    assert result.returncode == 2
+    assert result.stderr.count("searcher.metric 'loss' is not among the validation metrics: val_loss.") == 1
+    assert "Trials 1, 2, 3 failed on rank 0:\n" in result.stderr
+    lines = result.stderr.splitlines()
+    assert "Experiment 1 failed (ERROR). The whole output of each trial:" in lines
+    logs = [line for line in lines if "trial logs" in line]
+    assert [line.split(":")[0] for line in logs] == ["  trial 1", "  trial 2", "  trial 3"]
+
+
 def _interrupted_and_uninterrupted(det, make_det, search_dir, tmp_path, interrupt):
     searcher = {"name": "random", "max_trials": 4, "max_concurrent_trials": 2}
     config = write_config(search_dir, searcher, {"seconds_per_batch": 0.1, "checkpoint_every": 2})
