@@ -72,6 +72,11 @@ class _Rates:
                 self.rate[trial_id] = (batches - before) / (now - then)
         self._last[trial_id] = (now, batches)
 
+    def restart(self, trial_id: int) -> None:
+        """Forgets a trial's last report: the time until its next run (a promotion, a restart) is no training."""
+        self._last.pop(trial_id, None)
+        self.rate.pop(trial_id, None)
+
 
 class PlainDisplay:
     """One line per workload, validation and checkpoint: for logs, pipes and CI.
@@ -96,6 +101,7 @@ class PlainDisplay:
     def show(self, event: Event) -> None:
         if isinstance(event, TrialStarted):
             self._max_batches[event.trial_id] = event.max_batches
+            self._rates.restart(event.trial_id)
             if event.batches_done:
                 self._write(event.trial_id, f"resumed after {event.batches_done} batches")
         elif isinstance(event, Progress):

@@ -86,6 +86,7 @@ class StoreFollower:
         self._last_metric: dict[tuple[int, MetricKind], int] = {}
         self._seen_checkpoints: set[str] = set()
         self._progress: dict[int, tuple[int, Optional[int]]] = {}
+        self._started: dict[int, int] = {}  # trial id -> the run whose TrialStarted was sent
         self._states: dict[int, tuple[int, State]] = {}
 
     def poll(self) -> list[Event]:
@@ -102,8 +103,11 @@ class StoreFollower:
             return events
         now = time.time()
         progress = (trial.batches_trained, trial.max_batches)
-        if trial.id not in self._progress and trial.max_batches is not None:
+        # Every run starts anew, not only the first: a trial promoted by the search, or
+        # restarted after a failure, goes on from its checkpoint in a run of its own.
+        if self._started.get(trial.id) != runs[-1].id and trial.max_batches is not None:
             events.append(TrialStarted(trial.id, runs[-1].start_batches, trial.max_batches, runs[-1].started_at))
+            self._started[trial.id] = runs[-1].id
             self._progress[trial.id] = progress
         for kind in (MetricKind.TRAINING, MetricKind.VALIDATION):
             events.extend(self._new_metrics(trial.id, kind, [run.id for run in runs]))

@@ -162,6 +162,33 @@ def test_adaptive_asha_stops_trials_early_and_keeps_the_best(det, search_dir, st
             assert run["state"] == "COMPLETED"
 
 
+def test_a_trial_promoted_later_is_shown_resuming_from_its_rung_without_the_wait_in_its_speed(det, search_dir):
+    searcher = {
+        "name": "adaptive_asha",
+        "max_trials": 6,
+        "mode": "aggressive",
+        "divisor": 2,
+        "max_length": {"batches": 16},
+        "stop_once": False,
+        "max_concurrent_trials": 2,
+    }
+    hparams = {"checkpoint_every": 2, "seconds_per_batch": 0.02}
+    result = det.ok("experiment", "create", write_config(search_dir, searcher, hparams), search_dir, "--slots", "2")
+    lines = result.stdout.splitlines()
+    later_runs = [
+        (trial["id"], run["start_batches"])
+        for trial in trials_of(det, 1).values()
+        for run in trial["runs"]
+        if run["start_batches"] > 0
+    ]
+    assert later_runs  # some trial waited at a rung and was promoted later
+    for trial_id, start in later_runs:
+        resumed = lines.index(f"trial {trial_id}: resumed after {start} batches")
+        # Its first speed is measured within the new run, not from the report before the wait.
+        first = next(line for line in lines[resumed:] if line.startswith(f"trial {trial_id}: ["))
+        assert "batches/s" not in first, first
+
+
 def test_failing_trials_do_not_stop_the_search_and_invalid_hyperparameters_are_replaced(det, search_dir):
     hparams = {"fail_above": 0.7, "invalid_below": 0.2}
     config = write_config(search_dir, {"name": "random", "max_trials": 6, "max_concurrent_trials": 2}, hparams)
