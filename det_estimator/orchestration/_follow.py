@@ -102,13 +102,6 @@ class StoreFollower:
         if not runs:
             return events
         now = time.time()
-        progress = (trial.batches_trained, trial.max_batches)
-        # Every run starts anew, not only the first: a trial promoted by the search, or
-        # restarted after a failure, goes on from its checkpoint in a run of its own.
-        if self._started.get(trial.id) != runs[-1].id and trial.max_batches is not None:
-            events.append(TrialStarted(trial.id, runs[-1].start_batches, trial.max_batches, runs[-1].started_at))
-            self._started[trial.id] = runs[-1].id
-            self._progress[trial.id] = progress
         for kind in (MetricKind.TRAINING, MetricKind.VALIDATION):
             events.extend(self._new_metrics(trial.id, kind, [run.id for run in runs]))
         for checkpoint in self._store.checkpoints(trial.experiment_id, include_deleted=True, trial_id=trial.id):
@@ -119,9 +112,22 @@ class StoreFollower:
                         trial.id, checkpoint.uuid, checkpoint.batches, checkpoint.path, checkpoint.created_at
                     )
                 )
+        # Read again after the reports, so that its length is the one they were trained
+        # towards (a run records its new length before training towards it).
+        trial = self._store.trial(trial.id)
+        progress = (trial.batches_trained, trial.max_batches)
+        # Before this poll's reports, which it concerns: a line shown with the old length
+        # of a trial given a new one would read "10/8 batches".
+        progress_at = min([now] + [event.at for event in events])
+        # Every run starts anew, not only the first: a trial promoted by the search, or
+        # restarted after a failure, goes on from its checkpoint in a run of its own.
+        if self._started.get(trial.id) != runs[-1].id and trial.max_batches is not None:
+            events.append(TrialStarted(trial.id, runs[-1].start_batches, trial.max_batches, runs[-1].started_at))
+            self._started[trial.id] = runs[-1].id
+            self._progress[trial.id] = progress
         if trial.id in self._progress and self._progress[trial.id] != progress:
             self._progress[trial.id] = progress
-            events.append(Progress(trial.id, *progress, now))
+            events.insert(0, Progress(trial.id, *progress, progress_at))  # first among equal times too
         latest = runs[-1]
         if latest.state.is_final and self._states.get(trial.id) != (latest.id, latest.state):
             self._states[trial.id] = (latest.id, latest.state)

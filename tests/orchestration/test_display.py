@@ -2,9 +2,9 @@
 
 import io
 
-from det_estimator.orchestration._display import BarDisplay
-from det_estimator.orchestration._follow import MetricsReported, TrialEnded, TrialStarted
-from det_estimator.store import MetricKind, State
+from det_estimator.orchestration._display import BarDisplay, PlainDisplay
+from det_estimator.orchestration._follow import MetricsReported, StoreFollower, TrialEnded, TrialStarted
+from det_estimator.store import ExperimentStore, MetricKind, State
 
 
 def bar_lines(display: BarDisplay) -> dict[int, int]:
@@ -66,3 +66,23 @@ def test_what_is_written_after_the_last_bar_closes_begins_its_own_line():
         "trial 2: done after 100 batches",
         "Experiment 1 COMPLETED",
     ]
+
+
+def test_a_report_towards_a_new_length_is_shown_with_that_length(tmp_path):
+    with ExperimentStore(tmp_path / "store.sqlite") as store:
+        experiment_id = store.create_experiment("search", {}, str(tmp_path), "python3 train.py", 1, False)
+        trial_id = store.create_trial(experiment_id, {}, 1, tmp_path / "checkpoints", max_batches=8)
+        follower = StoreFollower(store, experiment_id, since=0.0)
+        run_id = store.start_run(trial_id)
+        store.set_progress(trial_id, 8, 8)
+        stream = io.StringIO()
+        display = PlainDisplay(stream)
+        for event in follower.poll():
+            display.show(event)
+        # Between two looks: the search gives the trial a longer length, and it trains towards it.
+        store.set_progress(trial_id, 8, 16)
+        store.record_metrics(trial_id, MetricKind.TRAINING, 10, {"loss": 0.5}, run_id)
+        store.set_progress(trial_id, 10)
+        for event in follower.poll():
+            display.show(event)
+    assert "batches 10/16 (62%)" in stream.getvalue(), stream.getvalue()
