@@ -202,7 +202,10 @@ class ExperimentStore(JobTable):
         run_key: Optional[str] = None,
         trial_class: Optional[dict[str, Any]] = None,
     ) -> int:
-        """Records a new ACTIVE experiment; returns its id.
+        """Records a new ACTIVE experiment, run by this process until another claims it; returns its id.
+
+        Were no launcher recorded, an experiment whose creating process died before its
+        first run would read ACTIVE for ever, and ``experiment resume`` would refuse it.
 
         Args:
             name: its name.
@@ -221,8 +224,8 @@ class ExperimentStore(JobTable):
         with self._write() as db:
             cursor = db.execute(
                 "INSERT INTO experiments (name, state, config, context_dir, entrypoint, command, slots, hosts,"
-                " test_mode, created_at, run_key, storage_tag, trial_class)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " test_mode, created_at, run_key, storage_tag, trial_class, launcher_pid, launcher_host,"
+                " launcher_started) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     name,
                     State.ACTIVE.value,
@@ -237,6 +240,9 @@ class ExperimentStore(JobTable):
                     run_key,
                     secrets.token_hex(4),
                     None if trial_class is None else json.dumps(trial_class),
+                    os.getpid(),
+                    socket.gethostname(),
+                    process_start_time(os.getpid()),
                 ),
             )
             return int(cursor.lastrowid)

@@ -403,6 +403,24 @@ def test_active_experiment_whose_launcher_died_reads_as_interrupted(store):
         assert connection.execute("SELECT state FROM experiments").fetchone() == (ACTIVE,)
 
 
+def test_an_experiment_whose_creating_process_died_before_running_it_reads_as_interrupted(store):
+    create = (
+        "import sys; from det_estimator.store import ExperimentStore\n"
+        "with ExperimentStore(sys.argv[1]) as store:\n"
+        "    print(store.create_experiment('mnist', {}, '/context', 'model_def:Trial', 1, False))\n"
+    )
+    # The process records the experiment and exits before it claims it to run it.
+    created = subprocess.run(
+        [sys.executable, "-c", create, str(store.path)], capture_output=True, text=True, check=True
+    )
+    experiment_id = int(created.stdout)
+
+    assert store.experiment(experiment_id).state == INTERRUPTED
+    store.claim(experiment_id)  # a resume is not refused as if the creating process ran it
+    assert store.experiment(experiment_id).state == ACTIVE
+    assert store.experiment(new_experiment(store)).state == ACTIVE  # created by this process, which is alive
+
+
 def test_a_process_that_got_a_dead_launchers_pid_does_not_keep_its_experiment_active(store):
     experiment_id = new_experiment(store)
     trial_id = store.create_trial(experiment_id, {}, 0, "/checkpoints")
