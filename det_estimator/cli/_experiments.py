@@ -359,7 +359,8 @@ def plot(store: ExperimentStore, args: argparse.Namespace) -> int:
     elif not panels:
         print(f"Experiment {args.experiment_id} has no metrics yet: wrote an empty plot to {output}")
     else:
-        print(f"Wrote {len(panels)} learning curves ({', '.join(panels)}) to {output}")
+        curves = "a learning curve" if len(panels) == 1 else f"{len(panels)} learning curves"
+        print(f"Wrote {curves} ({', '.join(panels)}) to {output}")
     return 0
 
 

@@ -193,7 +193,8 @@ def test_plot_writes_a_png_of_the_learning_curves(completed, tmp_path):
 
     again = tmp_path / "plots" / "again.png"
     text = det.ok("experiment", "plot", experiment_id, "-o", again).stdout
-    assert text.startswith(f"Wrote {len(reported['panels'])} learning curves (") and str(again) in text
+    curves = "a learning curve" if len(reported["panels"]) == 1 else f"{len(reported['panels'])} learning curves"
+    assert text.startswith(f"Wrote {curves} (") and str(again) in text
     assert again.read_bytes()[:8] == PNG_MAGIC
 
 
