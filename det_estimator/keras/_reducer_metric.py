@@ -118,16 +118,8 @@ class ReducerMetric(tf.keras.metrics.Metric):
         if _horovod.is_distributed():
             local = tf.constant(np.frombuffer(self._accumulator.encode(), dtype=np.uint8))
             all_bytes, sizes = _horovod.allgather_bytes(local, name=self._collective_name)
-            value = combiner.reduce_encoded(all_bytes.numpy(), sizes.numpy())
-        else:
-            value = combiner.reduce([self._accumulator.local_envelope()])
-        try:
-            return np.asarray(value, dtype=self.dtype)
-        except (TypeError, ValueError) as error:
-            raise TypeError(
-                f"Metric {self.name!r}: cross_slot_reduce returned {value!r}, which cannot be converted to "
-                f"{self.dtype}: {error}"
-            ) from None
+            return combiner.reduce_encoded(all_bytes.numpy(), sizes.numpy(), np.dtype(self.dtype))
+        return combiner.reduce([self._accumulator.local_envelope()], np.dtype(self.dtype))
 
 
 def _snake_case(name: str) -> str:

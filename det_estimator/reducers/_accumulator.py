@@ -18,6 +18,7 @@ import numpy as np
 from det_estimator import _root_cause
 from det_estimator._root_cause import RootCause
 from det_estimator.reducers._base import MetricReducer
+from det_estimator.reducers._function_reducer import FunctionReducer
 from det_estimator.reducers._reduction_thread import run_reduction
 
 # Envelope kinds: what one rank contributes to a reduction.
@@ -89,30 +90,56 @@ class MetricAccumulator:
         except Exception:
             return pickle.dumps((_ERROR, self._failure("pickling the state returned by accumulate")))
 
-    def reduce_encoded(self, all_bytes: np.ndarray, sizes: np.ndarray) -> Any:
+    def reduce_encoded(self, all_bytes: np.ndarray, sizes: np.ndarray, dtype: Optional[np.dtype] = None) -> Any:
         """Reduces the gathered envelopes of all ranks (concatenated bytes and their lengths)."""
         offsets = np.concatenate([[0], np.cumsum(sizes)])
         buffers = [all_bytes[start:end].tobytes() for start, end in zip(offsets[:-1], offsets[1:])]
-        return self.reduce([pickle.loads(buffer) for buffer in buffers])
+        return self.reduce([pickle.loads(buffer) for buffer in buffers], dtype)
 
-    def reduce_local(self) -> Any:
+    def reduce_local(self, dtype: Optional[np.dtype] = None) -> Any:
         """Reduces this rank's own state: the whole evaluation when there is one process."""
-        return self.reduce([self.local_envelope()])
+        return self.reduce([self.local_envelope()], dtype)
 
-    def reduce(self, envelopes: Sequence[Envelope]) -> Any:
+    def reduce(self, envelopes: Sequence[Envelope], dtype: Optional[np.dtype] = None) -> Any:
         """Calls ``cross_slot_reduce`` on the states of the ranks that saw a batch.
 
         It runs on the process's reduction thread (see ``_reduction_thread``). The
         accumulator then starts a fresh evaluation, whatever the outcome.
 
+        Args:
+            envelopes: every rank's envelope, in rank order.
+            dtype: when given, the value is returned as a NumPy array of this dtype.
+
         Raises:
-            MetricReductionError: a rank's reducer failed, no rank saw a batch, or
-                ``cross_slot_reduce`` raised.
+            MetricReductionError: a rank's reducer failed, no rank saw a batch,
+                ``cross_slot_reduce`` raised, or its value is None or cannot be
+                converted to ``dtype``.
         """
         try:
-            return run_reduction(self._reduce, envelopes)
+            value = run_reduction(self._reduce, envelopes)
+            return value if dtype is None else self._as_array(value, dtype)
         finally:
             self._start_evaluation()
+
+    def _as_array(self, value: Any, dtype: np.dtype) -> np.ndarray:
+        """``cross_slot_reduce``'s value as an array of ``dtype``; an error naming the metric if it cannot be one."""
+        # np.asarray(None, dtype=float) is NaN: a cross_slot_reduce (or reducer function)
+        # that forgot its return statement would pass for a metric that is undefined.
+        if value is None:
+            problem = "returned None instead of the metric's value (is a return statement missing?)"
+        else:
+            try:
+                return np.asarray(value, dtype=dtype)
+            except (TypeError, ValueError) as error:
+                problem = f"returned {value!r}, which cannot be converted to {np.dtype(dtype)}: {error}"
+        if isinstance(self._reducer, FunctionReducer):
+            call = f"the reducer function {getattr(self._reducer.fn, '__name__', self._reducer.fn)!s}"
+        else:
+            call = f"{type(self._reducer).__name__}.cross_slot_reduce"
+        message = f"Metric {self.name!r}: {call} {problem}"
+        error = MetricReductionError.__name__
+        _root_cause.note(RootCause(self._rank, error, message, f"{error}: {message}", f"metric {self.name!r} ({call})"))
+        raise MetricReductionError(message)
 
     def _reduce(self, envelopes: Sequence[Envelope]) -> Any:
         for kind, payload in envelopes:

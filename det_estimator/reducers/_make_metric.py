@@ -65,15 +65,6 @@ def make_metric(
     def accumulate(*arrays: np.ndarray) -> np.int64:
         return np.int64(accumulator.accumulate(rebuild(arrays)))
 
-    def finish(value: Any) -> np.ndarray:
-        try:
-            return np.asarray(value, dtype=value_dtype)
-        except (TypeError, ValueError) as error:
-            raise TypeError(
-                f"Metric {accumulator.name!r}: cross_slot_reduce returned {value!r}, "
-                f"which cannot be converted to numpy_dtype={value_dtype}: {error}"
-            ) from None
-
     with tf.compat.v1.name_scope(scope + "/"):
         update_op = tf.compat.v1.py_func(accumulate, leaves, tf.int64, stateful=True, name="accumulate")
         if _horovod.is_distributed():
@@ -85,12 +76,12 @@ def make_metric(
             reduce_inputs = [all_bytes, sizes]
 
             def reduce_value(gathered: np.ndarray, gathered_sizes: np.ndarray) -> np.ndarray:
-                return finish(accumulator.reduce_encoded(gathered, gathered_sizes))
+                return accumulator.reduce_encoded(gathered, gathered_sizes, value_dtype)
         else:
             reduce_inputs = []
 
             def reduce_value() -> np.ndarray:
-                return finish(accumulator.reduce_local())
+                return accumulator.reduce_local(value_dtype)
 
         value_op = tf.compat.v1.py_func(
             reduce_value, reduce_inputs, tf.as_dtype(value_dtype), stateful=True, name="reduce"

@@ -3,6 +3,7 @@ import pytest
 import tensorflow as tf
 
 import det_estimator as det
+from det_estimator import _root_cause
 from det_estimator.config import load_experiment_config
 from det_estimator.errors import UndefinedHyperparameterError
 
@@ -55,6 +56,20 @@ class TestWrappersInOneProcess:
             ),
         ):
             trial_context().experimental.make_metric([[tf.constant(1.0)]], np.sum, np.float32)
+
+    def test_make_metric_refuses_a_reducer_that_returns_none_rather_than_reporting_nan(self):
+        def mean_value(batches):
+            np.mean(np.concatenate(batches))  # the return statement is missing
+
+        with tf.Graph().as_default():
+            value_op, update_op = trial_context().experimental.make_metric(
+                tf.constant([1.0, 2.0]), mean_value, np.float64
+            )
+            with tf.compat.v1.Session() as session:
+                session.run(update_op)
+                with pytest.raises(tf.errors.OpError, match=r"the reducer function mean_value returned None instead"):
+                    session.run(value_op)
+        _root_cause.forget()
 
 
 class TestTrialContext:

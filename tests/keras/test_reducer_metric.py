@@ -6,6 +6,7 @@ import tensorflow as tf
 from sklearn.metrics import average_precision_score, roc_auc_score
 
 import det_estimator as det
+from det_estimator import _root_cause
 from det_estimator.reducers import AveragePrecision, MetricReducer, RocAuc
 from det_estimator.reducers._accumulator import MetricReductionError
 
@@ -86,3 +87,18 @@ def test_a_failing_reducer_names_the_metric_and_the_error():
     model = scored_model([det.keras.ReducerMetric(Broken(), name="broken")])
     with pytest.raises(MetricReductionError, match=r"(?s)Metric 'broken'.*Broken failed in accumulate.*cannot read"):
         model.evaluate(x, y, verbose=0)
+
+
+def test_a_reducer_returning_none_is_an_error_not_a_nan_metric():
+    class ForgetsToReturn(MetricReducer):
+        def accumulate(self, metric):
+            return 1
+
+        def cross_slot_reduce(self, per_slot_metrics):
+            sum(per_slot_metrics)
+
+    x, y = data()
+    model = scored_model([det.keras.ReducerMetric(ForgetsToReturn(), name="count")])
+    with pytest.raises(MetricReductionError, match=r"Metric 'count': ForgetsToReturn.cross_slot_reduce returned None"):
+        model.evaluate(x, y, verbose=0)
+    _root_cause.forget()

@@ -123,3 +123,50 @@ def test_a_failed_evaluation_does_not_leak_into_the_next():
         accumulator.reduce_local()
     accumulator.accumulate(np.array([2]))
     assert accumulator.reduce_local() == 0
+
+
+class ForgetsToReturn(RunningSum):
+    def cross_slot_reduce(self, per_slot_metrics):
+        self.seen_states = list(per_slot_metrics)  # and no return statement
+
+
+def test_a_cross_slot_reduce_returning_none_is_an_error_not_a_nan_metric():
+    from det_estimator import _root_cause
+    from det_estimator.errors import error_record
+
+    _root_cause.forget()
+    accumulator = MetricAccumulator(ForgetsToReturn(), "auc", rank=0)
+    accumulator.accumulate(np.ones(2))
+    try:
+        with pytest.raises(
+            MetricReductionError, match=r"Metric 'auc': ForgetsToReturn.cross_slot_reduce returned None instead"
+        ):
+            accumulator.reduce_local(np.dtype(np.float64))
+        # What the command shows names the metric, not TensorFlow's wrapper of the py_func.
+        record = error_record(RuntimeError("Graph execution error: ..."), rank=0)
+        assert record["origin"] == "metric 'auc' (ForgetsToReturn.cross_slot_reduce)"
+        assert "returned None" in record["message"]
+    finally:
+        _root_cause.forget()
+    accumulator.accumulate(np.ones(2))
+    assert accumulator.reduce_local() is None  # without a dtype the value is handed back as it is
+
+
+def test_a_reducer_function_returning_none_or_a_dict_is_named_in_the_error():
+    from det_estimator import _root_cause
+    from det_estimator.reducers._function_reducer import FunctionReducer
+
+    def mean_score(batches):
+        np.mean(np.concatenate(batches))
+
+    accumulator = MetricAccumulator(FunctionReducer(mean_score), "mean_score")
+    accumulator.accumulate(np.ones(2))
+    with pytest.raises(MetricReductionError, match=r"'mean_score': the reducer function mean_score returned None"):
+        accumulator.reduce_local(np.dtype(np.float32))
+    _root_cause.forget()
+
+    accumulator = MetricAccumulator(FunctionReducer(lambda batches: {"a": 1.0}), "two")
+    accumulator.accumulate(np.ones(2))
+    with pytest.raises(MetricReductionError, match=r"returned \{'a': 1.0\}, which cannot be converted to float64"):
+        accumulator.reduce_local(np.dtype(np.float64))
+    _root_cause.forget()
