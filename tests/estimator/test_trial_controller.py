@@ -358,3 +358,17 @@ def test_an_input_that_cannot_be_saved_is_replayed_to_its_position(analytic, tmp
     assert checkpoints_of(tmp_path).list()[-1].metadata["input_state_ranks"] is None
     expected = analytic.expected_weight(20, LEARNING_RATE, GLOBAL_BATCH)
     assert final_weight(resumed) == pytest.approx(expected, rel=1e-5)
+
+
+def test_a_nan_searcher_metric_is_never_the_best_so_later_improvements_are_checkpointed(analytic, tmp_path):
+    config = analytic.make_config(tmp_path, 20)
+    config["hyperparameters"]["nan_weight_before"] = 6  # NaN at the validation after 5 batches
+    config["searcher"].update(metric="weight", smaller_is_better=False)  # the weight grows towards 3
+    config["checkpoint_storage"].update(save_trial_latest=0, save_trial_best=10)
+    outcome = det.run_trial(analytic.AnalyticTrial, config)
+
+    weights = [v["metrics"]["weight"] for v in outcome.validations]
+    assert np.isnan(weights[0]) and all(w > 0 for w in weights[1:])
+    # checkpoint_policy "best": every validation after the NaN one improved, and was checkpointed.
+    assert [c["batches"] for c in outcome.checkpoints] == [10, 15, 20]
+    assert checkpoints_of(tmp_path).list()[-1].metadata["best_validation_metric"] == weights[-1]

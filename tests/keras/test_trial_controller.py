@@ -254,3 +254,17 @@ def test_a_model_compiled_to_run_eagerly_follows_the_closed_form_too(analytic_ke
     config["hyperparameters"]["eagerly"] = True  # model.compile(run_eagerly=True): no tf.function to trace
     outcome = det.run_trial(analytic_keras.AnalyticKerasTrial, config)
     analytic_keras.assert_closed_form(outcome.validations)
+
+
+def test_a_nan_searcher_metric_is_never_the_best_so_later_improvements_are_checkpointed(analytic_keras, tmp_path):
+    config = analytic_keras.make_config(tmp_path, 20)
+    config["hyperparameters"]["nan_weight_before"] = 6  # NaN at the validation after 5 batches
+    config["searcher"].update(metric="val_weight", smaller_is_better=False)  # the weight grows towards 3
+    config["checkpoint_storage"].update(save_trial_latest=0, save_trial_best=10)
+    outcome = det.run_trial(analytic_keras.AnalyticKerasTrial, config)
+
+    weights = [v["metrics"]["val_weight"] for v in outcome.validations]
+    assert np.isnan(weights[0]) and all(w > 0 for w in weights[1:])
+    # checkpoint_policy "best": every validation after the NaN one improved, and was checkpointed.
+    assert [c["batches"] for c in outcome.checkpoints] == [10, 15, 20]
+    assert read_checkpoint(outcome.checkpoints[-1]["path"]).metadata["best_validation_metric"] == weights[-1]

@@ -213,6 +213,13 @@ class AnalyticKerasTrial(det.keras.TFKerasTrial):
         super().__init__(context)
         self.context.configure_fit(shuffle=bool(context.get_hparams().get("shuffle", False)), verbose=True)
 
+    def _reported_weight(self, model):
+        nan_before = self.context.get_hparams().get("nan_weight_before")
+        if nan_before is None:
+            return lambda: model.layers[-1].kernel
+        # An undefined metric at the first validations.
+        return lambda: tf.where(model.optimizer.iterations < nan_before, np.nan, model.layers[-1].kernel)
+
     def build_model(self):
         layers = [tf.keras.Input(shape=(1,), name="x")]
         if self.context.get_hparams().get("dropout"):  # randomness a resume must restore
@@ -223,7 +230,7 @@ class AnalyticKerasTrial(det.keras.TFKerasTrial):
         if self.context.get_hparams().get("wrap_optimizer", True):
             optimizer = self.context.wrap_optimizer(optimizer)
         metrics = [
-            WeightMetric(lambda: model.layers[-1].kernel),
+            WeightMetric(self._reported_weight(model)),
             LearningRateMetric(model),
             det.keras.ReducerMetric(RecordCount(), name="records"),
         ]

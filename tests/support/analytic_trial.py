@@ -157,8 +157,13 @@ class AnalyticTrial(det.EstimatorTrial):
             loss = tf.reduce_mean(tf.square(predictions - labels))
             tf.compat.v1.summary.scalar("mean_x", tf.reduce_mean(features["x"]))
             train_op = optimizer.minimize(loss, global_step=tf.compat.v1.train.get_global_step())
+            reported_weight = tf.identity(weight)
+            nan_before = self.context.get_hparams().get("nan_weight_before")
+            if nan_before is not None:  # an undefined metric at the first validations
+                step = tf.compat.v1.train.get_global_step()
+                reported_weight = tf.where(step < nan_before, tf.constant(np.nan, weight.dtype), weight)
             metrics = {
-                "weight": (tf.identity(weight), tf.no_op()),
+                "weight": (reported_weight, tf.no_op()),
                 "mean_target": tf.compat.v1.metrics.mean(labels),
                 "records": self.context.make_metric(features["x"], lambda b: sum(len(x) for x in b), np.int64),
             }
