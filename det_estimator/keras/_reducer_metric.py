@@ -47,7 +47,7 @@ class ReducerMetric(tf.keras.metrics.Metric):
         **kwargs: passed to ``tf.keras.metrics.Metric``.
 
     Raises:
-        TypeError: ``reducer`` is not a ``MetricReducer``.
+        TypeError: ``reducer`` is not a ``MetricReducer``, or ``copy.deepcopy`` cannot copy it.
 
     Example:
         ::

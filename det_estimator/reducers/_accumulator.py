@@ -47,13 +47,25 @@ class MetricAccumulator:
         reducer: the user's reducer, used as the prototype of each evaluation's copy.
         name: how error messages refer to this metric.
         rank: this process's rank, for error messages.
+
+    Raises:
+        TypeError: ``copy.deepcopy`` cannot copy the reducer.
     """
 
     def __init__(self, reducer: MetricReducer, name: str, rank: int = 0):
         self.name = name
         self._prototype = reducer
         self._rank = rank
-        self._start_evaluation()
+        try:
+            self._start_evaluation()
+        except Exception as error:
+            # copy.deepcopy's own message ("cannot pickle '_thread.lock' object") names
+            # neither the reducer nor why it is copied at all.
+            raise TypeError(
+                f"Every evaluation works on a copy.deepcopy of the reducer, and {type(reducer).__name__} cannot be "
+                f"copied: {error}. Create what it cannot copy (a lock, a session, an open file) in accumulate(), "
+                "or give the class a __deepcopy__ method."
+            ) from error
 
     def _start_evaluation(self) -> None:
         self._reducer = copy.deepcopy(self._prototype)

@@ -52,7 +52,8 @@ def make_metric(
         ``(value_op, update_op)``, as ``tf.estimator.EstimatorSpec.eval_metric_ops`` expects.
 
     Raises:
-        TypeError: ``metric``, ``reducer`` or ``numpy_dtype`` is not of a supported kind.
+        TypeError: ``metric``, ``reducer`` or ``numpy_dtype`` is not of a supported kind, or
+            ``copy.deepcopy`` cannot copy the reducer.
     """
     leaves, rebuild = _flatten(metric)
     reducer = _as_reducer(reducer)

@@ -170,3 +170,18 @@ def test_a_reducer_function_returning_none_or_a_dict_is_named_in_the_error():
     with pytest.raises(MetricReductionError, match=r"returned \{'a': 1.0\}, which cannot be converted to float64"):
         accumulator.reduce_local(np.dtype(np.float64))
     _root_cause.forget()
+
+
+def test_a_reducer_that_cannot_be_deep_copied_is_refused_with_the_reason():
+    import threading
+
+    class Locked(RunningSum):
+        def __init__(self):
+            super().__init__()
+            self.lock = threading.Lock()
+
+    with pytest.raises(
+        TypeError,
+        match=r"copy.deepcopy of the reducer, and Locked cannot be copied: cannot pickle '_thread.lock' object",
+    ):
+        MetricAccumulator(Locked(), "total")
