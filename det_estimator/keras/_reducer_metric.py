@@ -11,6 +11,7 @@ from det_estimator.reducers import MetricReducer
 from det_estimator.reducers._accumulator import MetricAccumulator
 
 
+@tf.keras.utils.register_keras_serializable(package="det_estimator")
 class ReducerMetric(tf.keras.metrics.Metric):
     """A Keras metric whose value is computed by a ``MetricReducer`` over every process's data.
 
@@ -108,8 +109,26 @@ class ReducerMetric(tf.keras.metrics.Metric):
         self._value = None
 
     def get_config(self) -> dict[str, Any]:
-        """The metric's config, with the reducer object itself (it is not JSON)."""
-        return {**super().get_config(), "reducer": self._prototype}
+        """The metric's config, with the reducer as JSON when it has a ``get_config()``.
+
+        The built-in reducers have one, so a model compiled with them can be saved with
+        ``model.save`` and loaded back; another reducer stays in the config as the
+        object itself, which Keras can copy (as it does for each output of a model)
+        but not save.
+        """
+        reducer: Any = self._prototype
+        if callable(getattr(reducer, "get_config", None)):
+            reducer = {"class_name": type(reducer).__name__, "config": reducer.get_config()}
+        return {**super().get_config(), "reducer": reducer}
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> "ReducerMetric":
+        """The metric of a config from :meth:`get_config`; a reducer of your own needs ``custom_objects``."""
+        config = dict(config)
+        reducer = config.pop("reducer")
+        if isinstance(reducer, dict):
+            reducer = _reducer_from_config(reducer)
+        return cls(reducer, **config)
 
     def _reduce(self) -> np.ndarray:
         # A fresh accumulator reduces, so that this one keeps its state if Keras goes on
@@ -120,6 +139,20 @@ class ReducerMetric(tf.keras.metrics.Metric):
             all_bytes, sizes = _horovod.allgather_bytes(local, name=self._collective_name)
             return combiner.reduce_encoded(all_bytes.numpy(), sizes.numpy(), np.dtype(self.dtype))
         return combiner.reduce([self._accumulator.local_envelope()], np.dtype(self.dtype))
+
+
+def _reducer_from_config(described: dict[str, Any]) -> MetricReducer:
+    from det_estimator import reducers
+
+    name = described.get("class_name")
+    found = getattr(reducers, name, None) if name in reducers.__all__ else None
+    reducer_class = found or tf.keras.utils.get_registered_object(name)
+    if not (isinstance(reducer_class, type) and issubclass(reducer_class, MetricReducer)):
+        raise ValueError(
+            f"ReducerMetric: the saved reducer {name!r} is not a reducer of det_estimator.reducers. "
+            f"Pass its class when loading: custom_objects={{{name!r}: {name}}}."
+        )
+    return reducer_class(**described.get("config", {}))
 
 
 def _snake_case(name: str) -> str:

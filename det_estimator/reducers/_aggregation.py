@@ -20,6 +20,10 @@ class _CountAndSum(MetricReducer):
     def __init__(self) -> None:
         self.reset()
 
+    def get_config(self) -> dict[str, Any]:
+        """The constructor's arguments, as JSON values (``ReducerMetric`` saves them with a Keras model)."""
+        return {}
+
     def reset(self) -> None:
         """Zeroes the count and the sum."""
         self._count = 0
@@ -131,6 +135,10 @@ class WeightedMean(MetricReducer):
 
     def __init__(self) -> None:
         self.reset()
+
+    def get_config(self) -> dict[str, Any]:
+        """The constructor's arguments, as JSON values (``ReducerMetric`` saves them with a Keras model)."""
+        return {}
 
     def reset(self) -> None:
         """Zeroes the sums."""

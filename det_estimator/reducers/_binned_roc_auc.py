@@ -188,6 +188,11 @@ class BinnedRocAuc(MetricReducer):
         """Most cells of a worker's state, or number of fixed bins."""
         return self.budget if self.edges is None else len(self.edges) + 1
 
+    def get_config(self) -> dict[str, Any]:
+        """The constructor's arguments, as JSON values (``ReducerMetric`` saves them with a Keras model)."""
+        bins = self.budget if self.edges is None else self.edges.tolist()
+        return {"bins": bins, "scores": self.scores, "value": self.value}
+
     def reset(self) -> None:
         """Forgets all accumulated batches."""
         if self.edges is None:

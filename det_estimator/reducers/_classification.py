@@ -36,6 +36,10 @@ class _ConfusionMatrixReducer(MetricReducer):
         self.threshold = float(threshold)
         self.reset()
 
+    def get_config(self) -> dict[str, Any]:
+        """The constructor's arguments, as JSON values (``ReducerMetric`` saves them with a Keras model)."""
+        return {"num_classes": self.num_classes, "threshold": self.threshold}
+
     def reset(self) -> None:
         """Zeroes the confusion matrix."""
         self._matrix = np.zeros((self.num_classes, self.num_classes), dtype=np.int64)
@@ -134,6 +138,10 @@ class _PrecisionRecallF1Reducer(_ConfusionMatrixReducer):
         if average == "binary" and self.num_classes != 2:
             raise validation.invalid_argument("average", "'micro' or 'macro' when num_classes > 2", average)
         self.average = average
+
+    def get_config(self) -> dict[str, Any]:
+        """The constructor's arguments, as JSON values (``ReducerMetric`` saves them with a Keras model)."""
+        return {**super().get_config(), "average": self.average}
 
     def cross_slot_reduce(self, per_slot_metrics: list[np.ndarray]) -> np.float64:
         """Sums the confusion matrices of all workers and computes the metric.

@@ -32,6 +32,10 @@ class _WeightedAverageReducer(MetricReducer, abc.ABC):
     def __init__(self) -> None:
         self.reset()
 
+    def get_config(self) -> dict[str, Any]:
+        """The constructor's arguments, as JSON values (``ReducerMetric`` saves them with a Keras model)."""
+        return {}
+
     def reset(self) -> None:
         """Zeroes the sums."""
         self._count = 0
@@ -154,6 +158,10 @@ class LogLoss(_WeightedAverageReducer):
         self.from_logits = from_logits
         super().__init__()
 
+    def get_config(self) -> dict[str, Any]:
+        """The constructor's arguments, as JSON values (``ReducerMetric`` saves them with a Keras model)."""
+        return {"from_logits": self.from_logits}
+
     def _terms(self, batch: validation.LabeledBatch) -> np.ndarray:
         name = type(self).__name__
         labels = validation.binary_labels(name, batch.labels)
@@ -188,6 +196,10 @@ class R2(MetricReducer):
 
     def __init__(self) -> None:
         self.reset()
+
+    def get_config(self) -> dict[str, Any]:
+        """The constructor's arguments, as JSON values (``ReducerMetric`` saves them with a Keras model)."""
+        return {}
 
     def reset(self) -> None:
         """Zeroes the moments."""

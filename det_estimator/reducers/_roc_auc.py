@@ -255,6 +255,10 @@ class _ScoreRankingReducer(MetricReducer, abc.ABC):
         self.num_threads = num_threads
         self.reset()
 
+    def get_config(self) -> dict[str, Any]:
+        """The constructor's arguments, as JSON values (``ReducerMetric`` saves them with a Keras model)."""
+        return {"num_threads": self.num_threads}
+
     def reset(self) -> None:
         """Forgets all accumulated batches."""
         # A new buffer, not a cleared one: views handed out earlier stay valid.

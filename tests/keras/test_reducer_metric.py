@@ -102,3 +102,51 @@ def test_a_reducer_returning_none_is_an_error_not_a_nan_metric():
     with pytest.raises(MetricReductionError, match=r"Metric 'count': ForgetsToReturn.cross_slot_reduce returned None"):
         model.evaluate(x, y, verbose=0)
     _root_cause.forget()
+
+
+@pytest.mark.parametrize("file_name", ["model.keras", "model.h5", "saved_model"])
+def test_a_model_compiled_with_built_in_reducers_is_saved_and_loaded_back(tmp_path, file_name):
+    from det_estimator.reducers import F1, BinnedRocAuc
+
+    x, y = data()
+    model = scored_model(
+        [
+            det.keras.ReducerMetric(RocAuc(num_threads=2), name="auc"),
+            det.keras.ReducerMetric(BinnedRocAuc(bins=np.linspace(0, 1, 11), value="error_bound"), name="bound"),
+            det.keras.ReducerMetric(F1(average="micro", threshold=0.4)),
+        ]
+    )
+    expected = model.evaluate(x, y, batch_size=128, verbose=0, return_dict=True)
+    model.save(tmp_path / file_name)
+    loaded = tf.keras.models.load_model(tmp_path / file_name)  # no custom_objects: ReducerMetric is registered
+
+    assert loaded.evaluate(x, y, batch_size=128, verbose=0, return_dict=True) == expected
+    reducers = {metric.name: metric.reducer for metric in loaded.metrics if isinstance(metric, det.keras.ReducerMetric)}
+    assert reducers["auc"].num_threads == 2
+    np.testing.assert_array_equal(reducers["bound"].edges, np.linspace(0, 1, 11))
+    assert (reducers["f1"].average, reducers["f1"].threshold) == ("micro", 0.4)
+
+
+def test_a_reducer_of_your_own_is_copied_and_saved_through_its_get_config():
+    class Count(MetricReducer):
+        def __init__(self, scale=1.0):
+            self.scale = scale
+
+        def accumulate(self, metric):
+            return len(metric["labels"])
+
+        def cross_slot_reduce(self, per_slot_metrics):
+            return self.scale * sum(per_slot_metrics)
+
+    metric = det.keras.ReducerMetric(Count(), name="count")
+    assert det.keras.ReducerMetric.from_config(metric.get_config()).reducer is metric.reducer  # as Keras copies it
+
+    class ScaledCount(Count):
+        def get_config(self):
+            return {"scale": self.scale}
+
+    config = det.keras.ReducerMetric(ScaledCount(2.0), name="count").get_config()
+    with pytest.raises(ValueError, match=r"custom_objects=\{'ScaledCount': ScaledCount\}"):
+        det.keras.ReducerMetric.from_config(config)
+    with tf.keras.utils.custom_object_scope({"ScaledCount": ScaledCount}):
+        assert det.keras.ReducerMetric.from_config(config).reducer.scale == 2.0
