@@ -12,6 +12,7 @@ from det_estimator import orchestration
 from det_estimator.cli._config_warnings import config_warnings
 from det_estimator.cli._entrypoint import EntrypointError, check_script_entrypoint, check_trial_entrypoint
 from det_estimator.cli._output import format_size, format_time, print_log, print_table
+from det_estimator.config import ExperimentConfig
 from det_estimator.errors import DetEstimatorError
 from det_estimator.orchestration import format_metrics, print_json
 from det_estimator.store import ExperimentBusyError, ExperimentStore, MetricKind, State, TrialRecord, to_json_value
@@ -81,7 +82,7 @@ def create(store: ExperimentStore, args: argparse.Namespace) -> int:
     return _run(store, experiment_id, args)
 
 
-def _test_mode_config(raw: dict[str, Any], config: Any) -> Any:
+def _test_mode_config(raw: dict[str, Any], config: ExperimentConfig) -> ExperimentConfig:
     """The config that ``--test`` runs: one trial of one batch, whatever the searcher, as the reference's test mode.
 
     Without this, a search would run all of its trials, and a Core API script, which
