@@ -143,10 +143,9 @@ def pause(store: ExperimentStore, args: argparse.Namespace) -> int:
         time.sleep(0.5)
     else:
         print(f"Experiment {args.experiment_id} has not stopped within {args.timeout:.0f} s.", file=sys.stderr)
-        return 1
-    if args.json:
+    if args.json:  # a timeout included: a script reading stdout learns the state it was left in
         print_json({"id": args.experiment_id, "state": experiment.state}, sys.stdout)
-    else:
+    elif experiment.state != State.ACTIVE:
         print(f"Experiment {args.experiment_id} is {experiment.state}.")
     return 0 if experiment.state in (State.PAUSED, State.COMPLETED) else 1
 

@@ -522,6 +522,9 @@ def test_a_pause_reaches_an_experiment_launched_on_another_machine_through_the_s
     # Nothing runs it here, so nothing pauses: the command waits, then says so; no process was signalled.
     result = det("experiment", "pause", str(experiment_id), "--timeout", "1")
     assert result.returncode == 1 and f"Experiment {experiment_id} has not stopped within 1 s." in result.stderr
+    assert "is ACTIVE" not in result.stdout
+    as_json = det("experiment", "pause", str(experiment_id), "--timeout", "1", "--json")
+    assert as_json.returncode == 1 and json.loads(as_json.stdout) == {"id": experiment_id, "state": "ACTIVE"}
     with ExperimentStore(det.store) as store:
         assert store.experiment(experiment_id).pause_requested_at is not None  # what its launcher polls
 
