@@ -161,7 +161,15 @@ def _store_to_open(args: argparse.Namespace) -> Optional[str]:
 
     given = args.store or os.environ.get("DET_ESTIMATOR_STORE")
     path = Path(given).expanduser() if given else default_store_path()
-    if (args.command, getattr(args, "action", None)) in _CREATING_COMMANDS or path.exists():
+    if (args.command, getattr(args, "action", None)) in _CREATING_COMMANDS:
+        return str(path)
+    if path.is_file() and path.stat().st_size == 0:
+        # SQLite would take an empty file for an empty database, and opening it makes a store there.
+        raise UsageError(
+            f"The store {path} is an empty file, not a store det-estimator made. Give the --store (or "
+            "DET_ESTIMATOR_STORE) of an existing store; `det-estimator experiment create` makes one."
+        )
+    if path.exists():
         return str(path)
     # Listing every experiment or job of the default store, before the first: an empty
     # list. `trial list ID` and `checkpoint list ID` name an experiment, which cannot be there.

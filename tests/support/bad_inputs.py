@@ -344,6 +344,12 @@ CASES: list[BadInput] = [
         "There is no experiment store at",
     ),
     BadInput(
+        "a store that is an empty file, to read",
+        ("--store", "{dir}/empty.sqlite", "experiment", "list"),
+        "is an empty file, not a store det-estimator made",
+        files={"empty.sqlite": ""},
+    ),
+    BadInput(
         "a store that is a folder",
         ("--store", "{dir}/folder.sqlite", "experiment", "list"),
         "it is a directory",
