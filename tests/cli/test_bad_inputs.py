@@ -5,8 +5,6 @@ test by raising, if the command let an exception through); ``benchmarks/bad_inpu
 runs the same cases through the installed command.
 """
 
-import contextlib
-import io
 import json
 import os
 import shutil
@@ -16,37 +14,20 @@ from pathlib import Path
 
 import pytest
 
-from det_estimator import orchestration
-from det_estimator.cli import main
-from det_estimator.config import load_experiment_config
 from det_estimator.store import ExperimentStore, MetricKind, State
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
 import bad_inputs  # noqa: E402
+from command_in_process import record_one_experiment, run_command  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def store_with_one_experiment(tmp_path_factory) -> Path:
     """A store holding experiment 1 (COMPLETED) and its trial 1."""
-    directory = tmp_path_factory.mktemp("recorded")
-    bad_inputs.BadInput("", (), "").set_up(directory)
-    path = directory / "store.sqlite"
+    path = record_one_experiment(tmp_path_factory.mktemp("recorded"))
     with ExperimentStore(path) as store:
-        config = load_experiment_config(bad_inputs.OK_CONFIG)
-        experiment_id = orchestration.record_experiment(store, config, str(directory))
-        store.set_state(experiment_id, State.COMPLETED)
+        store.set_state(1, State.COMPLETED)
     return path
-
-
-def run_command(argv: list[str]) -> tuple[int, str]:
-    """Runs the command in this process; returns its exit status and everything it printed."""
-    output = io.StringIO()
-    with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
-        try:
-            status = main(argv)
-        except SystemExit as exit_:  # argparse's way of refusing a command line
-            status = exit_.code if isinstance(exit_.code, int) else 2
-    return status, output.getvalue()
 
 
 def test_the_table_holds_at_least_sixty_distinct_bad_inputs():

@@ -1,20 +1,15 @@
 """``experiment plot`` of experiments with few or no metrics, run in this process."""
 
-import contextlib
-import io
 import json
 import sys
 from pathlib import Path
 
 import pytest
 
-from det_estimator import orchestration
-from det_estimator.cli import main
-from det_estimator.config import load_experiment_config
 from det_estimator.store import ExperimentStore, MetricKind
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
-import bad_inputs  # noqa: E402
+from command_in_process import record_one_experiment, run_command  # noqa: E402
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -22,18 +17,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 @pytest.fixture
 def store(tmp_path) -> Path:
     """A store holding experiment 1 (ACTIVE, no metrics reported yet) and its trial 1."""
-    bad_inputs.BadInput("", (), "").set_up(tmp_path)
-    path = tmp_path / "store.sqlite"
-    with ExperimentStore(path) as opened:
-        orchestration.record_experiment(opened, load_experiment_config(bad_inputs.OK_CONFIG), str(tmp_path))
-    return path
-
-
-def run_command(argv: list[str]) -> tuple[int, str]:
-    output = io.StringIO()
-    with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
-        status = main(argv)
-    return status, output.getvalue()
+    return record_one_experiment(tmp_path)
 
 
 def test_an_experiment_without_metrics_gets_an_image_that_says_so_and_no_panels(store, tmp_path):

@@ -81,7 +81,38 @@ def test_the_script_reaches_the_closed_form_on_one_and_two_processes(context, tm
 @pytest.mark.parametrize("slots", [1, 2])
 def test_a_paused_script_resumes_where_it_stopped(context, tmp_path, slots):
     store = tmp_path / "store.sqlite"
-    batches = 3_000_000  # far longer than the test: only the pause ends the first run
+    stopped = _pause_a_long_run(context, store, slots)
+
+    # Resumed with a shorter length: it trains on from the checkpoint of the pause to the new end.
+    _set_length(store, stopped + 100)
+    resumed = det(store, "experiment", "resume", 1)
+    assert f"resumed after {stopped} batches" in resumed.stdout
+    weights, loss = closed_form(stopped + 100, 0.02)
+    last = validation(store, 1)
+    assert last["batches"] == stopped + 100
+    assert last["metrics"]["slope"] == pytest.approx(weights[0], rel=1e-12)
+
+
+def test_a_script_paused_at_the_end_of_its_operation_validates_on_resume(context, tmp_path):
+    # It checks for a pause only after a checkpoint, so a pause in the last 50 batches before
+    # the end of an operation (max_length, or an adaptive search's rung) stops it there.
+    store = tmp_path / "store.sqlite"
+    stopped = _pause_a_long_run(context, store)
+
+    # The operation ends where the pause stopped it: the resumed run only validates.
+    _set_length(store, stopped)
+    resumed = det(store, "experiment", "resume", 1)
+    assert f"COMPLETED after {stopped} batches" in resumed.stdout
+    weights, loss = closed_form(stopped, 0.02)
+    last = validation(store, 1)
+    assert last["batches"] == stopped
+    assert last["metrics"]["loss"] == pytest.approx(loss, rel=1e-9)
+    assert last["metrics"]["slope"] == pytest.approx(weights[0], rel=1e-12)
+
+
+def _pause_a_long_run(context: Path, store: Path, slots: int = 1) -> int:
+    """Runs experiment 1 far longer than a test and pauses it after its first checkpoint; returns its batches."""
+    batches = 3_000_000  # only the pause ends the run
     config = write_config(context, "long.yaml", batches, slots)
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     running = subprocess.Popen(
@@ -103,51 +134,7 @@ def test_a_paused_script_resumes_where_it_stopped(context, tmp_path, slots):
     assert running.returncode == 0 and "Experiment 1 PAUSED after " in output, output[-3000:]
     stopped = json.loads(det(store, "experiment", "list", "--json").stdout)[0]["batches_trained"]
     assert 0 < stopped < batches
-
-    # Resumed with a shorter length: it trains on from the checkpoint of the pause to the new end.
-    _set_length(store, stopped + 100)
-    resumed = det(store, "experiment", "resume", 1)
-    assert f"resumed after {stopped} batches" in resumed.stdout
-    weights, loss = closed_form(stopped + 100, 0.02)
-    last = validation(store, 1)
-    assert last["batches"] == stopped + 100
-    assert last["metrics"]["slope"] == pytest.approx(weights[0], rel=1e-12)
-
-
-def test_a_script_paused_at_the_end_of_its_operation_validates_on_resume(context, tmp_path):
-    # It checks for a pause only after a checkpoint, so a pause in the last 50 batches before
-    # the end of an operation (max_length, or an adaptive search's rung) stops it there.
-    store = tmp_path / "store.sqlite"
-    config = write_config(context, "long.yaml", 3_000_000)
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    running = subprocess.Popen(
-        [COMMAND, "--store", str(store), "experiment", "create", str(config), str(context)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-    )
-    try:
-        for line in running.stdout:
-            if line.startswith("checkpoint "):
-                break
-        det(store, "experiment", "pause", 1)
-        output, _ = running.communicate(timeout=TIMEOUT)
-    finally:
-        if running.poll() is None:
-            running.kill()
-    assert running.returncode == 0 and "Experiment 1 PAUSED after " in output, output[-3000:]
-    stopped = json.loads(det(store, "experiment", "list", "--json").stdout)[0]["batches_trained"]
-
-    # The operation ends where the pause stopped it: the resumed run only validates.
-    _set_length(store, stopped)
-    resumed = det(store, "experiment", "resume", 1)
-    assert f"COMPLETED after {stopped} batches" in resumed.stdout
-    weights, loss = closed_form(stopped, 0.02)
-    last = validation(store, 1)
-    assert last["batches"] == stopped
-    assert last["metrics"]["loss"] == pytest.approx(loss, rel=1e-9)
-    assert last["metrics"]["slope"] == pytest.approx(weights[0], rel=1e-12)
+    return stopped
 
 
 def _set_length(store: Path, batches: int) -> None:
