@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from det_estimator.config._errors import PREFIX, invalid_value
+from det_estimator.config._errors import PREFIX, ConfigError, invalid_value
 from det_estimator.config._fields import as_mapping, check_keys, join, read_int
 
 # The device types the reference keys per-device settings by.
@@ -93,15 +93,23 @@ class EnvironmentConfig:
         }
 
 
-def load_environment(raw: Any) -> EnvironmentConfig:
-    """The ``environment`` section of a config other than an experiment's (a job's); warns of its cluster-only keys.
+def load_environment(raw: Any, config_kind: str = "job") -> EnvironmentConfig:
+    """The ``environment`` section of a config other than an experiment's; warns of its cluster-only keys.
+
+    Args:
+        raw: the section as parsed.
+        config_kind: what config it is part of, as messages name it (``job config: ...``).
 
     Raises:
         ConfigError: an unknown key, or environment variables of the wrong form.
     """
+    prefix = f"{config_kind} config: "
     ignored: dict[str, str] = {}
-    environment = parse_environment(raw, "environment", ignored)
-    warn_ignored(ignored)
+    try:
+        environment = parse_environment(raw, "environment", ignored)
+    except ConfigError as error:
+        raise ConfigError(prefix + str(error).removeprefix(PREFIX)) from None
+    warn_ignored(ignored, prefix)
     return environment
 
 
@@ -179,12 +187,12 @@ def cluster_only_keys(raw: Mapping[str, Any], ignored: dict[str, str]) -> dict[s
     return kept
 
 
-def warn_ignored(ignored: dict[str, str]) -> None:
+def warn_ignored(ignored: dict[str, str], prefix: str = PREFIX) -> None:
     """One warning naming every cluster-only key of the config, and why each is ignored."""
     if not ignored:
         return
     reasons = "; ".join(f"`{path}` ({reason})" for path, reason in ignored.items())
-    message = f"{PREFIX}ignored {len(ignored)} key(s) that matter only on a cluster: {reasons}."
+    message = f"{prefix}ignored {len(ignored)} key(s) that matter only on a cluster: {reasons}."
     # A command loads one config several times (to fill in its seed, its slots): one warning.
     if message in _WARNED:
         return

@@ -23,7 +23,7 @@ def write(path, raw) -> str:
         ({"entrypoint_script": "python3 job.py", "data": {}, "searcher": {}}, "Unknown key 'searcher'"),
         (
             {"entrypoint_script": "python3 job.py", "data": {}, "environment": {"environment_variables": "X"}},
-            "environment.environment_variables",
+            "job config: `environment.environment_variables` must be",
         ),
         ({"entrypoint_script": "python3 job.py", "data": {}, "resources": {"slots": 0}}, "positive integer"),
         ({"entrypoint": "python3 job.py", "entrypoint_script": "python3 job.py", "data": {}}, "not both"),
@@ -79,7 +79,7 @@ def test_a_job_runs_its_script_with_its_data_and_records_how_it_ended(tmp_path, 
         tmp_path,
     )
     assert "Job 1 COMPLETED" in ok.stdout
-    assert "ignored 1 key(s) that matter only on a cluster: `environment.image`" in ok.stderr
+    assert "job config: ignored 1 key(s) that matter only on a cluster: `environment.image`" in ok.stderr
     logs = det(store, "job", "logs", 1).stdout
     assert 'DATA {"n": 3} BATCH_INFERENCE None' in logs and "THREADS 3" in logs
 
