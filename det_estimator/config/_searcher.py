@@ -112,6 +112,19 @@ class SearcherConfig:
     bracket_rungs: Optional[tuple[int, ...]] = None
     stop_once: Optional[bool] = None
 
+    def improves_on(self, value: float, best: Optional[float]) -> bool:
+        """Whether ``value`` of the searcher metric is better than ``best`` (None: no best yet).
+
+        NaN (an AUC over a single class, a diverged loss) is the worst value, as for the
+        search: taken as the best, no later value could ever improve on it. A NaN ``best``
+        (from a checkpoint written before this rule) counts as none.
+        """
+        if value != value:
+            return False
+        if best is None or best != best:
+            return True
+        return value < best if self.smaller_is_better else value > best
+
     def to_dict(self) -> dict[str, Any]:
         """Returns the section with defaults filled in, JSON-serializable; only the searcher's own keys."""
         section = {

@@ -314,13 +314,7 @@ class EstimatorTrialController:
                 f"{', '.join(sorted(metrics))}. Name one of them in the experiment config."
             )
         value = metrics[searcher.metric]
-        if value != value:
-            # NaN (an AUC over a single class, a diverged loss) is the worst value, as for the
-            # searcher: taken as the best, no later validation could ever improve on it.
-            return False
-        best = self._best_metric
-        no_best = best is None or best != best  # a NaN best from a checkpoint written before
-        improved = no_best or (value < best if searcher.smaller_is_better else value > best)
+        improved = searcher.improves_on(value, self._best_metric)
         if improved:
             self._best_metric = value
         return improved

@@ -300,3 +300,13 @@ def test_bad_searcher_sections(section, message):
     with pytest.raises(ConfigError) as error:
         load(section)
     assert str(error.value) == message
+
+
+@pytest.mark.parametrize("smaller_is_better", [True, False])
+def test_a_nan_metric_never_improves_and_a_nan_best_is_no_best(smaller_is_better):
+    searcher = load({"name": "single", "smaller_is_better": smaller_is_better}).searcher
+    better, worse = (0.1, 0.9) if smaller_is_better else (0.9, 0.1)
+    assert searcher.improves_on(better, worse) and not searcher.improves_on(worse, better)
+    assert not searcher.improves_on(0.5, 0.5)
+    assert searcher.improves_on(worse, None) and searcher.improves_on(worse, float("nan"))
+    assert not searcher.improves_on(float("nan"), None) and not searcher.improves_on(float("nan"), worse)
