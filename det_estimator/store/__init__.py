@@ -9,6 +9,7 @@ are kept beside it. Checkpoint files themselves live in the experiment's
 ``checkpoint_storage``; the store only records them. Reads return frozen records.
 """
 
+from det_estimator.store._event_files import session_start
 from det_estimator.store._jobs import BATCH_INFERENCE, JobRecord
 from det_estimator.store._launchers import launcher_alive
 from det_estimator.store._recorder import StoreRecorder
@@ -65,6 +66,7 @@ __all__ = [
     "damaged_store_error",
     "default_store_path",
     "launcher_alive",
+    "session_start",
     "to_json_value",
     "trial_checkpoint_dir",
 ]

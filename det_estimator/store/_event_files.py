@@ -51,8 +51,8 @@ class MetricEventFiles:
         self._writers.clear()
 
 
-def _open_event_file(directory: Path, start_batches: int = 0) -> RecordWriter:
-    """A new event file in ``directory``, named as TensorBoard names them, with its header event.
+def session_start(start_batches: int) -> bytes:
+    """A serialized session-start event for a run of a trial that starts after ``start_batches`` batches.
 
     A run that starts from a checkpoint after ``start_batches`` trains again the batches
     an earlier run reported past it: a session start at the first batch after the
@@ -62,17 +62,22 @@ def _open_event_file(directory: Path, start_batches: int = 0) -> RecordWriter:
     in a folder for the job's start, not for a restart, and would keep the points of a
     run killed past its checkpoint beside those of the run that trained them again.
     """
+    start = event_pb2.Event(
+        wall_time=time.time(),
+        step=start_batches + 1,
+        session_log=event_pb2.SessionLog(status=event_pb2.SessionLog.START),
+    )
+    return start.SerializeToString()
+
+
+def _open_event_file(directory: Path, start_batches: int = 0) -> RecordWriter:
+    """A new event file in ``directory``, named as TensorBoard names them: its header, then :func:`session_start`."""
     directory.mkdir(parents=True, exist_ok=True)
     name = f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.{time.monotonic_ns()}"
     stream: BinaryIO = open(directory / name, "ab")  # noqa: SIM115 -- kept open by the writer until close()
     writer = RecordWriter(stream)
     header = event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2")
     writer.write(header.SerializeToString())
-    start = event_pb2.Event(
-        wall_time=time.time(),
-        step=start_batches + 1,
-        session_log=event_pb2.SessionLog(status=event_pb2.SessionLog.START),
-    )
-    writer.write(start.SerializeToString())
+    writer.write(session_start(start_batches))
     writer.flush()
     return writer

@@ -2,14 +2,13 @@
 
 import logging
 import os
-import time
 from typing import Any
 
 import tensorflow as tf
-from tensorboard.compat.proto import event_pb2
 from tensorflow.python.ops import summary_ops_v2
 
 from det_estimator.keras.callbacks._callback import Callback
+from det_estimator.store import session_start
 
 logger = logging.getLogger("det_estimator.keras")
 
@@ -57,20 +56,14 @@ class TensorBoard(tf.keras.callbacks.TensorBoard, Callback):
     def start_run_after(self, batches: int) -> None:
         """Marks in both event files that this run of the trial starts after ``batches`` batches.
 
-        A run killed after its last checkpoint wrote points past it that this run trains
-        again: a session start at the batch after the checkpoint makes TensorBoard drop
-        them, as the event files of the trial's own metrics do. The first run marks its
-        start too: the TensorBoard server takes the first session start it reads for the
-        job's start, not for a restart. Called once training begins (``on_train_begin``).
+        So that TensorBoard drops the points a run killed after its last checkpoint wrote
+        past it, as the event files of the trial's own metrics do (see
+        :func:`det_estimator.store.session_start`). Called once training begins (``on_train_begin``).
         """
-        start = event_pb2.Event(
-            wall_time=time.time(),
-            step=batches + 1,
-            session_log=event_pb2.SessionLog(status=event_pb2.SessionLog.START),
-        )
+        start = tf.constant(session_start(batches))
         for writer in (self._train_writer, self._val_writer):
             with writer.as_default():
-                summary_ops_v2.import_event(tf.constant(start.SerializeToString()))
+                summary_ops_v2.import_event(start)
             writer.flush()
 
     def on_train_workload_end(self, total_batches_trained: int, logs: dict[str, Any]) -> None:
