@@ -6,14 +6,12 @@ how many processes ran it, its state, how it ended and where its output log is.
 """
 
 import json
-import os
-import socket
 import sqlite3
 import time
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from det_estimator.store._launchers import process_start_time, state_as_seen
+from det_estimator.store._launchers import launcher_columns, state_as_seen
 from det_estimator.store._records import State
 
 BATCH_INFERENCE = "BATCH_INFERENCE"
@@ -81,9 +79,7 @@ class JobTable:
                     json.dumps(list(command)),
                     slots,
                     time.time(),
-                    os.getpid(),
-                    socket.gethostname(),
-                    process_start_time(os.getpid()),
+                    *launcher_columns(),
                 ),
             )
             job_id = int(cursor.lastrowid)

@@ -12,6 +12,16 @@ from typing import Optional
 from det_estimator.store._records import State
 
 
+def launcher_columns(pid: Optional[int] = None) -> tuple[int, str, Optional[int]]:
+    """What the store records of a launcher, process ``pid`` (default: this one) on this machine.
+
+    Returns:
+        ``(launcher_pid, launcher_host, launcher_started)``, in the order of their columns.
+    """
+    pid = os.getpid() if pid is None else pid
+    return pid, socket.gethostname(), process_start_time(pid)
+
+
 def state_as_seen(stored: State, pid: Optional[int], host: Optional[str], started: Optional[int]) -> State:
     """``stored``, but INTERRUPTED for ACTIVE when the launcher (``pid`` on ``host``, started at ``started``) is gone.
 

@@ -4,7 +4,6 @@ import contextlib
 import json
 import os
 import secrets
-import socket
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
@@ -12,7 +11,7 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 from det_estimator.store._jobs import JobTable
-from det_estimator.store._launchers import launcher_alive, process_start_time, state_as_seen
+from det_estimator.store._launchers import launcher_alive, launcher_columns, state_as_seen
 from det_estimator.store._records import (
     Assignment,
     BestValidation,
@@ -240,9 +239,7 @@ class ExperimentStore(JobTable):
                     run_key,
                     secrets.token_hex(4),
                     None if trial_class is None else json.dumps(trial_class),
-                    os.getpid(),
-                    socket.gethostname(),
-                    process_start_time(os.getpid()),
+                    *launcher_columns(),
                 ),
             )
             return int(cursor.lastrowid)
@@ -403,8 +400,7 @@ class ExperimentStore(JobTable):
             ExperimentBusyError: another live process runs it (or one on another machine,
                 whose liveness cannot be checked from here).
         """
-        pid = os.getpid() if pid is None else pid
-        host = socket.gethostname()
+        pid, host, started = launcher_columns(pid)
         with self._write() as db:
             row = db.execute(
                 "SELECT launcher_pid, launcher_host, launcher_started FROM experiments WHERE id = ?", (experiment_id,)
@@ -412,7 +408,6 @@ class ExperimentStore(JobTable):
             if row is None:
                 raise UnknownIdError(f"There is no experiment {experiment_id} in the store {self.path}.")
             current, current_host = row["launcher_pid"], row["launcher_host"]
-            started = process_start_time(pid)
             if (
                 current is not None
                 and (current, current_host) != (pid, host)
@@ -436,7 +431,7 @@ class ExperimentStore(JobTable):
         with self._write() as db:
             db.execute(
                 "UPDATE experiments SET launcher_pid = ?, launcher_host = ?, launcher_started = ? WHERE id = ?",
-                (pid, socket.gethostname(), process_start_time(pid), experiment_id),
+                (*launcher_columns(pid), experiment_id),
             )
 
     def set_state(self, experiment_id: int, state: State) -> None:
