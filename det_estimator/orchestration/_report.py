@@ -211,9 +211,10 @@ def print_failure(store: ExperimentStore, experiment_id: int, stream: TextIO) ->
     which the last lines name.
     """
     experiment = store.experiment(experiment_id)
-    failed = print_trial_failures(store, store.trials(experiment_id), stream)
+    trials = store.trials(experiment_id)
+    failed = print_trial_failures(store, trials, stream)
     command = command_on(store.path)
-    logged = failed or store.trials(experiment_id)[:1]
+    logged = failed or trials[:1]
     stream.write(f"Experiment {experiment_id} failed ({experiment.state}).")
     if len(logged) == 1:
         (trial,) = logged
