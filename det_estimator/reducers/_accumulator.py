@@ -17,6 +17,7 @@ import numpy as np
 
 from det_estimator import _root_cause
 from det_estimator._root_cause import RootCause
+from det_estimator.reducers import _validation as validation
 from det_estimator.reducers._base import MetricReducer
 from det_estimator.reducers._function_reducer import FunctionReducer
 from det_estimator.reducers._reduction_thread import run_reduction
@@ -164,7 +165,8 @@ class MetricAccumulator:
                 "Check that the validation input_fn yields data on at least one rank."
             )
         try:
-            return self._reducer.cross_slot_reduce(states)
+            with validation.reducing_metric(self.name):
+                return self._reducer.cross_slot_reduce(states)
         except Exception:
             failure = self._failure("cross_slot_reduce")
         self._raise(failure)

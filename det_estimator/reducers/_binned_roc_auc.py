@@ -1,7 +1,6 @@
 """Approximate ROC AUC from a state of constant size: adaptive cells, or fixed bins."""
 
 import math
-import warnings
 from typing import Any, Optional, Union
 
 import numpy as np
@@ -302,9 +301,7 @@ class BinnedRocAuc(MetricReducer):
         self.last_error_bound = bound
         if math.isnan(auc):
             name = type(self).__name__
-            warnings.warn(
-                f"{name}: only one class occurs in the whole evaluation, so {name} is undefined; returning NaN.",
-                RuntimeWarning,
-                stacklevel=2,
+            validation.warn_undefined(
+                f"{name}: only one class occurs in the whole evaluation, so {name} is undefined; returning NaN."
             )
         return np.float64(bound if self.value == "error_bound" else auc)

@@ -2,7 +2,6 @@
 
 import abc
 import math
-import warnings
 from typing import Any, Optional
 
 import numpy as np
@@ -258,11 +257,7 @@ class R2(MetricReducer):
         if count == 0 or moments[0] == 0:
             raise validation.no_examples_error(name)
         if count < 2:
-            warnings.warn(
-                f"{name}: R2 is not well-defined with fewer than two examples; returning NaN.",
-                RuntimeWarning,
-                stacklevel=2,
-            )
+            validation.warn_undefined(f"{name}: R2 is not well-defined with fewer than two examples; returning NaN.")
             return np.float64(np.nan)
         residual = math.fsum(float(state[5]) for state in states)
         return np.float64(functional.r2_from_sums(residual, moments[2]))

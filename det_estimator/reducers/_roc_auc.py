@@ -2,7 +2,6 @@
 
 import abc
 import math
-import warnings
 from typing import Any, Optional
 
 import numpy as np
@@ -321,12 +320,9 @@ class _ScoreRankingReducer(MetricReducer, abc.ABC):
         if math.isnan(value):
             num_positives = sum(int(np.count_nonzero(ranking.labels_of(part))) for part in parts)
             present = "positive" if num_positives else "negative"
-            warnings.warn(
+            validation.warn_undefined(
                 f"{name}: only {present} examples occur in the whole evaluation "
-                f"({num_examples} examples of nonzero weight), so "
-                f"{name} is undefined; returning NaN.",
-                RuntimeWarning,
-                stacklevel=2,
+                f"({num_examples} examples of nonzero weight), so {name} is undefined; returning NaN."
             )
             return np.float64(np.nan)
         return np.float64(value)

@@ -1,17 +1,46 @@
-"""Input checks shared by the built-in reducers.
+"""Input checks and warnings shared by the built-in reducers.
 
 Every check raises ``ValueError`` with a message that names the reducer and the
 offending key, because the errors surface far from the code that built the
 batch (inside an evaluation loop, possibly on a remote worker).
 """
 
+import contextlib
+import contextvars
 import math
-from collections.abc import Iterable, Mapping
+import warnings
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, NamedTuple, Optional
 
 import numpy as np
 
 LABELED_KEYS = ("labels", "predictions", "weights")
+
+# The metric whose cross_slot_reduce runs on this thread. An evaluation often reduces
+# several metrics with one reducer type (the AUC of clicks and of conversions), and
+# "RocAuc: only negative examples occur" alone does not say which of them is undefined.
+# A context variable, not a warnings filter: those are process-wide, and reductions may
+# run while other threads warn.
+_metric_being_reduced: contextvars.ContextVar[str] = contextvars.ContextVar("metric_being_reduced", default="")
+
+
+@contextlib.contextmanager
+def reducing_metric(name: str) -> Iterator[None]:
+    """Within it, :func:`warn_undefined` on this thread names the metric ``name``."""
+    token = _metric_being_reduced.set(name)
+    try:
+        yield
+    finally:
+        _metric_being_reduced.reset(token)
+
+
+def warn_undefined(message: str) -> None:
+    """A RuntimeWarning that a reducer's value is undefined, naming the metric being reduced if known.
+
+    The warning points at the caller of the reducer method that calls this function.
+    """
+    metric = _metric_being_reduced.get()
+    warnings.warn(f"Metric {metric!r}: {message}" if metric else message, RuntimeWarning, stacklevel=3)
 
 
 class LabeledBatch(NamedTuple):

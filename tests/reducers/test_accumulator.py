@@ -3,7 +3,7 @@ import pickle
 import numpy as np
 import pytest
 
-from det_estimator.reducers import MetricReducer
+from det_estimator.reducers import R2, BinnedRocAuc, MetricReducer, RocAuc
 from det_estimator.reducers._accumulator import MetricAccumulator, MetricReductionError
 
 
@@ -90,6 +90,30 @@ def test_a_failing_cross_slot_reduce_names_the_metric():
     accumulator.accumulate(np.ones(2))
     with pytest.raises(MetricReductionError, match=r"(?s)'rate'.*cross_slot_reduce.*ZeroDivisionError: no examples"):
         accumulator.reduce_local()
+
+
+@pytest.mark.parametrize(
+    "reducer, batch, warning",
+    [
+        (RocAuc(), {"labels": np.zeros(4), "predictions": np.linspace(0, 1, 4)}, "RocAuc: only negative examples"),
+        (BinnedRocAuc(), {"labels": np.ones(4), "predictions": np.linspace(0, 1, 4)}, "BinnedRocAuc: only one class"),
+        (R2(), {"labels": np.ones(1), "predictions": np.ones(1)}, "R2: R2 is not well-defined"),
+    ],
+)
+def test_an_undefined_value_warns_with_the_name_of_the_metric(reducer, batch, warning):
+    # Two AUCs of one evaluation (of clicks, of conversions) warn alike but for their names.
+    for name in ("click_auc", "conversion_auc"):
+        accumulator = MetricAccumulator(reducer, name)
+        accumulator.accumulate(batch)
+        with pytest.warns(RuntimeWarning, match=f"^Metric '{name}': {warning}"):
+            assert np.isnan(accumulator.reduce_local())
+
+
+def test_a_reducer_used_outside_an_accumulator_warns_without_a_metric_name():
+    reducer = RocAuc()
+    state = reducer.accumulate({"labels": np.zeros(3), "predictions": np.ones(3)})
+    with pytest.warns(RuntimeWarning, match="^RocAuc: only negative examples"):
+        reducer.cross_slot_reduce([state])
 
 
 def test_an_unpicklable_state_is_reported_not_hung_on():
