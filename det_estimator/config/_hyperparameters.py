@@ -42,6 +42,14 @@ class ConstHyperparameter:
         """Returns a mutable copy of the value; ``rng`` is unused."""
         return thaw(self.val)
 
+    def grid_count(self) -> int:
+        """Returns the number of points of a grid search: 1."""
+        return 1
+
+    def grid_point_at(self, position: int) -> Any:
+        """Returns the one point of a grid search: the value, frozen."""
+        return self.val
+
     def grid_points(self) -> tuple[Any, ...]:
         """Returns the one point of a grid search: the value, frozen."""
         return (self.val,)
@@ -69,6 +77,21 @@ class IntHyperparameter:
         """Draws a value using ``rng``."""
         return rng.randint(self.minval, self.maxval)
 
+    def grid_count(self) -> int:
+        """Returns the number of values a grid search tries: ``count``, at most ``maxval - minval + 1``.
+
+        Raises:
+            ValueError: If ``count`` is None.
+        """
+        return min(_require_count(self), self.maxval - self.minval + 1)
+
+    def grid_point_at(self, position: int) -> int:
+        """Returns value ``position`` of :meth:`grid_points`, without computing the others."""
+        count = self.grid_count()
+        if count == 1:
+            return _round_half_away_from_zero(Fraction(self.minval + self.maxval, 2))
+        return _round_half_away_from_zero(self.minval + Fraction(position * (self.maxval - self.minval), count - 1))
+
     def grid_points(self) -> tuple[int, ...]:
         """Returns the values a grid search tries, as the reference system computes them.
 
@@ -79,11 +102,7 @@ class IntHyperparameter:
         Raises:
             ValueError: If ``count`` is None.
         """
-        count = min(_require_count(self), self.maxval - self.minval + 1)
-        if count == 1:
-            return (_round_half_away_from_zero(Fraction(self.minval + self.maxval, 2)),)
-        span = self.maxval - self.minval
-        return tuple(_round_half_away_from_zero(self.minval + Fraction(i * span, count - 1)) for i in range(count))
+        return tuple(self.grid_point_at(position) for position in range(self.grid_count()))
 
     def to_dict(self) -> dict[str, Any]:
         """Returns the spec as written in a config."""
@@ -108,6 +127,18 @@ class DoubleHyperparameter:
         """Draws a value using ``rng``."""
         return rng.uniform(self.minval, self.maxval)
 
+    def grid_count(self) -> int:
+        """Returns the number of values a grid search tries: ``count``.
+
+        Raises:
+            ValueError: If ``count`` is None.
+        """
+        return _require_count(self)
+
+    def grid_point_at(self, position: int) -> float:
+        """Returns value ``position`` of :meth:`grid_points`, without computing the others."""
+        return _evenly_spaced_at(self.minval, self.maxval, self.grid_count(), position)
+
     def grid_points(self) -> tuple[float, ...]:
         """Returns ``count`` evenly spaced values from ``minval`` to ``maxval``, both included.
 
@@ -116,7 +147,7 @@ class DoubleHyperparameter:
         Raises:
             ValueError: If ``count`` is None.
         """
-        return _evenly_spaced(self.minval, self.maxval, _require_count(self))
+        return tuple(self.grid_point_at(position) for position in range(self.grid_count()))
 
     def to_dict(self) -> dict[str, Any]:
         """Returns the spec as written in a config."""
@@ -143,6 +174,18 @@ class LogHyperparameter:
         """Draws a value using ``rng``."""
         return self.base ** rng.uniform(self.minval, self.maxval)
 
+    def grid_count(self) -> int:
+        """Returns the number of values a grid search tries: ``count``.
+
+        Raises:
+            ValueError: If ``count`` is None.
+        """
+        return _require_count(self)
+
+    def grid_point_at(self, position: int) -> float:
+        """Returns value ``position`` of :meth:`grid_points`, without computing the others."""
+        return self.base ** _evenly_spaced_at(self.minval, self.maxval, self.grid_count(), position)
+
     def grid_points(self) -> tuple[float, ...]:
         """Returns ``base ** x`` for ``count`` evenly spaced exponents from ``minval`` to ``maxval``.
 
@@ -151,7 +194,7 @@ class LogHyperparameter:
         Raises:
             ValueError: If ``count`` is None.
         """
-        return tuple(self.base**exponent for exponent in _evenly_spaced(self.minval, self.maxval, _require_count(self)))
+        return tuple(self.grid_point_at(position) for position in range(self.grid_count()))
 
     def to_dict(self) -> dict[str, Any]:
         """Returns the spec as written in a config."""
@@ -171,6 +214,14 @@ class CategoricalHyperparameter:
     def sample(self, rng: random.Random) -> Any:
         """Draws a value using ``rng`` and returns a mutable copy of it."""
         return thaw(rng.choice(self.vals))
+
+    def grid_count(self) -> int:
+        """Returns the number of values a grid search tries: all of them."""
+        return len(self.vals)
+
+    def grid_point_at(self, position: int) -> Any:
+        """Returns value ``position`` of ``vals``, frozen."""
+        return self.vals[position]
 
     def grid_points(self) -> tuple[Any, ...]:
         """Returns every value, frozen, in the order of ``vals``."""
@@ -199,12 +250,13 @@ def _round_half_away_from_zero(value: Fraction) -> int:
     return magnitude if value >= 0 else -magnitude
 
 
-def _evenly_spaced(minval: float, maxval: float, count: int) -> tuple[float, ...]:
+def _evenly_spaced_at(minval: float, maxval: float, count: int, position: int) -> float:
+    """Value ``position`` of ``count`` evenly spaced from ``minval`` to ``maxval``; the midpoint if ``count`` is 1."""
     # Exact fractions, rounded once, so that both ends come out exactly as written.
     low, high = Fraction(minval), Fraction(maxval)
     if count == 1:
-        return (float((low + high) / 2),)
-    return tuple(float(low + (high - low) * i / (count - 1)) for i in range(count))
+        return float((low + high) / 2)
+    return float(low + (high - low) * position / (count - 1))
 
 
 def _parse_const(spec: Mapping[str, Any], path: str) -> ConstHyperparameter:
@@ -391,8 +443,14 @@ def hyperparameters_to_dict(space: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _grid_axes(space: Mapping[str, Any], path: str, names: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
-    """Returns ``(names from the top, grid points)`` of every leaf, depth first, in the config's order."""
+def _grid_axes(
+    space: Mapping[str, Any], path: str, names: tuple[str, ...] = ()
+) -> list[tuple[tuple[str, ...], Hyperparameter]]:
+    """Returns ``(names from the top, spec)`` of every leaf, depth first, in the config's order.
+
+    The specs' grid points are not listed: a grid's axes may be long (a ``count`` of
+    millions), and a search needs only their lengths and one point at a time.
+    """
     axes = []
     for name, node in space.items():
         dotted = join(path, name)
@@ -402,7 +460,7 @@ def _grid_axes(space: Mapping[str, Any], path: str, names: tuple[str, ...] = ())
         if isinstance(node, (IntHyperparameter, DoubleHyperparameter, LogHyperparameter)) and node.count is None:
             rule = "a positive integer: the number of values the grid searcher tries for this hyperparameter"
             raise missing_key(join(dotted, "count"), rule)
-        axes.append(((*names, name), node.grid_points()))
+        axes.append(((*names, name), node))
     return axes
 
 
@@ -420,7 +478,7 @@ def grid_size(space: Mapping[str, Any], path: str = "hyperparameters") -> int:
         ConfigError: If an int, double or log hyperparameter has no ``count``;
             the message names its ``count`` key.
     """
-    return math.prod(len(points) for _, points in _grid_axes(space, path))
+    return math.prod(spec.grid_count() for _, spec in _grid_axes(space, path))
 
 
 def grid_point(space: Mapping[str, Any], index: int, path: str = "hyperparameters") -> dict[str, Any]:
@@ -443,13 +501,13 @@ def grid_point(space: Mapping[str, Any], index: int, path: str = "hyperparameter
         IndexError: If ``index`` is out of range.
     """
     axes = _grid_axes(space, path)
-    size = math.prod(len(points) for _, points in axes)
+    size = math.prod(spec.grid_count() for _, spec in axes)
     if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < size:
         raise IndexError(f"A grid point index must be an integer from 0 to {size - 1}. Received: {index!r}")
     chosen = {}
-    for names, points in reversed(axes):
-        index, position = divmod(index, len(points))
-        chosen[names] = points[position]
+    for names, spec in reversed(axes):
+        index, position = divmod(index, spec.grid_count())
+        chosen[names] = spec.grid_point_at(position)
     return _assemble(space, chosen, ())
 
 

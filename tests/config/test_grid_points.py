@@ -99,3 +99,35 @@ def test_a_range_without_count_is_named():
         "experiment config: missing required key `hyperparameters.optimizer.lr.count`, which must be a positive "
         "integer: the number of values the grid searcher tries for this hyperparameter."
     )
+
+
+@pytest.mark.timeout(20)  # listing the axes' points instead would take hours
+def test_a_grid_of_long_axes_gives_its_size_and_points_without_listing_them():
+    # Counts of a million a hyperparameter are a grid no one finishes, but the command
+    # must still say at once what it is, not hang before the first trial.
+    hyperparameters = space(
+        lr={"type": "log", "minval": -6, "maxval": -1, "base": 10, "count": 10**6},
+        units={"type": "int", "minval": 0, "maxval": 10**12, "count": 10**6},
+        dropout={"type": "double", "minval": 0.0, "maxval": 0.5, "count": 10**6},
+    )
+    assert grid_size(hyperparameters) == 10**18
+    last = grid_point(hyperparameters, 10**18 - 1)
+    assert (last["lr"], last["units"], last["dropout"]) == (pytest.approx(0.1, rel=1e-15), 10**12, 0.5)
+    # Point 1 differs from point 0 in the last axis only, by one step.
+    assert grid_point(hyperparameters, 1)["dropout"] == 0.5 / (10**6 - 1)
+    assert grid_point(hyperparameters, 10**6)["units"] == 1_000_001  # 10**12 / 999,999, rounded
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        IntHyperparameter(-7, 30, 9),
+        IntHyperparameter(0, 3, 3),
+        DoubleHyperparameter(0.1, 0.7, 6),
+        LogHyperparameter(-4.0, 2.0, 3.0, 5),
+        CategoricalHyperparameter(("a", 1, (2, 3))),
+    ],
+)
+def test_each_grid_point_alone_is_the_same_as_in_the_list(spec):
+    assert spec.grid_count() == len(spec.grid_points())
+    assert tuple(spec.grid_point_at(position) for position in range(spec.grid_count())) == spec.grid_points()
