@@ -12,7 +12,7 @@ from det_estimator import orchestration
 from det_estimator.cli._config_warnings import config_warnings
 from det_estimator.cli._entrypoint import EntrypointError, check_script_entrypoint, check_trial_entrypoint
 from det_estimator.cli._output import format_size, format_time, print_log, print_table
-from det_estimator.config import ExperimentConfig
+from det_estimator.config import ExperimentConfig, grid_size
 from det_estimator.errors import DetEstimatorError
 from det_estimator.orchestration import format_metrics, print_json
 from det_estimator.store import ExperimentBusyError, ExperimentStore, MetricKind, State, TrialRecord, to_json_value
@@ -78,8 +78,17 @@ def create(store: ExperimentStore, args: argparse.Namespace) -> int:
         slots=slots,
     )
     trial_id = store.trials(experiment_id)[0].id
-    _tell(args.json, f"Created experiment {experiment_id} (trial {trial_id}) in {store.path}")
+    _tell(args.json, f"Created experiment {experiment_id} ({_what_it_runs(config, trial_id)}) in {store.path}")
     return _run(store, experiment_id, args)
+
+
+def _what_it_runs(config: ExperimentConfig, first_trial_id: int) -> str:
+    """The trial of a single-trial experiment, or how many trials a search has: a grid's count is easy to misjudge."""
+    searcher = config.searcher
+    if searcher.name == "single":
+        return f"trial {first_trial_id}"
+    trials = grid_size(config.hyperparameters) if searcher.name == "grid" else searcher.max_trials
+    return f"{searcher.name} search of {trials:,} trial{'' if trials == 1 else 's'}"
 
 
 def _test_mode_config(raw: dict[str, Any], config: ExperimentConfig) -> ExperimentConfig:

@@ -76,6 +76,7 @@ def test_a_random_search_runs_its_trials_two_at_a_time_and_ranks_them(det, searc
         search_dir, {"name": "random", "max_trials": 4, "max_concurrent_trials": 2}, {"seconds_per_batch": 0.05}
     )
     result = det.ok("experiment", "create", config, search_dir, "--slots", "2")
+    assert result.stdout.startswith(f"Created experiment 1 (random search of 4 trials) in {det.store}\n")
     assert "Experiment 1 COMPLETED after 80 batches." in result.stdout
     assert result.stdout.count(f"done after {BATCHES} batches") == 4
 
@@ -105,7 +106,8 @@ def test_a_grid_search_visits_every_point(det, search_dir):
         "kind": {"type": "categorical", "vals": ["a", "b"]},
     }
     config = write_config(search_dir, {"name": "grid", "max_concurrent_trials": 2}, hparams)
-    det.ok("experiment", "create", config, search_dir, "--slots", "2")
+    result = det.ok("experiment", "create", config, search_dir, "--slots", "2")
+    assert result.stdout.startswith(f"Created experiment 1 (grid search of 6 trials) in {det.store}\n")
     seen = sorted((t["hparams"]["x"], t["hparams"]["kind"]) for t in trials_of(det, 1).values())
     assert seen == sorted((x, kind) for x in (0.1, 0.3, 0.5) for kind in ("a", "b"))
 
