@@ -47,6 +47,31 @@ def own_store(tmp_path, monkeypatch):
 
 
 @pytest.fixture
+def searcher_operations(monkeypatch):
+    """Gives the next in-process runs operations of the lengths given, as a search that promotes a trial does.
+
+    Call it with the lengths; it returns the list of ``(length, searcher metric)`` that
+    the chief completes, appended as it completes them.
+    """
+    from det_estimator.core import _context
+    from det_estimator.core._searcher import FixedLengths
+
+    def give(lengths: list) -> list:
+        completed = []
+
+        class Recorded(FixedLengths):
+            def next_length(self, done):
+                if done is not None:
+                    completed.append(done)
+                return super().next_length(done)
+
+        monkeypatch.setattr(_context, "FixedLengths", lambda _: Recorded(lengths))
+        return completed
+
+    return give
+
+
+@pytest.fixture
 def example_config(tmp_path):
     """``example_config(example, name)``: a copy of an example's config in tmp_path, whose
     checkpoints go under tmp_path instead of the example's own runs/ directory."""

@@ -115,12 +115,10 @@ class EstimatorTrialController:
                 self._operations = iter(self._core.searcher.operations())
                 self._operation = next(self._operations, None)
                 if self._operation is not None:
-                    max_batches = self._target(self._operation)
-                    self._core.train.report_start(self._batches, max_batches)
-                    if self._batches < max_batches:
-                        self._train(train_spec, max_batches)
-                    else:
-                        self._complete_operations_already_done()
+                    self._core.train.report_start(self._batches, self._target(self._operation))
+                self._complete_operations_reached()
+                if self._operation is not None:
+                    self._train(train_spec, self._target(self._operation))
         finally:
             for hook in self._run_hooks:
                 hook.on_trial_close()
@@ -159,9 +157,14 @@ class EstimatorTrialController:
             for hook in self._run_hooks:
                 hook.on_checkpoint_load(str(path))
 
-    def _complete_operations_already_done(self) -> None:
-        """A trial resumed at or past its length: its operations complete at once, with the last metric."""
-        while self._operation is not None:
+    def _complete_operations_reached(self) -> None:
+        """Completes, with the best metric, the searcher's operations whose length is already trained.
+
+        A trial resumed at the length of its operation (killed after that checkpoint, before
+        reporting it) completes it at once; a search may then answer with a longer one,
+        which is trained, not completed with the old metric.
+        """
+        while self._operation is not None and self._batches >= self._target(self._operation):
             if self._is_chief:
                 self._operation.report_completed(self._best_metric)
             self._operation = next(self._operations, None)
@@ -229,11 +232,12 @@ class EstimatorTrialController:
         if self._is_chief:
             self._operation.report_completed(self._searcher_metric())
         self._operation = next(self._operations, None)
+        self._complete_operations_reached()
         if self._operation is None:
             return True
         self._control.max_batches = self._target(self._operation)
         self._core.train.report_start(self._batches, self._control.max_batches)
-        return self._batches >= self._control.max_batches
+        return False
 
     def _searcher_metric(self) -> Optional[float]:
         value = (self._last_metrics or {}).get(self._config.searcher.metric)

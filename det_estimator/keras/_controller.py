@@ -122,12 +122,10 @@ class TFKerasTrialController:
             self._operations = iter(self._core.searcher.operations())
             self._operation = next(self._operations, None)
             if self._operation is not None:
-                max_batches = self._target(self._operation)
-                self._core.train.report_start(self._batches, max_batches)
-                if self._batches < max_batches:
-                    self._train(iterator, max_batches)
-                else:
-                    self._complete_operations_reached()
+                self._core.train.report_start(self._batches, self._target(self._operation))
+            self._complete_operations_reached()
+            if self._operation is not None:
+                self._train(iterator, self._target(self._operation))
         finally:
             for data in ("_train_data", "_validation"):
                 if hasattr(self, data):
@@ -214,7 +212,12 @@ class TFKerasTrialController:
         self._step.trace(iterator)
 
     def _complete_operations_reached(self) -> None:
-        """Completes, with the last metric, the searcher's operations whose length is already trained."""
+        """Completes, with the best metric, the searcher's operations whose length is already trained.
+
+        A trial resumed at the length of its operation (killed after that checkpoint, before
+        reporting it) completes it at once; a search may then answer with a longer one,
+        which is trained.
+        """
         while self._operation is not None and self._batches >= self._target(self._operation):
             if self._is_chief:
                 self._operation.report_completed(self._best_metric)

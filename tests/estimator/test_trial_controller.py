@@ -68,6 +68,21 @@ def test_a_resumed_trial_continues_where_it_stopped(analytic, tmp_path):
     assert events(tmp_path).count("on_checkpoint_load") == 1
 
 
+def test_a_trial_resumed_at_its_operations_length_completes_it_and_trains_the_next(
+    analytic, tmp_path, searcher_operations
+):
+    # As a search trial killed after its checkpoint at a rung's length, before reporting it,
+    # then promoted at once when it reports on resume.
+    first = det.run_trial(analytic.AnalyticTrial, analytic.make_config(tmp_path, 10))
+    completed = searcher_operations([10, 20])
+    second = det.run_trial(analytic.AnalyticTrial, analytic.make_config(tmp_path, 20))
+
+    assert (second.state, second.batches_trained) == ("COMPLETED", 20)
+    assert [v["batches"] for v in second.validations] == [15, 20]
+    best_of_first = min(v["metrics"]["loss"] for v in first.validations)
+    assert completed == [(10, best_of_first), (20, second.validations[-1]["metrics"]["loss"])]
+
+
 def test_the_saved_model_predicts_what_the_estimator_predicts(analytic, tmp_path):
     outcome = det.run_trial(analytic.AnalyticTrial, analytic.make_config(tmp_path, 10))
     path = outcome.checkpoints[-1]["path"]

@@ -62,6 +62,22 @@ def test_a_resumed_trial_continues_at_the_batch_where_it_stopped(analytic_keras,
     assert loaded == {"event": "load_state", "checkpoints": 2, "array": [0.0, 2.0, 4.0]}
 
 
+def test_a_trial_resumed_at_its_operations_length_completes_it_and_trains_the_next(
+    analytic_keras, tmp_path, searcher_operations
+):
+    # As a search trial killed after its checkpoint at a rung's length, before reporting it,
+    # then promoted at once when it reports on resume.
+    first = det.run_trial(analytic_keras.AnalyticKerasTrial, analytic_keras.make_config(tmp_path, 10))
+    completed = searcher_operations([10, 20])
+    second = det.run_trial(analytic_keras.AnalyticKerasTrial, analytic_keras.make_config(tmp_path, 20))
+
+    assert (second.state, second.batches_trained) == ("COMPLETED", 20)
+    assert [v["batches"] for v in second.validations] == [15, 20]
+    analytic_keras.assert_closed_form(first.validations + second.validations)
+    best_of_first = min(v["metrics"]["val_loss"] for v in first.validations)
+    assert completed == [(10, best_of_first), (20, second.validations[-1]["metrics"]["val_loss"])]
+
+
 @pytest.mark.parametrize("loader", LOADERS)
 def test_a_shuffled_run_resumed_mid_epoch_sees_the_batches_of_an_uninterrupted_one(analytic_keras, tmp_path, loader):
     def config(directory, batches):
