@@ -96,6 +96,8 @@ _FORBIDDEN = {
     | {"det_estimator.core", "det_estimator.estimator", "det_estimator.worker"},
     "det_estimator.worker": _FRONT_ENDS | {"det_estimator.orchestration"},
     "det_estimator.estimator": _FRONT_ENDS | {"det_estimator.orchestration", "det_estimator.worker"},
+    "det_estimator._trial_controller": _FRONT_ENDS
+    | {"det_estimator.orchestration", "det_estimator.worker", "det_estimator.estimator", "det_estimator.keras"},
     "det_estimator.core": _FRONT_ENDS
     | {"det_estimator.orchestration", "det_estimator.estimator", "det_estimator.worker", "det_estimator.launcher"},
 }

@@ -2,7 +2,6 @@
 
 import random
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Optional
 
@@ -11,8 +10,8 @@ import tensorflow as tf
 
 from det_estimator import __version__, core
 from det_estimator._process_random_state import python_and_numpy_state, restore_python_and_numpy_state
+from det_estimator._trial_controller import TrialController
 from det_estimator.checkpoint import read_checkpoint
-from det_estimator.config import ExperimentConfig, Length, load_experiment_config
 from det_estimator.errors import PermanentTrialError, TrialDefinitionError
 from det_estimator.estimator._checkpointing import check_serving_names, restore_into, write_checkpoint_files
 from det_estimator.estimator._estimator_setup import EXAMPLES_KEY, GraphRecorder, rebuild_estimator
@@ -32,7 +31,7 @@ class TrialLifecycleError(PermanentTrialError, RuntimeError):
     """The trial was built or used in a way the harness cannot run."""
 
 
-class EstimatorTrialController:
+class EstimatorTrialController(TrialController):
     """Trains, validates and checkpoints one ``EstimatorTrial`` on this process.
 
     Every rank of the job runs one controller; rank 0 (the chief) alone writes
@@ -61,40 +60,13 @@ class EstimatorTrialController:
     ) -> None:
         if not (isinstance(trial_class, type) and issubclass(trial_class, EstimatorTrial)):
             raise TypeError(f"Argument `trial_class` must be a subclass of EstimatorTrial. Received: {trial_class!r}")
-        info = core_context.info
+        super().__init__(core_context)
         self._trial_class = trial_class
-        self._core = core_context
-        self._distributed = core_context.distributed
-        self._config: ExperimentConfig = load_experiment_config(info.trial.config)
-        self._hparams = info.trial.hparams
-        self._seed = info.trial.trial_seed
-        self._test = info.test_mode
-        self._latest_checkpoint = info.latest_checkpoint
-        self.context = context or EstimatorTrialContext(
-            self._config,
-            self._hparams,
-            self._seed,
-            self._distributed,
-            trial_id=info.trial.trial_id,
-            experiment_id=info.trial.experiment_id,
-        )
+        self.context = context or self._new_context(EstimatorTrialContext)
         self._recorder = GraphRecorder()
         self._run_hooks: list[RunHook] = []
-        self._state = State.COMPLETED
-        self._batches = 0
-        self._best_metric: Optional[float] = None
-        self._last_validation = -1
-        self._last_checkpoint = -1
-        self._last_metrics: Optional[dict[str, Any]] = None
-        self._improved = False
-        self._operations: Optional[Iterator[core.SearcherOperation]] = None
-        self._operation: Optional[core.SearcherOperation] = None
         self._restore_input_from: Optional[str] = None
         self._input_saveable = True
-
-    @property
-    def _is_chief(self) -> bool:
-        return self._distributed.rank == 0
 
     def run(self) -> State:
         """Runs the trial to its end (or to a pause); returns COMPLETED or PAUSED."""
@@ -112,13 +84,9 @@ class EstimatorTrialController:
                     user_estimator, model_dir, self._seed, self._distributed, self._recorder
                 )
                 self._resume()
-                self._operations = iter(self._core.searcher.operations())
-                self._operation = next(self._operations, None)
-                if self._operation is not None:
-                    self._core.train.report_start(self._batches, self._target(self._operation))
-                self._complete_operations_reached()
-                if self._operation is not None:
-                    self._train(train_spec, self._target(self._operation))
+                max_batches = self._start_operations()
+                if max_batches is not None:
+                    self._train(train_spec, max_batches)
         finally:
             for hook in self._run_hooks:
                 hook.on_trial_close()
@@ -130,13 +98,6 @@ class EstimatorTrialController:
         serving_fns = {**serving_fns, **(trial.build_serving_input_receiver_fns() or {})}
         check_serving_names(serving_fns)
         return serving_fns
-
-    def _target(self, operation: core.SearcherOperation) -> int:
-        """The batches to train in all before ``operation`` is done (one more than now, in test mode)."""
-        if self._test:
-            return self._batches + 1
-        length = Length(self._config.searcher.max_length.unit, operation.length)
-        return length.to_batches(self.context.get_global_batch_size(), self._config.records_per_epoch)
 
     def _resume(self) -> None:
         if self._latest_checkpoint is None:
@@ -156,18 +117,6 @@ class EstimatorTrialController:
             restore_python_and_numpy_state(metadata.get("rng_states", []), self._distributed.rank)
             for hook in self._run_hooks:
                 hook.on_checkpoint_load(str(path))
-
-    def _complete_operations_reached(self) -> None:
-        """Completes, with the best metric, the searcher's operations whose length is already trained.
-
-        A trial resumed at the length of its operation (killed after that checkpoint, before
-        reporting it) completes it at once; a search may then answer with a longer one,
-        which is trained, not completed with the old metric.
-        """
-        while self._operation is not None and self._batches >= self._target(self._operation):
-            if self._is_chief:
-                self._operation.report_completed(self._best_metric)
-            self._operation = next(self._operations, None)
 
     def _train(self, train_spec: tf.estimator.TrainSpec, max_batches: int) -> None:
         hooks = list(train_spec.hooks)
@@ -206,42 +155,26 @@ class EstimatorTrialController:
         """Reports the workload, validates and checkpoints as the config asks; returns whether training stops."""
         self._batches = batches
         self._report_training()
-        validate = stopping in ("end", "request_stop") or self._period_elapsed(
-            self._config.min_validation_period, self._last_validation
-        )
+        validate = self._validation_due(stopping)
         local_checkpoint = self._save_local(session, saver) if validate else None
         metrics = self._validate(local_checkpoint) if validate else None
         checkpoint_now = bool(stopping) or self._checkpoint_due(metrics)
         if checkpoint_now:
             local_checkpoint = local_checkpoint or self._save_local(session, saver)
             self._checkpoint(session, local_checkpoint, metrics)
-        if not stopping and (validate or checkpoint_now) and self._core.preempt.should_preempt(auto_ack=False):
-            # Asked for during the validation or the checkpoint, which no step saw: stop at this batch.
-            stopping = "pause"
+        if self._pause_asked_meanwhile(stopping, validate, checkpoint_now):
+            stopping = "pause"  # at this batch
             if not checkpoint_now:
                 self._checkpoint(session, local_checkpoint, metrics)
         if stopping == "end":
-            return self._next_operation()
+            max_batches = self._next_operation()
+            if max_batches is None:
+                return True
+            self._control.max_batches = max_batches
+            return False
         if stopping == "pause":
-            self._state = State.PAUSED
-            self._core.preempt.acknowledge_preemption_signal()
+            self._pause()
         return bool(stopping)
-
-    def _next_operation(self) -> bool:
-        """Completes the searcher's operation; returns True (stop) unless another one follows."""
-        if self._is_chief:
-            self._operation.report_completed(self._searcher_metric())
-        self._operation = next(self._operations, None)
-        self._complete_operations_reached()
-        if self._operation is None:
-            return True
-        self._control.max_batches = self._target(self._operation)
-        self._core.train.report_start(self._batches, self._control.max_batches)
-        return False
-
-    def _searcher_metric(self) -> Optional[float]:
-        value = (self._last_metrics or {}).get(self._config.searcher.metric)
-        return value if isinstance(value, (int, float)) else None
 
     def _check_wrappers(self) -> None:
         if self._distributed.size == 1:
@@ -261,18 +194,6 @@ class EstimatorTrialController:
                 "wrap each dataset in its input_fn, before batching, so that each process reads its own share."
             )
 
-    def _period_elapsed(self, period: Optional[Length], since: int) -> bool:
-        if period is None:
-            return False
-        batches = period.to_batches(self.context.get_global_batch_size(), self._config.records_per_epoch)
-        return self._batches - max(since, 0) >= batches
-
-    def _checkpoint_due(self, metrics: Optional[dict[str, Any]]) -> bool:
-        if self._period_elapsed(self._config.min_checkpoint_period, self._last_checkpoint):
-            return True
-        policy = self._config.checkpoint_policy
-        return metrics is not None and (policy == "all" or (policy == "best" and self._improved))
-
     def _save_local(self, session: tf.compat.v1.Session, saver: tf.compat.v1.train.Saver) -> str:
         """A TF checkpoint of the live session in this process's model_dir, for evaluate and export."""
         prefix = str(Path(self._model_dir) / "model.ckpt")
@@ -288,10 +209,7 @@ class EstimatorTrialController:
             name=spec.name,
         )
         metrics = self._combine_across_ranks(raw)
-        self._last_validation = self._batches
-        self._improved = self._is_improvement(metrics)
-        self._last_metrics = metrics
-        self._core.train.report_validation_metrics(self._batches, metrics)
+        self._record_validation(metrics)
         return metrics
 
     def _combine_across_ranks(self, raw: dict[str, Any]) -> dict[str, Any]:
@@ -309,19 +227,6 @@ class EstimatorTrialController:
             else:
                 combined[key] = sum(count * metrics[key] for count, metrics in per_rank if count) / total
         return combined
-
-    def _is_improvement(self, metrics: dict[str, Any]) -> bool:
-        searcher = self._config.searcher
-        if searcher.metric not in metrics:
-            raise core.SearcherMetricError(
-                f"searcher.metric {searcher.metric!r} is not among the validation metrics: "
-                f"{', '.join(sorted(metrics))}. Name one of them in the experiment config."
-            )
-        value = metrics[searcher.metric]
-        improved = searcher.improves_on(value, self._best_metric)
-        if improved:
-            self._best_metric = value
-        return improved
 
     def _checkpoint(self, session: tf.compat.v1.Session, local_checkpoint: str, metrics: Optional[dict[str, Any]]):
         """Writes a checkpoint: the chief's model files and exports, and every process's input position."""

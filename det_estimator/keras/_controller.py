@@ -11,8 +11,8 @@ import tensorflow as tf
 
 from det_estimator import __version__, core
 from det_estimator._process_random_state import python_and_numpy_state, restore_python_and_numpy_state
+from det_estimator._trial_controller import TrialController
 from det_estimator.checkpoint import read_checkpoint
-from det_estimator.config import ExperimentConfig, Length, load_experiment_config
 from det_estimator.errors import PermanentTrialError
 from det_estimator.keras import _callback_states, _data, _random_states
 from det_estimator.keras._callback_list import TrialCallbacks
@@ -32,7 +32,7 @@ class TrialLifecycleError(PermanentTrialError, RuntimeError):
     """The trial was built or used in a way the harness cannot run."""
 
 
-class TFKerasTrialController:
+class TFKerasTrialController(TrialController):
     """Trains, validates and checkpoints one ``TFKerasTrial`` on this process.
 
     Every rank of the job runs one controller; rank 0 (the chief) writes the
@@ -61,40 +61,13 @@ class TFKerasTrialController:
     ) -> None:
         if not (isinstance(trial_class, type) and issubclass(trial_class, TFKerasTrial)):
             raise TypeError(f"Argument `trial_class` must be a subclass of TFKerasTrial. Received: {trial_class!r}")
-        info = core_context.info
+        super().__init__(core_context)
         self._trial_class = trial_class
-        self._core = core_context
-        self._distributed = core_context.distributed
-        self._config: ExperimentConfig = load_experiment_config(info.trial.config)
-        self._hparams = info.trial.hparams
-        self._seed = info.trial.trial_seed
-        self._test = info.test_mode
-        self._latest_checkpoint = info.latest_checkpoint
-        self.context = context or TFKerasTrialContext(
-            self._config,
-            self._hparams,
-            self._seed,
-            self._distributed,
-            trial_id=info.trial.trial_id,
-            experiment_id=info.trial.experiment_id,
-        )
-        self._state = State.COMPLETED
-        self._batches = 0
+        self.context = context or self._new_context(TFKerasTrialContext)
         # Batches of the global input stream read before this run, and this run's first batch.
         self._start_position = 0
         self._start_batches = 0
-        self._best_metric: Optional[float] = None
-        self._last_validation = -1
-        self._last_checkpoint = -1
-        self._last_metrics: Optional[dict[str, Any]] = None
-        self._improved = False
         self._saved_callback_states: Optional[list[dict[str, Any]]] = None
-        self._operations: Optional[Iterator[core.SearcherOperation]] = None
-        self._operation: Optional[core.SearcherOperation] = None
-
-    @property
-    def _is_chief(self) -> bool:
-        return self._distributed.rank == 0
 
     def run(self) -> State:
         """Runs the trial to its end (or to a pause); returns COMPLETED or PAUSED."""
@@ -119,13 +92,9 @@ class TFKerasTrialController:
             self._export = ServingExport(self._model)
             self._step = TrainStep(self._model, self._distributed.size)
             iterator = self._resume()
-            self._operations = iter(self._core.searcher.operations())
-            self._operation = next(self._operations, None)
-            if self._operation is not None:
-                self._core.train.report_start(self._batches, self._target(self._operation))
-            self._complete_operations_reached()
-            if self._operation is not None:
-                self._train(iterator, self._target(self._operation))
+            max_batches = self._start_operations()
+            if max_batches is not None:
+                self._train(iterator, max_batches)
         finally:
             for data in ("_train_data", "_validation"):
                 if hasattr(self, data):
@@ -172,13 +141,6 @@ class TFKerasTrialController:
         records = self._config.records_per_epoch
         return max(1, records // self.context.get_global_batch_size()) if records else None
 
-    def _target(self, operation: core.SearcherOperation) -> int:
-        """The batches to train in all before ``operation`` is done (one more than now, in test mode)."""
-        if self._test:
-            return self._batches + 1
-        length = Length(self._config.searcher.max_length.unit, operation.length)
-        return length.to_batches(self.context.get_global_batch_size(), self._config.records_per_epoch)
-
     # Resuming.
 
     def _resume(self) -> Iterator:
@@ -211,18 +173,6 @@ class TFKerasTrialController:
                 self._model(data.first_batch[0], training=False)
         self._step.trace(iterator)
 
-    def _complete_operations_reached(self) -> None:
-        """Completes, with the best metric, the searcher's operations whose length is already trained.
-
-        A trial resumed at the length of its operation (killed after that checkpoint, before
-        reporting it) completes it at once; a search may then answer with a longer one,
-        which is trained.
-        """
-        while self._operation is not None and self._batches >= self._target(self._operation):
-            if self._is_chief:
-                self._operation.report_completed(self._best_metric)
-            self._operation = next(self._operations, None)
-
     # Training.
 
     def _train(self, iterator: Iterator, max_batches: int) -> None:
@@ -241,18 +191,15 @@ class TFKerasTrialController:
                 stopping = "end"
             logs = self._report_training()
             self._callbacks.on_train_workload_end(self._batches, logs)
-            validate = stopping in ("end", "request_stop") or self._period_elapsed(
-                self._config.min_validation_period, self._last_validation
-            )
+            validate = self._validation_due(stopping)
             metrics = self._validate() if validate else None
             if validate and not stopping and self._stop_requested():
                 stopping = "request_stop"
             checkpoint_now = bool(stopping) or self._checkpoint_due(metrics)
             if checkpoint_now:
                 self._checkpoint(iterator, metrics)
-            if not stopping and (validate or checkpoint_now) and self._core.preempt.should_preempt(auto_ack=False):
-                # Asked for during the validation or the checkpoint, which no step saw: stop at this batch.
-                stopping = "pause"
+            if self._pause_asked_meanwhile(stopping, validate, checkpoint_now):
+                stopping = "pause"  # at this batch
                 if not checkpoint_now:
                     self._checkpoint(iterator, metrics)
             if stopping == "end":
@@ -260,8 +207,7 @@ class TFKerasTrialController:
                 if max_batches is None:
                     break
             elif stopping == "pause":
-                self._state = State.PAUSED
-                self._core.preempt.acknowledge_preemption_signal()
+                self._pause()
                 break
             elif stopping == "request_stop":
                 self._core.train.report_early_exit(core.EarlyExitReason.USER_REQUESTED_STOP)
@@ -308,34 +254,10 @@ class TFKerasTrialController:
                 return "request_stop"
         return ""
 
-    def _next_operation(self) -> Optional[int]:
-        """Completes the searcher's operation; returns the length of the next one to train, or None when done."""
-        if self._is_chief:
-            self._operation.report_completed(self._searcher_metric())
-        self._operation = next(self._operations, None)
-        self._complete_operations_reached()
-        if self._operation is None:
-            return None
-        max_batches = self._target(self._operation)
-        self._core.train.report_start(self._batches, max_batches)
-        return max_batches
-
     def _stop_requested(self) -> bool:
         """Whether a callback (EarlyStopping, say) set ``model.stop_training`` on any process in the validation."""
         stop = bool(self._model.stop_training)
         return any(self._distributed.allgather(stop)) if self._distributed.size > 1 else stop
-
-    def _period_elapsed(self, period: Optional[Length], since: int) -> bool:
-        if period is None:
-            return False
-        batches = period.to_batches(self.context.get_global_batch_size(), self._config.records_per_epoch)
-        return self._batches - max(since, 0) >= batches
-
-    def _checkpoint_due(self, metrics: Optional[dict[str, Any]]) -> bool:
-        if self._period_elapsed(self._config.min_checkpoint_period, self._last_checkpoint):
-            return True
-        policy = self._config.checkpoint_policy
-        return metrics is not None and (policy == "all" or (policy == "best" and self._improved))
 
     # Metrics.
 
@@ -372,10 +294,7 @@ class TFKerasTrialController:
             )
         combined = self._combine_across_ranks(_to_json(local or {}), self._validation.examples)
         metrics = {f"val_{name}": value for name, value in combined.items()}
-        self._last_validation = self._batches
-        self._improved = self._is_improvement(metrics)
-        self._last_metrics = metrics
-        self._core.train.report_validation_metrics(self._batches, metrics)
+        self._record_validation(metrics)
         self._callbacks.on_test_end(combined)
         if self.context.fit_config.verbose and self._is_chief:
             print(f"[keras] validation after {self._batches} batches: {_format(metrics)}", flush=True)
@@ -399,20 +318,6 @@ class TFKerasTrialController:
 
     def _exact_metric_names(self) -> set[str]:
         return {metric.name for metric in self._model.metrics if isinstance(metric, ReducerMetric)}
-
-    def _is_improvement(self, metrics: dict[str, Any]) -> bool:
-        searcher = self._config.searcher
-        value = metrics.get(searcher.metric)
-        if not isinstance(value, (int, float)):
-            return False  # report_validation_metrics names the metrics there are
-        improved = searcher.improves_on(value, self._best_metric)
-        if improved:
-            self._best_metric = value
-        return improved
-
-    def _searcher_metric(self) -> Optional[float]:
-        value = (self._last_metrics or {}).get(self._config.searcher.metric)
-        return value if isinstance(value, (int, float)) else None
 
     # Checkpoints.
 

@@ -1,0 +1,161 @@
+"""What the Estimator and Keras trial controllers both keep track of, besides training itself.
+
+Each controller trains in its own way (a long-lived ``estimator.train()`` session driven
+by a hook, or the Keras model's train function called in a loop); around the training
+they follow the same rules, kept here:
+
+* the searcher's operations: train to each one's length, then report its metric; an
+  operation whose length a resumed trial has already trained is completed at once;
+* the experiment config's periods: validate every ``min_validation_period``, checkpoint
+  every ``min_checkpoint_period`` and as ``checkpoint_policy`` asks;
+* the best searcher metric, which decides ``checkpoint_policy: best``.
+"""
+
+from collections.abc import Iterator
+from typing import Any, Optional
+
+from det_estimator import core
+from det_estimator.config import ExperimentConfig, Length, load_experiment_config
+from det_estimator.store import State
+
+
+class TrialController:
+    """The bookkeeping of one trial's run on this process, shared by the trial controllers.
+
+    Every rank of the job runs one controller and takes the same decisions from the
+    same inputs, so that all ranks validate, checkpoint and stop at the same batch.
+
+    Subclasses create ``self.context``, the trial's context, whose
+    ``get_global_batch_size()`` turns lengths into batches.
+
+    Args:
+        core_context: the trial's core context on this process.
+    """
+
+    context: Any
+
+    def __init__(self, core_context: core.Context) -> None:
+        info = core_context.info
+        self._core = core_context
+        self._distributed = core_context.distributed
+        self._config: ExperimentConfig = load_experiment_config(info.trial.config)
+        self._hparams = info.trial.hparams
+        self._seed = info.trial.trial_seed
+        self._test = info.test_mode
+        self._latest_checkpoint = info.latest_checkpoint
+        self._state = State.COMPLETED
+        self._batches = 0
+        self._best_metric: Optional[float] = None
+        self._last_validation = -1
+        self._last_checkpoint = -1
+        self._last_metrics: Optional[dict[str, Any]] = None
+        self._improved = False
+        self._operations: Optional[Iterator[core.SearcherOperation]] = None
+        self._operation: Optional[core.SearcherOperation] = None
+
+    def _new_context(self, context_class: type) -> Any:
+        """A new trial context of ``context_class`` (both trial contexts take the same arguments)."""
+        trial = self._core.info.trial
+        return context_class(
+            self._config,
+            self._hparams,
+            self._seed,
+            self._distributed,
+            trial_id=trial.trial_id,
+            experiment_id=trial.experiment_id,
+        )
+
+    @property
+    def _is_chief(self) -> bool:
+        return self._distributed.rank == 0
+
+    # The searcher's operations.
+
+    def _target(self, operation: core.SearcherOperation) -> int:
+        """The batches to train in all before ``operation`` is done (one more than now, in test mode)."""
+        if self._test:
+            return self._batches + 1
+        length = Length(self._config.searcher.max_length.unit, operation.length)
+        return length.to_batches(self.context.get_global_batch_size(), self._config.records_per_epoch)
+
+    def _start_operations(self) -> Optional[int]:
+        """Takes the searcher's first operation not yet trained; returns the batches to train in all, or None."""
+        self._operations = iter(self._core.searcher.operations())
+        self._operation = next(self._operations, None)
+        if self._operation is not None:
+            self._core.train.report_start(self._batches, self._target(self._operation))
+        self._complete_operations_reached()
+        return None if self._operation is None else self._target(self._operation)
+
+    def _next_operation(self) -> Optional[int]:
+        """Completes the operation just trained; returns the batches to train in all for the next, or None."""
+        if self._is_chief:
+            self._operation.report_completed(self._searcher_metric())
+        self._operation = next(self._operations, None)
+        self._complete_operations_reached()
+        if self._operation is None:
+            return None
+        max_batches = self._target(self._operation)
+        self._core.train.report_start(self._batches, max_batches)
+        return max_batches
+
+    def _complete_operations_reached(self) -> None:
+        """Completes, with the best metric, the searcher's operations whose length is already trained.
+
+        A trial resumed at the length of its operation (killed after that checkpoint, before
+        reporting it) completes it at once; a search may then answer with a longer one,
+        which is trained, not completed with the old metric.
+        """
+        while self._operation is not None and self._batches >= self._target(self._operation):
+            if self._is_chief:
+                self._operation.report_completed(self._best_metric)
+            self._operation = next(self._operations, None)
+
+    def _searcher_metric(self) -> Optional[float]:
+        value = (self._last_metrics or {}).get(self._config.searcher.metric)
+        return value if isinstance(value, (int, float)) else None
+
+    # Validations and checkpoints.
+
+    def _period_elapsed(self, period: Optional[Length], since: int) -> bool:
+        if period is None:
+            return False
+        batches = period.to_batches(self.context.get_global_batch_size(), self._config.records_per_epoch)
+        return self._batches - max(since, 0) >= batches
+
+    def _validation_due(self, stopping: str) -> bool:
+        """Whether to validate after a workload: at an operation's end, before a requested stop, or by period."""
+        return stopping in ("end", "request_stop") or self._period_elapsed(
+            self._config.min_validation_period, self._last_validation
+        )
+
+    def _checkpoint_due(self, metrics: Optional[dict[str, Any]]) -> bool:
+        if self._period_elapsed(self._config.min_checkpoint_period, self._last_checkpoint):
+            return True
+        policy = self._config.checkpoint_policy
+        return metrics is not None and (policy == "all" or (policy == "best" and self._improved))
+
+    def _pause_asked_meanwhile(self, stopping: str, validated: bool, checkpointed: bool) -> bool:
+        """Whether a pause was asked for during this workload's validation or checkpoint, which no step saw."""
+        return not stopping and (validated or checkpointed) and self._core.preempt.should_preempt(auto_ack=False)
+
+    def _pause(self) -> None:
+        self._state = State.PAUSED
+        self._core.preempt.acknowledge_preemption_signal()
+
+    def _record_validation(self, metrics: dict[str, Any]) -> None:
+        """Records a validation at this batch: the searcher metric's best so far, and the store's record."""
+        self._last_validation = self._batches
+        self._improved = self._is_improvement(metrics)
+        self._last_metrics = metrics
+        self._core.train.report_validation_metrics(self._batches, metrics)
+
+    def _is_improvement(self, metrics: dict[str, Any]) -> bool:
+        searcher = self._config.searcher
+        value = metrics.get(searcher.metric)
+        if not isinstance(value, (int, float)):
+            return False  # report_validation_metrics names the metrics there are
+        improved = searcher.improves_on(value, self._best_metric)
+        if improved:
+            self._best_metric = value
+        return improved
