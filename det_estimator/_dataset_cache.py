@@ -9,6 +9,7 @@ and every later trial and run with the same id and version reads it.
 """
 
 import fcntl
+import functools
 import json
 import os
 import shutil
@@ -16,7 +17,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Optional
 
 import tensorflow as tf
 
@@ -103,3 +104,40 @@ def read(path: Path, records: int, rank: int, size: int, shuffle_seed, reshuffle
         buffer = max(1, min(records // max(size, 1) + 1, MAX_SHUFFLE_BUFFER))
         dataset = dataset.shuffle(buffer, seed=shuffle_seed, reshuffle_each_iteration=reshuffle_each_iteration)
     return dataset
+
+
+DatasetFunction = Callable[..., tf.data.Dataset]
+
+
+def caching_decorator(
+    dataset_id: str,
+    dataset_version: str,
+    rank: int,
+    size: int,
+    shuffle_seed: Optional[int],
+    reshuffle_each_iteration: bool,
+    on_read: Callable[[tf.data.Dataset], tf.data.Dataset],
+) -> Callable[[DatasetFunction], DatasetFunction]:
+    """What ``cache_train_dataset`` and ``cache_validation_dataset`` return, for the Estimator and Keras contexts.
+
+    The decorated function builds the dataset only when no cache of ``dataset_id`` and
+    ``dataset_version`` is complete; it then returns this process's shard of the cache
+    (see :func:`read`), passed through ``on_read``, which counts it as wrapped.
+
+    Raises:
+        ValueError: ``dataset_id`` or ``dataset_version`` cannot name a directory.
+    """
+    check_name("dataset_id", dataset_id)
+    check_name("dataset_version", dataset_version)
+
+    def decorator(make_dataset: DatasetFunction) -> DatasetFunction:
+        @functools.wraps(make_dataset)
+        def cached_dataset(*args: Any, **kwargs: Any) -> tf.data.Dataset:
+            path, records = get_or_build(
+                default_cache_root(), dataset_id, dataset_version, lambda: make_dataset(*args, **kwargs)
+            )
+            return on_read(read(path, records, rank, size, shuffle_seed, reshuffle_each_iteration))
+
+        return cached_dataset
+
+    return decorator

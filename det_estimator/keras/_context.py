@@ -340,29 +340,13 @@ class TFKerasExperimentalContext:
         return self._cached(dataset_id, dataset_version, shuffle, reshuffle_each_iteration=False)
 
     def _cached(self, dataset_id: str, dataset_version: str, shuffle: bool, reshuffle_each_iteration: bool):
-        _dataset_cache.check_name("dataset_id", dataset_id)
-        _dataset_cache.check_name("dataset_version", dataset_version)
         context = self._context
-
-        def decorator(make_dataset: Callable[..., tf.data.Dataset]) -> Callable[..., tf.data.Dataset]:
-            @functools.wraps(make_dataset)
-            def cached_dataset(*args: Any, **kwargs: Any) -> tf.data.Dataset:
-                path, records = _dataset_cache.get_or_build(
-                    _dataset_cache.default_cache_root(),
-                    dataset_id,
-                    dataset_version,
-                    lambda: make_dataset(*args, **kwargs),
-                )
-                dataset = _dataset_cache.read(
-                    path,
-                    records,
-                    rank=context.distributed.rank,
-                    size=context.distributed.size,
-                    shuffle_seed=context.get_trial_seed() if shuffle else None,
-                    reshuffle_each_iteration=reshuffle_each_iteration,
-                )
-                return context._mark_wrapped(dataset)  # sharded as wrap_dataset would
-
-            return cached_dataset
-
-        return decorator
+        return _dataset_cache.caching_decorator(
+            dataset_id,
+            dataset_version,
+            rank=context.distributed.rank,
+            size=context.distributed.size,
+            shuffle_seed=context.get_trial_seed() if shuffle else None,
+            reshuffle_each_iteration=reshuffle_each_iteration,
+            on_read=context._mark_wrapped,  # sharded as wrap_dataset would
+        )
