@@ -1,6 +1,5 @@
 """TFKerasTrialContext and TFKerasExperimentalContext: what a TFKerasTrial gets from the harness."""
 
-import copy
 import functools
 import logging
 import weakref
@@ -9,15 +8,15 @@ from typing import Any, Callable, Optional
 import tensorflow as tf
 
 from det_estimator import _dataset_cache, _horovod
+from det_estimator._trial_context_base import TrialContextBase
 from det_estimator.config import ExperimentConfig
 from det_estimator.core import DistributedContext, DummyDistributedContext
-from det_estimator.errors import TrialHyperparameters
 from det_estimator.keras._fit_config import NOT_PROVIDED, FitConfig
 
 logger = logging.getLogger("det_estimator.keras")
 
 
-class TFKerasTrialContext:
+class TFKerasTrialContext(TrialContextBase):
     """The context of one Keras trial: hyperparameters, batch sizes, seed, and the wrappers for N processes.
 
     Call :meth:`wrap_model` on the model as soon as it is created, :meth:`wrap_optimizer`
@@ -51,59 +50,10 @@ class TFKerasTrialContext:
         self.distributed = distributed or DummyDistributedContext()
         self.experimental = TFKerasExperimentalContext(self)
         self.fit_config = FitConfig()
-        self._config = config
-        self._hparams = TrialHyperparameters(copy.deepcopy(hparams))
-        self._trial_seed = trial_seed
-        self._global_batch_size = hparams["global_batch_size"]
-        self._per_slot_batch_size = config.per_slot_batch_size(self._global_batch_size)
-        self._trial_id = trial_id
-        self._experiment_id = experiment_id
+        TrialContextBase.__init__(self, config, hparams, trial_seed, trial_id, experiment_id)
         self._wrapped_models: weakref.WeakSet = weakref.WeakSet()
         self._wrapped_optimizers: weakref.WeakSet = weakref.WeakSet()
         self._wrapped_datasets: weakref.WeakSet = weakref.WeakSet()
-
-    # What the trial is: hyperparameters, batch sizes, seed, config and ids.
-
-    def get_hparam(self, name: str) -> Any:
-        """The value of one hyperparameter (a dict for a nested group).
-
-        Raises:
-            UndefinedHyperparameterError: (a ``KeyError``) the experiment config defines
-                no hyperparameter ``name``.
-        """
-        return copy.deepcopy(self._hparams[name])
-
-    def get_hparams(self) -> dict[str, Any]:
-        """All of this trial's hyperparameters, as a new dict."""
-        return copy.deepcopy(self._hparams)
-
-    def get_global_batch_size(self) -> int:
-        """The ``global_batch_size`` hyperparameter: records per batch over all processes."""
-        return self._global_batch_size
-
-    def get_per_slot_batch_size(self) -> int:
-        """Records per batch on each process: the global batch size // number of slots."""
-        return self._per_slot_batch_size
-
-    def get_experiment_config(self) -> dict[str, Any]:
-        """The experiment config with its defaults filled in, as a new dict."""
-        return self._config.to_dict()
-
-    def get_data_config(self) -> dict[str, Any]:
-        """The config's ``data`` section, as a new dict."""
-        return self._config.data_dict()
-
-    def get_trial_seed(self) -> int:
-        """The seed of this trial, from which Python, NumPy, TensorFlow and Keras are seeded."""
-        return self._trial_seed
-
-    def get_trial_id(self) -> int:
-        """This trial's id in the experiment store."""
-        return self._trial_id
-
-    def get_experiment_id(self) -> int:
-        """The id of this trial's experiment in the experiment store."""
-        return self._experiment_id
 
     # The wrappers.
 

@@ -1,0 +1,71 @@
+"""What every trial context tells a trial about itself: hyperparameters, batch sizes, seed, config and ids."""
+
+import copy
+from typing import Any
+
+from det_estimator.config import ExperimentConfig
+from det_estimator.errors import TrialHyperparameters
+
+
+class TrialContextBase:
+    """The part of ``EstimatorTrialContext`` and ``TFKerasTrialContext`` that describes the trial.
+
+    Args:
+        config: the validated experiment config.
+        hparams: this trial's hyperparameter values (sampled from the config).
+        trial_seed: the seed of this trial.
+        trial_id: the trial's id in the experiment store.
+        experiment_id: its experiment's id.
+    """
+
+    def __init__(
+        self, config: ExperimentConfig, hparams: dict[str, Any], trial_seed: int, trial_id: int, experiment_id: int
+    ) -> None:
+        self._config = config
+        self._hparams = TrialHyperparameters(copy.deepcopy(hparams))
+        self._trial_seed = trial_seed
+        self._global_batch_size = hparams["global_batch_size"]
+        self._per_slot_batch_size = config.per_slot_batch_size(self._global_batch_size)
+        self._trial_id = trial_id
+        self._experiment_id = experiment_id
+
+    def get_hparam(self, name: str) -> Any:
+        """The value of one hyperparameter (a dict for a nested group).
+
+        Raises:
+            UndefinedHyperparameterError: (a ``KeyError``) the experiment config defines
+                no hyperparameter ``name``.
+        """
+        return copy.deepcopy(self._hparams[name])
+
+    def get_hparams(self) -> dict[str, Any]:
+        """All of this trial's hyperparameters, as a new dict."""
+        return copy.deepcopy(self._hparams)
+
+    def get_global_batch_size(self) -> int:
+        """The ``global_batch_size`` hyperparameter: records per batch over all processes."""
+        return self._global_batch_size
+
+    def get_per_slot_batch_size(self) -> int:
+        """Records per batch on each process: the global batch size // number of slots."""
+        return self._per_slot_batch_size
+
+    def get_experiment_config(self) -> dict[str, Any]:
+        """The experiment config with its defaults filled in, as a new dict."""
+        return self._config.to_dict()
+
+    def get_data_config(self) -> dict[str, Any]:
+        """The config's ``data`` section, as a new dict."""
+        return self._config.data_dict()
+
+    def get_trial_seed(self) -> int:
+        """The seed of this trial, from which Python, NumPy, TensorFlow (and Keras) are seeded."""
+        return self._trial_seed
+
+    def get_trial_id(self) -> int:
+        """This trial's id in the experiment store."""
+        return self._trial_id
+
+    def get_experiment_id(self) -> int:
+        """The id of this trial's experiment in the experiment store."""
+        return self._experiment_id
