@@ -591,11 +591,7 @@ class ExperimentStore(JobTable):
 
     def experiments(self) -> list[ExperimentRecord]:
         """Every experiment, oldest first, with its trials' progress."""
-        rows = self._connection.execute(
-            "SELECT e.*, COALESCE(SUM(t.batches_trained), 0) AS batches_trained, MAX(t.max_batches) AS max_batches,"
-            " COUNT(t.id) AS num_trials FROM experiments e LEFT JOIN trials t ON t.experiment_id = e.id"
-            " GROUP BY e.id ORDER BY e.id"
-        ).fetchall()
+        rows = self._connection.execute(f"{_EXPERIMENTS_WITH_PROGRESS} GROUP BY e.id ORDER BY e.id").fetchall()
         return [_experiment_record(row) for row in rows]
 
     def experiment(self, experiment_id: int) -> ExperimentRecord:
@@ -605,10 +601,7 @@ class ExperimentStore(JobTable):
             UnknownIdError: there is no experiment ``experiment_id``.
         """
         row = self._connection.execute(
-            "SELECT e.*, COALESCE(SUM(t.batches_trained), 0) AS batches_trained, MAX(t.max_batches) AS max_batches,"
-            " COUNT(t.id) AS num_trials FROM experiments e LEFT JOIN trials t ON t.experiment_id = e.id"
-            " WHERE e.id = ? GROUP BY e.id",
-            (experiment_id,),
+            f"{_EXPERIMENTS_WITH_PROGRESS} WHERE e.id = ? GROUP BY e.id", (experiment_id,)
         ).fetchone()
         if row is None:
             raise UnknownIdError(f"There is no experiment {experiment_id} in the store {self.path}.")
@@ -624,10 +617,7 @@ class ExperimentStore(JobTable):
     def trials(self, experiment_id: int) -> list[TrialRecord]:
         """An experiment's trials, oldest first."""
         rows = self._connection.execute(
-            "SELECT t.*, e.launcher_pid, e.launcher_host, e.launcher_started"
-            " FROM trials t JOIN experiments e ON e.id = t.experiment_id"
-            " WHERE t.experiment_id = ? ORDER BY t.id",
-            (experiment_id,),
+            f"{_TRIALS_WITH_LAUNCHER} WHERE t.experiment_id = ? ORDER BY t.id", (experiment_id,)
         )
         return [_trial_record(row) for row in rows.fetchall()]
 
@@ -637,12 +627,7 @@ class ExperimentStore(JobTable):
         Raises:
             UnknownIdError: there is no trial ``trial_id``.
         """
-        row = self._connection.execute(
-            "SELECT t.*, e.launcher_pid, e.launcher_host, e.launcher_started"
-            " FROM trials t JOIN experiments e ON e.id = t.experiment_id"
-            " WHERE t.id = ?",
-            (trial_id,),
-        ).fetchone()
+        row = self._connection.execute(f"{_TRIALS_WITH_LAUNCHER} WHERE t.id = ?", (trial_id,)).fetchone()
         if row is None:
             raise UnknownIdError(f"There is no trial {trial_id} in the store {self.path}.")
         return _trial_record(row)
@@ -845,6 +830,16 @@ _NOT_ROLLED_BACK = (
 
 
 # A run is read with its experiment's launcher, which an ACTIVE run cannot outlive.
+# An experiment with the sums of its trials' progress (see ExperimentRecord).
+_EXPERIMENTS_WITH_PROGRESS = (
+    "SELECT e.*, COALESCE(SUM(t.batches_trained), 0) AS batches_trained, MAX(t.max_batches) AS max_batches,"
+    " COUNT(t.id) AS num_trials FROM experiments e LEFT JOIN trials t ON t.experiment_id = e.id"
+)
+# Trials and runs with their experiment's launcher, from which their state as seen is read.
+_TRIALS_WITH_LAUNCHER = (
+    "SELECT t.*, e.launcher_pid, e.launcher_host, e.launcher_started"
+    " FROM trials t JOIN experiments e ON e.id = t.experiment_id"
+)
 _RUNS_WITH_LAUNCHER = (
     "SELECT r.*, e.launcher_pid, e.launcher_host, e.launcher_started FROM trial_runs r"
     " JOIN trials t ON t.id = r.trial_id JOIN experiments e ON e.id = t.experiment_id"
