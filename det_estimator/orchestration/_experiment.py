@@ -21,6 +21,10 @@ from det_estimator.store import ExperimentRecord, ExperimentStore, SearchState, 
 
 # How often the launcher looks at the store for progress and pause requests.
 _POLL_SECONDS = 0.25
+# A pause still running after this long may be stuck (a process hung before it could see
+# the request): another Ctrl-C or SIGTERM then ends the trials' processes at once. Sooner,
+# it is an impatient repeat, and the pause goes on to its checkpoint.
+_STOP_AFTER_SECONDS = 10.0
 # Errors a restart would only repeat, by the type a failed run records: they say the
 # experiment config does not fit the trial, and a restart runs the same config.
 CONFIG_ERRORS = frozenset({"SearcherMetricError", "UndefinedHyperparameterError"})
@@ -144,6 +148,10 @@ class _ExperimentLoop:
         self._environment = self._config.environment.variables_for(device_type())
         self._running: dict[int, TrialProcess] = {}
         self._pausing = False
+        # When the pause was asked for (by a signal or `experiment pause`), and whether the
+        # hint that a signal now stops the trials at once was shown.
+        self._pausing_since: Optional[float] = None
+        self._stop_hint_shown = False
         self._follower = StoreFollower(store, experiment.id, since=time.time())
 
     def _recover(self) -> None:
@@ -156,10 +164,11 @@ class _ExperimentLoop:
 
     def run(self) -> State:
         self._recover()
-        with launcher.pause_on_signals(self._request_pause):
+        with launcher.pause_on_signals(self._on_signal):
             while True:
                 if not self._pausing and self._store.experiment(self._experiment.id).pause_requested_at is not None:
                     self._request_pause()
+                self._hint_at_stopping()
                 self._answer_reports()
                 self._reap()
                 self._search.close_idle(set(self._running))
@@ -181,9 +190,39 @@ class _ExperimentLoop:
             f"The search of experiment {self._experiment.id} stopped giving trials work before it ended."
         )
 
+    def _on_signal(self) -> None:
+        """SIGINT or SIGTERM: a pause; repeated once the pause has had time, the trials' processes end at once."""
+        if self._pause_is_slow():
+            if all(process.stopped for process in self._running.values()):
+                return  # already ending
+            self._display.message(
+                "Stopping now: the trial's processes are ended without a checkpoint; a resume goes on from the "
+                "latest one."
+            )
+            for process in self._running.values():
+                process.stop()
+            return
+        self._request_pause()
+
+    def _pause_is_slow(self) -> bool:
+        """Whether trials still run a pause asked for at least ``_STOP_AFTER_SECONDS`` ago."""
+        if self._pausing_since is None or not self._running:
+            return False
+        return time.monotonic() - self._pausing_since >= _STOP_AFTER_SECONDS
+
+    def _hint_at_stopping(self) -> None:
+        """Says, once, that a pause takes long, and how to stop at once."""
+        if not self._stop_hint_shown and self._pause_is_slow():
+            self._stop_hint_shown = True
+            self._display.message(
+                f"Still pausing after {_STOP_AFTER_SECONDS:.0f} s (a process may be stuck): Ctrl-C again stops the "
+                "trial at once, without a checkpoint."
+            )
+
     def _request_pause(self) -> None:
         if not self._pausing:
             self._pausing = True
+            self._pausing_since = time.monotonic()
             who = (
                 "the trial finishes its batch and writes"
                 if len(self._running) <= 1

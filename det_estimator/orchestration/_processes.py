@@ -125,6 +125,7 @@ class TrialProcess:
             os.makedirs(shared, exist_ok=True)
         self._scratch = _scratch_directory(shared)
         self.pause_file = Path(self._scratch.name) / "pause"
+        self.stopped = False
 
     def start(self) -> None:
         """Records the run and starts its processes."""
@@ -174,11 +175,25 @@ class TrialProcess:
         """Asks the run to checkpoint and stop (every process watches the pause file)."""
         self.pause_file.touch()
 
+    def stop(self) -> None:
+        """Ends the run's processes at once, as a pause that cannot wait for its checkpoint (see :meth:`finish`)."""
+        self.stopped = True
+        self.kill()
+
     def finish(self) -> State:
-        """Records how the run ended (its error, from the log if no process recorded one); returns its state."""
+        """Records how the run ended (its error, from the log if no process recorded one); returns its state.
+
+        A run ended by :meth:`stop` counts as paused: the trial goes on from its latest
+        checkpoint when the experiment resumes, rather than failing.
+        """
         status = self._process.wait()
         self._pump.join(timeout=30)
         self._log.close()
+        if self.stopped:
+            state = end_run(self._store, self.info, False, status, stopped=True)
+            self.first_failure = None
+            self._scratch.cleanup()
+            return state
         failed = status != 0
         self.first_failure: Optional[tuple[int, int]] = None
         if failed:

@@ -72,8 +72,10 @@ def trial_class_of(experiment: ExperimentRecord) -> Optional[TrialClassSpec]:
     return TrialClassSpec(module, qualname, None, (experiment.context_dir,))
 
 
-def end_run(store: ExperimentStore, info: ClusterInfo, failed: bool, exit_status: Optional[int] = None) -> State:
-    """Records how a run ended: ERROR if it failed, PAUSED if it obeyed a pause, else COMPLETED.
+def end_run(
+    store: ExperimentStore, info: ClusterInfo, failed: bool, exit_status: Optional[int] = None, stopped: bool = False
+) -> State:
+    """Records how a run ended: ERROR if it failed, PAUSED if it obeyed a pause (or was ``stopped``), else COMPLETED.
 
     A run that did not complete leaves its trial's progress at its latest checkpoint.
     """
@@ -81,7 +83,7 @@ def end_run(store: ExperimentStore, info: ClusterInfo, failed: bool, exit_status
     run = store.trial_run(run_id)
     if failed:
         state = State.ERROR
-    elif run.preempted:
+    elif run.preempted or stopped:
         state = State.PAUSED
     else:
         state = State.COMPLETED

@@ -282,6 +282,60 @@ def test_ctrl_c_pauses_the_experiment(det, context):
     assert 0 < experiment["batches_trained"] < SLOW_BATCHES
 
 
+# A trial stuck in build_estimator the first time (as a process hung before its first
+# collective): it never sees a pause request. It writes its pid first, for the test to watch.
+STUCK_TRIAL = """
+import os
+import time
+from pathlib import Path
+
+from analytic_trial import AnalyticTrial
+
+
+class StuckTrial(AnalyticTrial):
+    def build_estimator(self):
+        stuck = Path("stuck.pid")
+        if not stuck.exists():
+            stuck.write_text(str(os.getpid()))
+            while True:
+                time.sleep(1)
+        return super().build_estimator()
+"""
+
+
+def test_ctrl_c_again_stops_a_pause_that_cannot_finish(det, context, analytic):
+    (context.directory / "stuck_trial.py").write_text(STUCK_TRIAL, encoding="utf-8")
+    config = context.write_config(20, entrypoint="stuck_trial:StuckTrial")
+    running = det.start("experiment", "create", config, context.directory)
+    experiment_id = created_id(running.wait_for("Created experiment"))
+    stuck = context.directory / "stuck.pid"
+    deadline = time.monotonic() + 120
+    while not stuck.exists() or not stuck.read_text():
+        assert time.monotonic() < deadline and running.process.poll() is None, running.output
+        time.sleep(0.2)
+    pid = int(stuck.read_text())
+
+    os.killpg(running.process.pid, signal.SIGINT)
+    running.wait_for("Pausing: ")
+    running.wait_for("Ctrl-C again stops the trial at once", timeout=60)
+    os.killpg(running.process.pid, signal.SIGINT)
+    created = running.finish(timeout=60)
+    assert created.returncode == 0, created.stdout + created.stderr
+    assert "Stopping now" in created.stdout and "failed" not in created.stdout + created.stderr
+    with pytest.raises(ProcessLookupError):  # the stuck process is gone too
+        os.kill(pid, 0)
+    assert det.experiment(experiment_id)["state"] == "PAUSED"
+    (trial,) = det.json("experiment", "describe", experiment_id)["trials"]
+    assert [run["state"] for run in trial["runs"]] == ["PAUSED"]
+
+    # The resume starts over (there was no checkpoint yet) and is no longer stuck.
+    det.ok("experiment", "resume", experiment_id)
+    (trial,) = det.json("experiment", "describe", experiment_id)["trials"]
+    assert trial["validations"][-1]["metrics"]["weight"] == pytest.approx(
+        analytic.expected_weight(20, LEARNING_RATE, GLOBAL_BATCH), rel=1e-5
+    )
+
+
 def test_ctrl_c_pauses_the_experiment_also_when_it_ends_the_reader_of_its_output(det, context, analytic):
     # `det-estimator ... | tee log` and Ctrl-C: the terminal signals both, and tee is gone first.
     config = context.write_config(SLOW_BATCHES, hparams={"seconds_per_batch": SECONDS_PER_BATCH})
