@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from det_estimator import orchestration
+from det_estimator import launcher, orchestration
 from det_estimator.cli._config_warnings import config_warnings
 from det_estimator.cli._entrypoint import EntrypointError, check_script_entrypoint, check_trial_entrypoint
 from det_estimator.cli._output import format_size, format_time, print_log, print_table
@@ -63,6 +63,11 @@ def create(store: ExperimentStore, args: argparse.Namespace) -> int:
         raise UsageError(f"{args.config}: {error}") from error
     if args.hosts is None:
         check_slots_fit_this_machine(slots or config.resources.slots_per_trial, "resources.slots_per_trial")
+    else:
+        try:
+            launcher.check_hosts(args.hosts)
+        except ValueError as error:
+            raise UsageError(str(error)) from None
     _check_checkpoint_storage(orchestration.checkpoint_storage_root(config, str(context_dir)), args.config)
     for warning in config_warnings(config):
         print(f"det-estimator: warning: {warning}", file=sys.stderr, flush=True)

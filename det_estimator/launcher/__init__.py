@@ -2,6 +2,7 @@
 
 from det_estimator.launcher._job import HostSlots, Job, ProcessSpec, exec_single, parse_hosts, resolve_slots
 from det_estimator.launcher._launch import (
+    check_hosts,
     chief_address,
     describe,
     free_port,
@@ -18,6 +19,7 @@ __all__ = [
     "HostSlots",
     "Job",
     "ProcessSpec",
+    "check_hosts",
     "chief_address",
     "describe",
     "exec_single",

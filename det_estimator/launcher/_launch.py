@@ -83,6 +83,75 @@ def chief_address(hosts: Optional[str]) -> str:
     return "127.0.0.1" if first in ("localhost", "127.0.0.1") else first
 
 
+# How long the check of a host waits for ssh to connect (as horovodrun's own check does).
+_SSH_CONNECT_SECONDS = 10
+
+
+def check_hosts(hosts: str) -> None:
+    """Refuses a host of ``hosts`` that horovodrun could not start processes on, before anything runs.
+
+    A name that does not resolve, or a host that ``ssh`` (as horovodrun calls it) cannot
+    run a command on. Otherwise horovodrun fails on it only once the run starts, with a
+    message that does not name the host, and each restart of the trial fails the same way.
+    Hosts that are this machine are not reached over ssh.
+
+    Raises:
+        ValueError: a host is unknown or unreachable; the message names it and why.
+    """
+    for host in dict.fromkeys(entry.rsplit(":", 1)[0] for entry in hosts.split(",")):
+        if host in ("localhost", "127.0.0.1"):
+            continue
+        try:
+            addresses = {found[4][0] for found in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)}
+        except socket.gaierror as error:
+            raise ValueError(
+                f"--hosts: host {host!r} is not known: its name does not resolve ({error.strerror})."
+            ) from None
+        if any(_is_this_machine(address) for address in addresses):
+            continue
+        command = [
+            "ssh",
+            "-o",
+            "PasswordAuthentication=no",
+            "-o",
+            "StrictHostKeyChecking=no",
+            "-o",
+            f"ConnectTimeout={_SSH_CONNECT_SECONDS}",
+            host,
+            "true",
+        ]
+        try:
+            reached = subprocess.run(
+                command,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                errors="replace",
+                timeout=_SSH_CONNECT_SECONDS + 20,
+            )
+        except FileNotFoundError:
+            raise ValueError(f"--hosts: `ssh` is not installed here, and it is what reaches host {host!r}.") from None
+        except subprocess.TimeoutExpired:
+            reached = subprocess.CompletedProcess(command, 255, "", "ssh did not finish connecting")
+        if reached.returncode != 0:
+            said = (reached.stderr.strip().splitlines() or [f"ssh exited with status {reached.returncode}"])[-1]
+            raise ValueError(
+                f"--hosts: host {host!r} cannot be reached over ssh ({said}). Every host needs password-less ssh "
+                "from this machine, as horovodrun starts the processes there with it."
+            )
+
+
+def _is_this_machine(address: str) -> bool:
+    """Whether ``address`` is one of this machine's own (a loopback one, or one it can bind)."""
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.bind((address, 0))
+    except OSError:
+        return False
+    return True
+
+
 def _die_with_parent() -> None:
     """In the child, before exec: ask Linux to SIGKILL it when its parent dies."""
     if sys.platform.startswith("linux"):

@@ -152,6 +152,11 @@ CASES: list[BadInput] = [
         "--slots 3 differs from the 2 slots of --hosts a:1,b:1",
     ),
     BadInput(
+        "an unknown host in --hosts",
+        ("--store", "{dir}/new.sqlite", "experiment", "create", "{ok}", "{dir}", "--hosts", "nohost.invalid:2"),
+        "host 'nohost.invalid' is not known",
+    ),
+    BadInput(
         "more slots than CPUs",
         ("--store", "{dir}/new.sqlite", "experiment", "create", "{dir}/big_batch.yaml", "{dir}", "--slots", "4096"),
         "4096 slots asked for, but this machine has",

@@ -1,0 +1,53 @@
+"""launcher.check_hosts: a host of ``--hosts`` that horovodrun could not reach is refused before anything runs."""
+
+import os
+import socket
+from pathlib import Path
+
+import pytest
+
+from det_estimator.launcher import check_hosts
+
+# An address of TEST-NET-1 (RFC 5737): it is no machine's own, and resolves without DNS.
+ELSEWHERE = "192.0.2.1"
+
+
+def fake_ssh(tmp_path: Path, monkeypatch, status: int, said: str = "") -> Path:
+    """An ``ssh`` first on PATH that records its arguments and exits with ``status``; returns the record's path."""
+    calls = tmp_path / "ssh_calls"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(parents=True)
+    ssh = bin_dir / "ssh"
+    ssh.write_text(f'#!/bin/sh\necho "$@" >> "{calls}"\necho "{said}" >&2\nexit {status}\n')
+    ssh.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    return calls
+
+
+def test_a_host_whose_name_does_not_resolve_is_named(tmp_path, monkeypatch):
+    calls = fake_ssh(tmp_path, monkeypatch, 0)
+    with pytest.raises(ValueError, match=r"host 'no-such-host\.invalid' is not known: its name does not resolve"):
+        check_hosts("localhost:1,no-such-host.invalid:1")
+    assert not calls.exists()
+
+
+def test_a_host_ssh_cannot_reach_is_named_with_what_ssh_said(tmp_path, monkeypatch):
+    calls = fake_ssh(tmp_path, monkeypatch, 255, f"ssh: connect to host {ELSEWHERE} port 22: Connection refused")
+    with pytest.raises(ValueError) as refused:
+        check_hosts(f"localhost:1,{ELSEWHERE}:2")
+    message = str(refused.value)
+    assert f"host '{ELSEWHERE}' cannot be reached over ssh" in message
+    assert "Connection refused" in message and "password-less ssh" in message
+    assert calls.read_text().split()[-2:] == [ELSEWHERE, "true"]
+
+
+def test_reachable_hosts_and_this_machine_pass(tmp_path, monkeypatch):
+    calls = fake_ssh(tmp_path, monkeypatch, 0)
+    check_hosts(f"localhost:1,{ELSEWHERE}:1,{ELSEWHERE}:1")
+    assert calls.read_text().count(ELSEWHERE) == 1  # once per host
+
+    calls.unlink()
+    fake_ssh(tmp_path / "failing", monkeypatch, 255, "unreachable")
+    # This machine by any of its names is not reached over ssh, as horovodrun does not.
+    check_hosts(f"localhost:1,127.0.0.1:1,127.0.0.2:1,{socket.gethostname()}:1")
+    assert not calls.exists() and not (tmp_path / "failing" / "ssh_calls").exists()
