@@ -42,7 +42,13 @@ class SlotPool:
 
     def __init__(self, budget: int, hosts: Optional[str] = None) -> None:
         if hosts:
-            self._free = {entry.rsplit(":", 1)[0]: int(entry.rsplit(":", 1)[1]) for entry in hosts.split(",")}
+            # A host named twice has the slots of both entries: counted once, the pool would
+            # hold fewer slots than the experiment was given, and a trial needing all of them
+            # would wait for ever.
+            self._free = {}
+            for entry in hosts.split(","):
+                host, count = entry.rsplit(":", 1)
+                self._free[host] = self._free.get(host, 0) + int(count)
         else:
             self._free = {"": budget}
         self._remote = bool(hosts)

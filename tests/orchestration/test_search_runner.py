@@ -28,6 +28,13 @@ def test_slots_on_hosts_go_to_one_host_when_it_has_room_else_span_hosts():
     assert pool.total == 0
 
 
+def test_a_host_named_twice_has_the_slots_of_both_entries():
+    pool = SlotPool(0, "a:1,b:1,a:1")
+    assert pool.total == 3
+    assert pool.allocate(2) == Allocation(2, "a:2")
+    assert pool.allocate(1) == Allocation(1, "b:1")
+
+
 def search_config(tmp_path, **searcher):
     return load_experiment_config(
         {
