@@ -140,8 +140,12 @@ def _session_config(user_config: Optional[tf.compat.v1.ConfigProto], distributed
         config.CopyFrom(user_config)
     config.allow_soft_placement = True
     if distributed.size > 1:
-        # One GPU per process: the one of its local rank (harmless without GPUs).
-        config.gpu_options.visible_device_list = str(distributed.local_rank)
+        # One GPU per process: the one of its local rank, as Keras trials pin theirs. With
+        # more processes on the machine than GPUs they share them in turn: a GPU number
+        # past the last one would stop TensorFlow from making the session at all.
+        gpus = tf.config.list_physical_devices("GPU")
+        if gpus:
+            config.gpu_options.visible_device_list = str(distributed.local_rank % len(gpus))
     return config
 
 

@@ -1,10 +1,11 @@
 import tempfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import tensorflow as tf
 
 from det_estimator.core import DummyDistributedContext
-from det_estimator.estimator._estimator_setup import GraphRecorder, rebuild_estimator
+from det_estimator.estimator._estimator_setup import GraphRecorder, _session_config, rebuild_estimator
 
 
 def model_fn(features, labels, mode):
@@ -37,3 +38,15 @@ def test_a_model_dir_the_user_chose_or_filled_is_left_alone(tmp_path):
     finally:
         (filled / "checkpoint").unlink()
         filled.rmdir()
+
+
+def test_each_process_gets_its_local_rank_gpu_and_shares_them_when_there_are_fewer(monkeypatch):
+    def visible(gpus: int, local_rank: int) -> str:
+        monkeypatch.setattr(tf.config, "list_physical_devices", lambda kind: [f"GPU:{i}" for i in range(gpus)])
+        process = SimpleNamespace(size=4, local_rank=local_rank)
+        return _session_config(None, process).gpu_options.visible_device_list
+
+    assert [visible(4, rank) for rank in range(4)] == ["0", "1", "2", "3"]
+    # Two GPUs for four processes: never a GPU 2 or 3, which TensorFlow would refuse.
+    assert [visible(2, rank) for rank in range(4)] == ["0", "1", "0", "1"]
+    assert visible(0, 3) == ""
