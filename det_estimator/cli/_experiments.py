@@ -68,6 +68,13 @@ def create(store: ExperimentStore, args: argparse.Namespace) -> int:
             launcher.check_hosts(args.hosts)
         except ValueError as error:
             raise UsageError(str(error)) from None
+        here = launcher.slots_on_this_machine(args.hosts)
+        cpus = _cpus()
+        if here > cpus:
+            raise UsageError(
+                f"--hosts {args.hosts} gives this machine {here} slots, but it has {cpus} CPUs: each slot is a "
+                f"process of its own, and more processes than CPUs cannot start together. Give it {cpus} or fewer."
+            )
     _check_checkpoint_storage(orchestration.checkpoint_storage_root(config, str(context_dir)), args.config)
     for warning in config_warnings(config):
         print(f"det-estimator: warning: {warning}", file=sys.stderr, flush=True)
@@ -428,7 +435,7 @@ def check_slots_fit_this_machine(slots: int, config_key: str, hosts_option: bool
         config_key: the config key that also sets them, for the message.
         hosts_option: whether the command has ``--hosts``, to offer it in the message.
     """
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cpus = _cpus()
     if slots > cpus:
         spread = ", or --hosts to spread the processes over several machines" if hosts_option else ""
         raise UsageError(
@@ -436,6 +443,11 @@ def check_slots_fit_this_machine(slots: int, config_key: str, hosts_option: bool
             f"more processes than CPUs cannot start together. Use --slots {cpus} or fewer (or "
             f"{config_key}){spread}."
         )
+
+
+def _cpus() -> int:
+    """The CPUs this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def _check_checkpoint_storage(root: Path, config_path: str) -> None:

@@ -11,6 +11,7 @@ from det_estimator.launcher._launch import (
     pause_on_signals,
     process_command,
     script_command,
+    slots_on_this_machine,
     start,
     worker_command,
 )
@@ -31,6 +32,7 @@ __all__ = [
     "process_command",
     "resolve_slots",
     "script_command",
+    "slots_on_this_machine",
     "start",
     "worker_command",
 ]

@@ -141,6 +141,23 @@ def check_hosts(hosts: str) -> None:
             )
 
 
+def slots_on_this_machine(hosts: str) -> int:
+    """How many of the slots of ``hosts`` are on this machine (under any of its names or addresses)."""
+    slots = 0
+    for entry in hosts.split(","):
+        host, count = entry.rsplit(":", 1)
+        if host in ("localhost", "127.0.0.1"):
+            slots += int(count)
+            continue
+        try:
+            addresses = {found[4][0] for found in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)}
+        except socket.gaierror:
+            continue
+        if any(_is_this_machine(address) for address in addresses):
+            slots += int(count)
+    return slots
+
+
 def _is_this_machine(address: str) -> bool:
     """Whether ``address`` is one of this machine's own (a loopback one, or one it can bind)."""
     family = socket.AF_INET6 if ":" in address else socket.AF_INET

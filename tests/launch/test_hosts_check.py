@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from det_estimator.launcher import check_hosts
+from det_estimator.launcher import check_hosts, slots_on_this_machine
 
 # An address of TEST-NET-1 (RFC 5737): it is no machine's own, and resolves without DNS.
 ELSEWHERE = "192.0.2.1"
@@ -51,3 +51,8 @@ def test_reachable_hosts_and_this_machine_pass(tmp_path, monkeypatch):
     # This machine by any of its names is not reached over ssh, as horovodrun does not.
     check_hosts(f"localhost:1,127.0.0.1:1,127.0.0.2:1,{socket.gethostname()}:1")
     assert not calls.exists() and not (tmp_path / "failing" / "ssh_calls").exists()
+
+
+def test_the_slots_on_this_machine_count_it_under_any_of_its_names():
+    hosts = f"localhost:1,127.0.0.1:2,{socket.gethostname()}:3,{ELSEWHERE}:4,no-such-host.invalid:5"
+    assert slots_on_this_machine(hosts) == 6

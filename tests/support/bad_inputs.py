@@ -157,6 +157,21 @@ CASES: list[BadInput] = [
         "host 'nohost.invalid' is not known",
     ),
     BadInput(
+        "more slots than CPUs for this machine in --hosts",
+        (
+            "--store",
+            "{dir}/new.sqlite",
+            "experiment",
+            "create",
+            "{dir}/big_batch.yaml",
+            "{dir}",
+            "--hosts",
+            "localhost:4096",
+        ),
+        "--hosts localhost:4096 gives this machine 4096 slots, but it has",
+        files={"big_batch.yaml": config(hyperparameters=hyperparameters(global_batch_size=8192))},
+    ),
+    BadInput(
         "more slots than CPUs",
         ("--store", "{dir}/new.sqlite", "experiment", "create", "{dir}/big_batch.yaml", "{dir}", "--slots", "4096"),
         "4096 slots asked for, but this machine has",
