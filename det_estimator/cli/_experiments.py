@@ -67,7 +67,7 @@ def create(store: ExperimentStore, args: argparse.Namespace) -> int:
         try:
             launcher.check_hosts(args.hosts)
         except ValueError as error:
-            raise UsageError(str(error)) from None
+            raise UsageError(f"--hosts: {error}") from None
         here = launcher.slots_on_this_machine(args.hosts)
         cpus = _cpus()
         if here > cpus:
@@ -134,6 +134,15 @@ def resume(store: ExperimentStore, args: argparse.Namespace) -> int:
             f"`{orchestration.command_on(store.path)} experiment describe {args.experiment_id}`). Fix the cause and "
             "create a new experiment; a failed single-trial experiment can be resumed from its latest checkpoint."
         )
+    if experiment.hosts:
+        # A host still down would fail every restart of the run in turn.
+        try:
+            launcher.check_hosts(experiment.hosts)
+        except ValueError as error:
+            raise UsageError(
+                f"Experiment {args.experiment_id} runs on --hosts {experiment.hosts}: {error} Resume it once every "
+                "host is back."
+            ) from None
     _tell(args.json, f"Resuming experiment {args.experiment_id} from its latest checkpoint")
     return _run(store, args.experiment_id, args)
 

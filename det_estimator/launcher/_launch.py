@@ -104,9 +104,7 @@ def check_hosts(hosts: str) -> None:
         try:
             addresses = {found[4][0] for found in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)}
         except socket.gaierror as error:
-            raise ValueError(
-                f"--hosts: host {host!r} is not known: its name does not resolve ({error.strerror})."
-            ) from None
+            raise ValueError(f"host {host!r} is not known: its name does not resolve ({error.strerror}).") from None
         if any(_is_this_machine(address) for address in addresses):
             continue
         command = [
@@ -130,13 +128,13 @@ def check_hosts(hosts: str) -> None:
                 timeout=_SSH_CONNECT_SECONDS + 20,
             )
         except FileNotFoundError:
-            raise ValueError(f"--hosts: `ssh` is not installed here, and it is what reaches host {host!r}.") from None
+            raise ValueError(f"`ssh` is not installed here, and it is what reaches host {host!r}.") from None
         except subprocess.TimeoutExpired:
             reached = subprocess.CompletedProcess(command, 255, "", "ssh did not finish connecting")
         if reached.returncode != 0:
             said = (reached.stderr.strip().splitlines() or [f"ssh exited with status {reached.returncode}"])[-1]
             raise ValueError(
-                f"--hosts: host {host!r} cannot be reached over ssh ({said}). Every host needs password-less ssh "
+                f"host {host!r} cannot be reached over ssh ({said}). Every host needs password-less ssh "
                 "from this machine, as horovodrun starts the processes there with it."
             )
 

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from det_estimator import orchestration
+from det_estimator.config import load_experiment_config
 from det_estimator.store import ExperimentStore, MetricKind, State
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
@@ -50,6 +52,24 @@ def test_a_bad_input_gets_a_clear_error_and_changes_nothing(case, tmp_path, stor
     with ExperimentStore(store_with_one_experiment) as store:
         (experiment,) = store.experiments()
         assert experiment.state == State.COMPLETED
+
+
+def test_resume_refuses_an_experiment_whose_host_cannot_be_reached(tmp_path):
+    bad_inputs.BadInput("", (), "").set_up(tmp_path)
+    path = tmp_path / "store.sqlite"
+    with ExperimentStore(path) as store:
+        config = load_experiment_config(bad_inputs.OK_CONFIG)
+        experiment_id = orchestration.record_experiment(store, config, str(tmp_path), hosts="gone.invalid:1")
+        store.set_state(experiment_id, State.PAUSED)
+
+    status, output = run_command(["--store", str(path), "experiment", "resume", str(experiment_id)])
+
+    assert status == 2, output
+    assert "runs on --hosts gone.invalid:1: host 'gone.invalid' is not known" in output, output
+    with ExperimentStore(path) as store:
+        assert store.experiment(experiment_id).state == State.PAUSED
+        (trial,) = store.trials(experiment_id)
+        assert store.trial_runs(trial.id) == [] and trial.restarts == 0
 
 
 def test_json_output_writes_a_nan_metric_as_null(store_with_one_experiment, tmp_path):
