@@ -76,11 +76,29 @@ def free_port() -> int:
 
 
 def chief_address(hosts: Optional[str]) -> str:
-    """Where the other processes reach the chief: the first host of ``hosts``, else this machine."""
+    """Where the other processes reach the chief: the first host of ``hosts``, else this machine.
+
+    A first host named ``localhost`` is this machine; when other hosts take part, they
+    cannot reach it at 127.0.0.1 (their own), so it is named by its address on the way
+    to them.
+    """
     if not hosts:
         return "127.0.0.1"
-    first = hosts.split(",")[0].rsplit(":", 1)[0]
-    return "127.0.0.1" if first in ("localhost", "127.0.0.1") else first
+    names = [entry.rsplit(":", 1)[0] for entry in hosts.split(",")]
+    if names[0] not in ("localhost", "127.0.0.1"):
+        return names[0]
+    others = [name for name in names if name not in ("localhost", "127.0.0.1")]
+    return _address_towards(others[0]) if others else "127.0.0.1"
+
+
+def _address_towards(host: str) -> str:
+    """This machine's address on the route to ``host`` (its host name when there is none)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect((host, 9))  # a datagram socket sends nothing on connect
+            return probe.getsockname()[0]
+    except OSError:
+        return socket.gethostname()
 
 
 # How long the check of a host waits for ssh to connect (as horovodrun's own check does).

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from det_estimator.launcher import check_hosts, slots_on_this_machine
+from det_estimator.launcher import check_hosts, chief_address, slots_on_this_machine
 
-# An address of TEST-NET-1 (RFC 5737): it is no machine's own, and resolves without DNS.
-ELSEWHERE = "192.0.2.1"
+# An address of TEST-NET-2 (RFC 5737): it is no machine's own, and resolves without DNS.
+ELSEWHERE = "198.51.100.7"
 
 
 def fake_ssh(tmp_path: Path, monkeypatch, status: int, said: str = "") -> Path:
@@ -56,3 +56,14 @@ def test_reachable_hosts_and_this_machine_pass(tmp_path, monkeypatch):
 def test_the_slots_on_this_machine_count_it_under_any_of_its_names():
     hosts = f"localhost:1,127.0.0.1:2,{socket.gethostname()}:3,{ELSEWHERE}:4,no-such-host.invalid:5"
     assert slots_on_this_machine(hosts) == 6
+
+
+def test_the_others_reach_a_chief_on_localhost_at_an_address_of_this_machine_they_can_route_to():
+    assert chief_address(None) == "127.0.0.1"
+    assert chief_address("localhost:2") == "127.0.0.1"
+    assert chief_address(f"{ELSEWHERE}:1,localhost:1") == ELSEWHERE
+    # 127.0.0.1 would be each remote process's own loopback.
+    towards = chief_address(f"localhost:1,{ELSEWHERE}:1")
+    assert towards != "127.0.0.1" and not towards.startswith("127.")
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((towards, 0))  # an address of this machine
