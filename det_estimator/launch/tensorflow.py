@@ -16,7 +16,7 @@ import sys
 from typing import Optional
 
 from det_estimator.launch import _args
-from det_estimator.launcher import HostSlots, Job, ProcessSpec, exec_single, free_port
+from det_estimator.launcher import HostSlots, Job, ProcessSpec, address_towards, exec_single, free_port
 
 TF_CONFIG = "TF_CONFIG"
 # Workers on other hosts listen from this port on (this machine's get free ports).
@@ -28,10 +28,13 @@ def tf_config_processes(
 ) -> list[ProcessSpec]:
     """One process per slot, with the ``TF_CONFIG`` of a job of them all and det-estimator's variables."""
     addresses, hosts = [], []
+    remote = [entry.host for entry in entries if not entry.is_local]
+    # Workers on other hosts would reach "localhost" on their own machine, not this one.
+    here = address_towards(remote[0]) if remote else "localhost"
     for entry in entries:
         for local_rank in range(entry.slots):
             port = free_port() if entry.is_local and base_port is None else (base_port or _DEFAULT_PORT) + local_rank
-            addresses.append(f"{'localhost' if entry.is_local else entry.host}:{port}")
+            addresses.append(f"{here if entry.is_local else entry.host}:{port}")
             hosts.append((entry, local_rank))
     chief = _args.chief_settings(entries)
     processes = []

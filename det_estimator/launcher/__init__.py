@@ -2,6 +2,7 @@
 
 from det_estimator.launcher._job import HostSlots, Job, ProcessSpec, exec_single, parse_hosts, resolve_slots
 from det_estimator.launcher._launch import (
+    address_towards,
     check_hosts,
     chief_address,
     describe,
@@ -17,6 +18,7 @@ from det_estimator.launcher._launch import (
 )
 
 __all__ = [
+    "address_towards",
     "HostSlots",
     "Job",
     "ProcessSpec",

@@ -88,10 +88,10 @@ def chief_address(hosts: Optional[str]) -> str:
     if names[0] not in ("localhost", "127.0.0.1"):
         return names[0]
     others = [name for name in names if name not in ("localhost", "127.0.0.1")]
-    return _address_towards(others[0]) if others else "127.0.0.1"
+    return address_towards(others[0]) if others else "127.0.0.1"
 
 
-def _address_towards(host: str) -> str:
+def address_towards(host: str) -> str:
     """This machine's address on the route to ``host`` (its host name when there is none)."""
     try:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:

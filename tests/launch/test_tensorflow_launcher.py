@@ -3,6 +3,7 @@
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -207,6 +208,23 @@ def test_the_horovod_launcher_runs_the_command_under_horovodrun(tmp_path):
         engine="horovod",
     )
     assert failing.returncode != 0
+
+
+def test_a_worker_on_this_machine_is_listed_at_an_address_the_other_hosts_reach():
+    from det_estimator.launch.tensorflow import tf_config_processes
+
+    def workers(entries):
+        (first, *_) = tf_config_processes(["python3", "train.py"], entries)
+        return json.loads(first.env["TF_CONFIG"])["cluster"]["worker"]
+
+    assert all(worker.startswith("localhost:") for worker in workers([HostSlots("localhost", 2)]))
+    # TEST-NET-2 (RFC 5737): another host.
+    here, there = workers([HostSlots("localhost", 1), HostSlots("198.51.100.7", 1)])
+    assert there == "198.51.100.7:12400"
+    address = here.rsplit(":", 1)[0]
+    assert address != "localhost" and not address.startswith("127.")
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((address, 0))  # an address of this machine
 
 
 def test_hosts_and_slots_resolution():
