@@ -245,8 +245,12 @@ def _exit_status(returncode: int) -> int:
 
 
 def _ssh_command(spec: ProcessSpec, cwd: str) -> list[str]:
-    """Runs a process on another host over ssh, in the same directory, with its variables."""
+    """Runs a process on another host over ssh, in the same directory, with its variables.
+
+    A leading ``python`` is this interpreter there too (every host has the environment at
+    the same path), not whichever the remote shell's PATH finds first.
+    """
     variables = " ".join(f"{key}={shlex.quote(value)}" for key, value in sorted(spec.env.items()))
     unset = " ".join(f"-u {shlex.quote(name)}" for name in spec.unset)
-    remote = f"cd {shlex.quote(cwd)} && env {unset} {variables} {shlex.join(spec.command)}"
+    remote = f"cd {shlex.quote(cwd)} && env {unset} {variables} {shlex.join(script_command(spec.command))}"
     return ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no", spec.host, remote]

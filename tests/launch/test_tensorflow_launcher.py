@@ -227,6 +227,17 @@ def test_a_worker_on_this_machine_is_listed_at_an_address_the_other_hosts_reach(
         probe.bind((address, 0))  # an address of this machine
 
 
+def test_a_process_on_another_host_runs_this_interpreter_for_python():
+    from det_estimator.launcher import ProcessSpec
+    from det_estimator.launcher._job import _ssh_command
+
+    # Every host has the same environment at the same path; the `python3` first on the
+    # remote PATH of a non-login ssh shell is usually the system's, without TensorFlow.
+    ssh = _ssh_command(ProcessSpec(1, "other", ["python3", "train.py", "--x"], {"A": "1"}), "/work dir")
+    assert ssh[-2] == "other"
+    assert ssh[-1].endswith(f"A=1 {sys.executable} train.py --x") and ssh[-1].startswith("cd '/work dir' && ")
+
+
 def test_hosts_and_slots_resolution():
     assert parse_hosts("a:2,b") == [HostSlots("a", 2), HostSlots("b", 1)]
     with pytest.raises(ValueError, match="Argument `--hosts`"):
