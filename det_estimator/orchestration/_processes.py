@@ -22,6 +22,10 @@ from det_estimator.store import ExperimentRecord, ExperimentStore, State, TrialR
 _PROCESS_EXIT = re.compile(r"Process (\d+) exit with status code (-?\d+)")
 # The exception horovodrun raises when a process of the job failed, in its own traceback.
 _HOROVODRUN_FAILURE = "Horovod detected that one or more processes exited with non-zero status"
+# What horovodrun prints, then raises, when it cannot ssh into a host: "ssh not successful
+# for host h2:" and ssh's own lines, then "RuntimeError: could not connect to some hosts via ssh".
+_SSH_FAILED_HOST = re.compile(r"^ssh not successful for host (.+):$")
+_HOROVODRUN_SSH_FAILURE = "could not connect to some hosts via ssh"
 
 
 @dataclass(frozen=True)
@@ -293,7 +297,12 @@ def record_failure_from_log(store: ExperimentStore, run_id: int, lines: list[str
         return
     block = first_traceback(lines)
     rank = None
-    if first_failure is not None and (not block or _HOROVODRUN_FAILURE in block[-1]):
+    unreachable = _unreachable_hosts(lines)
+    if unreachable and block and _HOROVODRUN_SSH_FAILURE in block[-1]:
+        # horovodrun's traceback names no host: the hosts and what ssh said are the cause.
+        message = f"horovodrun could not reach {'; '.join(unreachable)}"
+        block = []
+    elif first_failure is not None and (not block or _HOROVODRUN_FAILURE in block[-1]):
         # horovodrun's own traceback only says that a process failed, and names it after
         # its exception line, which is all a traceback's message keeps.
         rank, status = first_failure
@@ -308,6 +317,17 @@ def record_failure_from_log(store: ExperimentStore, run_id: int, lines: list[str
     store.record_run_error(
         run_id, {"rank": rank, "type": None, "message": message, "traceback": "\n".join(block) + "\n" if block else ""}
     )
+
+
+def _unreachable_hosts(lines: list[str]) -> list[str]:
+    """``h2 over ssh (ssh: connect to host h2 port 22: No route to host)`` for each host horovodrun could not reach."""
+    found = []
+    for index, line in enumerate(lines):
+        match = _SSH_FAILED_HOST.match(line.strip())
+        if match:
+            said = next((following.strip() for following in lines[index + 1 :] if following.strip()), "")
+            found.append(f"{match.group(1)} over ssh ({said})" if said else f"{match.group(1)} over ssh")
+    return found
 
 
 def _exit_message(status: int) -> str:

@@ -68,6 +68,19 @@ def test_a_failure_without_a_recorded_error_still_has_a_cause():
             1,
             "the process exited with status 137 (killed by SIGKILL)",
         ),
+        # horovodrun could not ssh into a host: its traceback names none, its lines before do.
+        (
+            [
+                "ssh not successful for host gone:",
+                "ssh: connect to host gone port 22: No route to host",
+                "",
+                "Traceback (most recent call last):",
+                '  File "horovodrun", line 8, in <module>',
+                "RuntimeError: could not connect to some hosts via ssh",
+            ],
+            1,
+            "horovodrun could not reach gone over ssh (ssh: connect to host gone port 22: No route to host)",
+        ),
         # An exit status of its own, without a traceback: the last line it printed says most.
         (["loading", "out of disk space"], 3, "out of disk space"),
         ([], 3, "the trial's processes exited without output"),
