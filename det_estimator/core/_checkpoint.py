@@ -300,8 +300,24 @@ class CheckpointContext:
         """The checkpoint's metadata: what was given to :meth:`store_path`, plus its uuid, time and files."""
         return dict(read_checkpoint(self._locate(storage_id)).metadata)
 
-    def delete(self, storage_ids: list[str]) -> None:
-        """Deletes checkpoints of this trial (chief only); the store marks them deleted."""
+    def delete(self, storage_ids: Union[str, list[str]]) -> None:
+        """Deletes checkpoints of this trial (chief only); the store marks them deleted.
+
+        Args:
+            storage_ids: one storage id, as the reference system's ``delete(storage_id)``
+                takes, or a list of them.
+
+        Raises:
+            TypeError: ``storage_ids`` is neither a storage id nor a list of them.
+            CheckpointError: no checkpoint has one of the ids.
+        """
+        # A single id must not be taken for a sequence: its characters are no checkpoints.
+        if isinstance(storage_ids, str):
+            storage_ids = [storage_ids]
+        if not isinstance(storage_ids, (list, tuple)) or not all(isinstance(one, str) for one in storage_ids):
+            raise TypeError(
+                f"checkpoint.delete() takes a storage id (str) or a list of them. Received: {storage_ids!r}"
+            )
         for storage_id in storage_ids:
             self._checkpoints.delete(read_checkpoint(self._locate(storage_id)))
         if self._recorder is not None:

@@ -152,6 +152,18 @@ def test_checkpoints_are_sealed_recorded_found_and_deleted(store, info):
         core.build_context(info, core.DummyDistributedContext()).checkpoint.get_metadata(second)
 
 
+def test_delete_takes_one_storage_id_as_the_reference_does_or_a_list(store, tmp_path):
+    info = record_trial(store, make_config(tmp_path, save_trial_latest=3), tmp_path)
+    with core.build_context(info, core.DummyDistributedContext()) as core_context:
+        first, second, third = save(core_context, 1), save(core_context, 2), save(core_context, 3)
+        core_context.checkpoint.delete(first)
+        core_context.checkpoint.delete([second])
+        with pytest.raises(TypeError, match="storage id"):
+            core_context.checkpoint.delete(3)
+    assert [c.uuid for c in TrialCheckpoints(info.checkpoint_dir).list()] == [third]
+    assert store.checkpoint(first).state == store.checkpoint(second).state == "DELETED"
+
+
 def test_retention_keeps_the_latest_and_the_best_of_the_trial(info):
     with core.build_context(info, core.DummyDistributedContext()) as core_context:
         best = save(core_context, 2, validation_metrics={"loss": 0.1})
