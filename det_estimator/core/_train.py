@@ -1,6 +1,7 @@
 """TrainContext: reporting training and validation metrics, and progress, to the experiment store."""
 
 import enum
+import json
 import logging
 import math
 import numbers
@@ -193,6 +194,16 @@ def _check_metrics(metrics: Any, caller: str) -> dict[str, Any]:
         raise TypeError(f"{caller}() takes a dict of metric name (str) to value. Received: {metrics!r}")
     plain = {key: plain_number(value) for key, value in metrics.items()}
     for key, value in plain.items():
+        # Checked on every process, not only where the chief's store encodes it: a value the
+        # store cannot hold fails at the script's own call, naming the metric.
+        try:
+            json.dumps(value)
+        except (TypeError, ValueError) as error:
+            raise TypeError(
+                f"{caller}(): metric {key!r} is a {type(value).__name__}, which the experiment store cannot "
+                f"record ({error}). Report numbers, strings, bools, None, or lists and dicts of them "
+                f"(a tensor or array as float(value) or value.tolist()). Received: {value!r}"
+            ) from None
         if isinstance(value, float) and math.isinf(value):
             logger.warning("metric %r is infinite after %s", key, caller)
     return plain

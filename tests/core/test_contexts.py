@@ -108,6 +108,19 @@ def test_numpy_scalars_are_reported_and_checkpointed_as_python_numbers(store, in
     assert store.checkpoint(storage_id).batches == 5
 
 
+def test_a_metric_the_store_cannot_record_is_refused_on_every_process_naming_it(store, info):
+    with core.build_context(info, core.DummyDistributedContext()) as core_context:
+        with pytest.raises(TypeError, match=r"report_training_metrics\(\): metric 'weights' is a ndarray"):
+            core_context.train.report_training_metrics(1, {"loss": 0.5, "weights": np.zeros(3)})
+        with pytest.raises(TypeError, match=r"report_validation_metrics\(\): metric 'model' is a object"):
+            core_context.train.report_validation_metrics(1, {"loss": 0.5, "model": object()})
+    # A process other than the chief records nothing, and still refuses what the chief could not record.
+    worker = core.TrainContext(core.DummyDistributedContext(), recorder=None)
+    with pytest.raises(TypeError, match="metric 'weights' is a ndarray"):
+        worker.report_training_metrics(1, {"weights": np.zeros(3)})
+    assert store.metrics(info.trial.trial_id, MetricKind.TRAINING) == []
+
+
 def test_a_validation_without_the_searcher_metric_names_the_metrics_it_has(info):
     with (
         core.build_context(info, core.DummyDistributedContext()) as core_context,
