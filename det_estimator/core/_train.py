@@ -27,7 +27,7 @@ class EarlyExitReason(enum.Enum):
 
 
 class SearcherMetricError(PermanentTrialError, KeyError):
-    """A validation did not report the experiment's ``searcher.metric``."""
+    """A validation did not report the experiment's ``searcher.metric``, or not as a number."""
 
     def __str__(self) -> str:
         return str(self.args[0])
@@ -100,8 +100,9 @@ class TrainContext:
         step (before or after this call), where checkpoint retention finds them.
 
         Raises:
-            SearcherMetricError: ``metrics`` lacks the config's ``searcher.metric``; the
-                message names the metrics reported, so a misspelt name is easy to fix.
+            SearcherMetricError: ``metrics`` lacks the config's ``searcher.metric`` (the
+                message names the metrics reported, so a misspelt name is easy to fix), or
+                its value is not a number (NaN is one).
         """
         metrics = _check_metrics(metrics, "report_validation_metrics")
         if self._searcher_metric is not None and self._searcher_metric not in metrics:
@@ -109,6 +110,15 @@ class TrainContext:
                 f"searcher.metric {self._searcher_metric!r} is not among the validation metrics: "
                 f"{', '.join(sorted(metrics)) or 'none'}. Name one of them in the experiment config."
             )
+        if self._searcher_metric is not None:
+            value = metrics[self._searcher_metric]
+            # NaN is a number (the worst); a string or None would leave the search nothing to rank by.
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise SearcherMetricError(
+                    f"searcher.metric {self._searcher_metric!r} must be a number; the validation reported "
+                    f"{value!r} ({type(value).__name__}). Report it as a float, or name a numeric metric "
+                    "in the experiment config."
+                )
         if self._recorder is not None:
             self._recorder.on_validation(int(steps_completed), dict(metrics))
             self._progressed_to(int(steps_completed))

@@ -133,6 +133,28 @@ def test_a_validation_without_the_searcher_metric_names_the_metrics_it_has(info)
     )
 
 
+@pytest.mark.parametrize("value", ["0.25", None, [0.25], True])
+def test_a_searcher_metric_that_is_not_a_number_is_refused_naming_what_was_reported(store, info, value):
+    # A search could rank no trial by it, and a single trial would end COMPLETED with no best validation.
+    with (
+        core.build_context(info, core.DummyDistributedContext()) as core_context,
+        pytest.raises(core.SearcherMetricError) as raised,
+    ):
+        core_context.train.report_validation_metrics(5, {"loss": value, "accuracy": 0.5})
+    assert str(raised.value) == (
+        f"searcher.metric 'loss' must be a number; the validation reported {value!r} "
+        f"({type(value).__name__}). Report it as a float, or name a numeric metric in the experiment config."
+    )
+    assert store.metrics(info.trial.trial_id, MetricKind.VALIDATION) == []
+
+
+def test_a_nan_searcher_metric_is_a_number_and_recorded(store, info):
+    with core.build_context(info, core.DummyDistributedContext()) as core_context:
+        core_context.train.report_validation_metrics(5, {"loss": float("nan")})
+        core_context.train.report_validation_metrics(6, {"loss": np.int64(1)})
+    assert len(store.metrics(info.trial.trial_id, MetricKind.VALIDATION)) == 2
+
+
 def test_checkpoints_are_sealed_recorded_found_and_deleted(store, info):
     with core.build_context(info, core.DummyDistributedContext()) as core_context:
         first = save(core_context, 5, "first")
