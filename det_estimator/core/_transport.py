@@ -28,15 +28,24 @@ class PeerGoneError(DetEstimatorError, ConnectionError):
     """Another process of the job ended (or never started) in the middle of a collective."""
 
 
-def _send(connection: socket.socket, obj: Any) -> None:
+def _send(connection: socket.socket, obj: Any, peer: str = "a process of the job") -> None:
     payload = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    connection.sendall(_LENGTH.pack(len(payload)) + payload)
+    try:
+        connection.sendall(_LENGTH.pack(len(payload)) + payload)
+    except OSError as error:  # a reset or a broken pipe: the process at the other end is gone
+        raise PeerGoneError(f"{peer} closed its connection in the middle of a collective ({error}).") from None
 
 
 def _receive_exactly(connection: socket.socket, count: int, peer: str) -> bytes:
     chunks = []
     while count:
-        chunk = connection.recv(min(count, 1 << 20))
+        try:
+            chunk = connection.recv(min(count, 1 << 20))
+        except OSError as error:
+            # A peer that exits with data unread resets the connection rather than closing it.
+            raise PeerGoneError(
+                f"{peer} closed its connection in the middle of a collective ({error}): its process ended."
+            ) from None
         if not chunk:
             raise PeerGoneError(f"{peer} closed its connection in the middle of a collective: its process ended.")
         chunks.append(chunk)
@@ -142,11 +151,11 @@ class Star:
         if self.size < 2:
             return [obj]
         if self._hub is not None:
-            _send(self._hub, obj)
+            _send(self._hub, obj, "the chief")
             return _receive(self._hub, "the chief")
         gathered = [obj] + [_receive(peer, f"process {index}") for index, peer in enumerate(self._peers, 1)]
-        for peer in self._peers:
-            _send(peer, gathered)
+        for index, peer in enumerate(self._peers, 1):
+            _send(peer, gathered, f"process {index}")
         return gathered
 
     def gather(self, obj: Any) -> Optional[list[Any]]:
@@ -154,7 +163,7 @@ class Star:
         if self.size < 2:
             return [obj]
         if self._hub is not None:
-            _send(self._hub, obj)
+            _send(self._hub, obj, "the chief")
             return None
         return [obj] + [_receive(peer, f"process {index}") for index, peer in enumerate(self._peers, 1)]
 
@@ -164,8 +173,8 @@ class Star:
             return obj
         if self._hub is not None:
             return _receive(self._hub, "the chief")
-        for peer in self._peers:
-            _send(peer, obj)
+        for index, peer in enumerate(self._peers, 1):
+            _send(peer, obj, f"process {index}")
         return obj
 
     def close(self) -> None:

@@ -178,6 +178,33 @@ def test_a_process_that_dies_makes_its_peers_collective_fail_fast():
     assert waited < 10
 
 
+def _reset_by_chief(rank: int, port: int, results) -> None:
+    os.environ["DET_CHIEF_PORT"] = str(port)
+    context = core.DistributedContext(rank=rank, size=2, local_rank=rank, local_size=2, cross_rank=0, cross_size=1)
+    if rank == 0:
+        time.sleep(1)  # the other's messages arrive, unread: closing now resets its connection
+        context.close()
+        return
+    try:
+        context.gather("unread")
+        context.allgather("unread too")
+        results.put("returned")
+    except Exception as error:  # noqa: BLE001 -- the test reports which error it was
+        results.put(f"{type(error).__name__}: {error}")
+
+
+def test_a_connection_reset_by_a_peer_that_ended_is_a_peer_gone_error():
+    results = _FORK.Queue()
+    port = free_port()
+    processes = [_FORK.Process(target=_reset_by_chief, args=(rank, port, results)) for rank in range(2)]
+    for process in processes:
+        process.start()
+    reported = results.get(timeout=60)
+    for process in processes:
+        process.join(timeout=30)
+    assert reported.startswith("PeerGoneError: the chief closed its connection in the middle of a collective")
+
+
 def test_a_process_that_never_starts_is_reported_after_the_rendezvous_timeout(monkeypatch):
     monkeypatch.setenv("DET_CHIEF_PORT", str(free_port()))
     monkeypatch.setattr(_transport, "_RENDEZVOUS_SECONDS", 0.5)
