@@ -26,11 +26,12 @@ from det_estimator.core._distributed import DistributedContext, DummyDistributed
 from det_estimator.core._preempt import PreemptContext, PreemptMode
 from det_estimator.core._searcher import SearcherContext, SearcherMode, SearcherOperation, Unit
 from det_estimator.core._train import EarlyExitReason, SearcherMetricError, TrainContext
-from det_estimator.core._transport import PeerGoneError
+from det_estimator.core._transport import CollectiveMismatchError, PeerGoneError
 
 __all__ = [
     "CheckpointContext",
     "CheckpointError",
+    "CollectiveMismatchError",
     "Context",
     "DistributedContext",
     "DownloadMode",

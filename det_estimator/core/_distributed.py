@@ -21,7 +21,9 @@ class DistributedContext:
     machine and ``cross_rank`` the index of its machine; the ``*_size`` arguments count
     the same things. The collectives (:meth:`allgather`, :meth:`gather`,
     :meth:`broadcast` and their ``_local`` forms) take any picklable object and must be
-    called by every process concerned, in the same order. They are for coordination
+    called by every process concerned, in the same order; processes that call different
+    ones at the same point raise ``CollectiveMismatchError``, naming both calls, instead
+    of waiting for each other forever. They are for coordination
     (metrics, decisions, small states), not a replacement for the framework's own
     collectives on tensors.
 

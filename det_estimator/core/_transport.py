@@ -8,24 +8,36 @@ started by horovodrun, by TensorFlow's multi-worker launcher and by tests.
 
 When a process of the job dies, its peers see the connection close and raise
 :class:`PeerGoneError` instead of waiting forever.
+
+Every collective starts with each member telling the hub which collective it is in
+(broadcast included), so processes that call different ones at the same point, which
+would otherwise wait for each other forever or take one collective's data for
+another's, fail at once with :class:`CollectiveMismatchError` naming both calls.
 """
 
 import os
 import pickle
 import socket
 import struct
+import sys
 import time
 from typing import Any, Optional
 
-from det_estimator.errors import DetEstimatorError
+from det_estimator.errors import DetEstimatorError, PermanentTrialError
 
 _LENGTH = struct.Struct("!Q")
 # How long processes wait for each other to start, before giving up with a clear error.
 _RENDEZVOUS_SECONDS = float(os.environ.get("DET_RENDEZVOUS_TIMEOUT", "300"))
+# det-estimator's own frames are skipped when naming where a collective was called from.
+_PACKAGE_DIRECTORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
 class PeerGoneError(DetEstimatorError, ConnectionError):
     """Another process of the job ended (or never started) in the middle of a collective."""
+
+
+class CollectiveMismatchError(PermanentTrialError, RuntimeError):
+    """Processes of the job called different collectives at the same point of their code."""
 
 
 def _send(connection: socket.socket, obj: Any, peer: str = "a process of the job") -> None:
@@ -56,6 +68,23 @@ def _receive_exactly(connection: socket.socket, count: int, peer: str) -> bytes:
 def _receive(connection: socket.socket, peer: str) -> Any:
     (length,) = _LENGTH.unpack(_receive_exactly(connection, _LENGTH.size, peer))
     return pickle.loads(_receive_exactly(connection, length, peer))
+
+
+def _call_site() -> str:
+    """Where the running collective was called from: the API entered and the caller's file and line.
+
+    ``"should_preempt() at train.py:31"``: the outermost det-estimator function on the
+    stack, and the first frame outside det-estimator that called it.
+    """
+    frame = sys._getframe(1)
+    entered = None
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIRECTORY):
+        entered = frame.f_code.co_name
+        frame = frame.f_back
+    if frame is None:
+        return f"{entered}()"
+    where = f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
+    return f"{entered}() at {where}" if entered else where
 
 
 class Star:
@@ -151,9 +180,9 @@ class Star:
         if self.size < 2:
             return [obj]
         if self._hub is not None:
-            _send(self._hub, obj, "the chief")
+            self._tell_hub("allgather", obj)
             return _receive(self._hub, "the chief")
-        gathered = [obj] + [_receive(peer, f"process {index}") for index, peer in enumerate(self._peers, 1)]
+        gathered = [obj, *self._hear_members("allgather")]
         for index, peer in enumerate(self._peers, 1):
             _send(peer, gathered, f"process {index}")
         return gathered
@@ -163,19 +192,46 @@ class Star:
         if self.size < 2:
             return [obj]
         if self._hub is not None:
-            _send(self._hub, obj, "the chief")
+            self._tell_hub("gather", obj)
             return None
-        return [obj] + [_receive(peer, f"process {index}") for index, peer in enumerate(self._peers, 1)]
+        return [obj, *self._hear_members("gather")]
 
     def broadcast(self, obj: Any) -> Any:
         """The hub's ``obj`` on every member."""
         if self.size < 2:
             return obj
         if self._hub is not None:
+            self._tell_hub("broadcast", None)
             return _receive(self._hub, "the chief")
+        self._hear_members("broadcast")
         for index, peer in enumerate(self._peers, 1):
             _send(peer, obj, f"process {index}")
         return obj
+
+    def _tell_hub(self, collective: str, obj: Any) -> None:
+        """A member's side of a collective: which one it is in, where it was called, and its ``obj``."""
+        _send(self._hub, (collective, _call_site(), obj), "the chief")
+
+    def _hear_members(self, collective: str) -> list[Any]:
+        """The hub's side: every member's ``obj``, once each says it is in the same collective as the hub.
+
+        Raises:
+            CollectiveMismatchError: a member is in another collective.
+        """
+        received = []
+        for index, peer in enumerate(self._peers, 1):
+            theirs, site, obj = _receive(peer, f"process {index}")
+            if theirs != collective:
+                raise CollectiveMismatchError(
+                    f"The job's processes called different collectives at the same point: the chief "
+                    f"called {collective} from {_call_site()}, process {index} called {theirs} "
+                    f"from {site}. Every process must make the same collective calls in the same order: "
+                    "allgather, gather and broadcast, and what calls them on every process "
+                    "(preempt.should_preempt(), searcher.operations(), checkpoint.store_path(shard=True)); "
+                    "a call under `if rank == 0:` alone is made by the chief only."
+                )
+            received.append(obj)
+        return received
 
     def close(self) -> None:
         for connection in [*self._peers, *([self._hub] if self._hub else [])]:

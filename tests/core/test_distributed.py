@@ -178,6 +178,43 @@ def test_a_process_that_dies_makes_its_peers_collective_fail_fast():
     assert waited < 10
 
 
+def _mismatched(rank: int, port: int, results) -> None:
+    os.environ["DET_CHIEF_PORT"] = str(port)
+    context = core.DistributedContext(rank=rank, size=2, local_rank=rank, local_size=2, cross_rank=0, cross_size=1)
+    try:
+        if rank == 0:
+            context.allgather("should_preempt, say")
+        else:
+            context.broadcast()  # the next searcher operation, say: it skipped the chief's allgather
+        results.put((rank, "returned"))
+    except (core.CollectiveMismatchError, core.PeerGoneError) as error:
+        results.put((rank, f"{type(error).__name__}: {error}"))
+    finally:
+        context.close()
+
+
+def test_processes_in_different_collectives_fail_at_once_naming_both_calls():
+    # Without the check the chief waits for an allgather message and the other process for
+    # the chief's broadcast: both wait forever.
+    results = _FORK.Queue()
+    port = free_port()
+    processes = [_FORK.Process(target=_mismatched, args=(rank, port, results)) for rank in range(2)]
+    for process in processes:
+        process.start()
+    try:
+        reported = dict(results.get(timeout=30) for _ in processes)
+    finally:
+        for process in processes:
+            process.join(timeout=5)
+            process.kill()
+    assert reported[0].startswith(
+        "CollectiveMismatchError: The job's processes called different collectives at the same point: the chief "
+        "called allgather from allgather() at test_distributed.py:"
+    )
+    assert "process 1 called broadcast from broadcast() at test_distributed.py:" in reported[0]
+    assert reported[1].startswith("PeerGoneError: the chief closed its connection")
+
+
 def _reset_by_chief(rank: int, port: int, results) -> None:
     os.environ["DET_CHIEF_PORT"] = str(port)
     context = core.DistributedContext(rank=rank, size=2, local_rank=rank, local_size=2, cross_rank=0, cross_size=1)
