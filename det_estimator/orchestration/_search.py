@@ -147,6 +147,26 @@ class SearchRunner:
         metric = self._config.searcher.metric
         validations = [v for v in self._store.metrics(trial.id, MetricKind.VALIDATION) if metric in v.metrics]
         if not validations:
+            # Its processes exited cleanly and recorded no error: without one, the summary
+            # would say the experiment failed and not why.
+            runs = self._store.trial_runs(trial.id)
+            if runs and runs[-1].error is None:
+                unit = self._config.searcher.max_length.unit.value.lower()
+                self._store.record_run_error(
+                    runs[-1].id,
+                    {
+                        "rank": None,
+                        "type": None,
+                        "message": (
+                            "the trial's processes exited with status 0 without completing its searcher "
+                            f"operation (to {trial.target_length} {unit}): no op.report_completed() on the "
+                            f"chief, and no validation of searcher.metric {metric!r}. A script iterates "
+                            "core.searcher.operations() and completes each one with "
+                            "op.report_completed(searcher_metric) on the chief."
+                        ),
+                        "traceback": "",
+                    },
+                )
             self._exit_early(trial, ExitedReason.ERRORED)
             return
         self._store.report_search_metric(trial.id, trial.target_length, validations[-1].metrics[metric])

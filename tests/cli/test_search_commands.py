@@ -241,6 +241,16 @@ def test_a_script_that_fails_after_completing_its_training_is_shown_as_failed(de
     assert trial["validations"][-1]["metrics"]["loss"] == pytest.approx(loss(0.3, BATCHES))
 
 
+def test_a_script_that_exits_without_completing_its_operation_is_shown_failed_saying_so(det, search_dir):
+    config = write_config(search_dir, {"name": "single"}, {"x": 0.3, "skip_training": True})
+    result = det("experiment", "create", config, search_dir)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert (
+        "Trial 1 failed:\nthe trial's processes exited with status 0 without completing its searcher operation "
+        "(to 20 batches): no op.report_completed() on the chief, and no validation of searcher.metric 'loss'."
+    ) in result.stderr
+
+
 def test_a_searcher_metric_the_trial_does_not_report_is_an_error_naming_what_it_reports(det, search_dir):
     config = write_config(search_dir, {"name": "single"}, {"x": 0.3, "metric_name": "val_loss"})
     result = det("experiment", "create", config, search_dir)

@@ -4,8 +4,8 @@
 with length. It checkpoints its position every ``checkpoint_every`` batches, sleeps
 ``seconds_per_batch`` per batch (so that a test can pause it), raises for ``x`` above
 ``fail_above``, raises InvalidHP for ``x`` below ``invalid_below``, reports
-``metric_name`` (``loss`` by default), and with ``fail_when_done`` raises after its
-training is complete.
+``metric_name`` (``loss`` by default), with ``fail_when_done`` raises after its
+training is complete, and with ``skip_training`` exits at once without training.
 """
 
 import json
@@ -22,6 +22,8 @@ def loss(x: float, batches: int) -> float:
 def main() -> None:
     with det.core.init() as core:
         hparams = core.info.trial.hparams
+        if hparams.get("skip_training"):
+            return
         x = hparams["x"]
         if x > hparams.get("fail_above", 10.0):
             raise ValueError(f"x={x} is above fail_above")
