@@ -313,7 +313,8 @@ def record_failure_from_log(store: ExperimentStore, run_id: int, lines: list[str
     elif _signal_name(status):  # no process horovodrun named: this run's own process (one slot) was killed
         message = _exit_message(status)
     else:
-        message = lines[-1] if lines else "the trial's processes exited without output"
+        # Without output, the status is all there is to say (sys.exit(4) after the training, say).
+        message = lines[-1] if lines else f"{_exit_message(status)}, without output"
     store.record_run_error(
         run_id, {"rank": rank, "type": None, "message": message, "traceback": "\n".join(block) + "\n" if block else ""}
     )

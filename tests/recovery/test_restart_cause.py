@@ -83,7 +83,7 @@ def test_a_failure_without_a_recorded_error_still_has_a_cause():
         ),
         # An exit status of its own, without a traceback: the last line it printed says most.
         (["loading", "out of disk space"], 3, "out of disk space"),
-        ([], 3, "the trial's processes exited without output"),
+        ([], 3, "the process exited with status 3, without output"),
     ],
 )
 def test_a_failure_without_a_traceback_is_recorded_with_its_likeliest_cause(tmp_path, lines, status, message):
