@@ -236,7 +236,7 @@ def build_context(
         source,
         _UNITS[searcher_config.max_length.unit],
         report_batches=report_batches,
-        to_batches=lambda length: _length_in_batches(config, trial.hparams, length) or round(length),
+        to_batches=lambda length: _length_in_batches(config, trial.hparams, length),
         report_target=train.report_target,
     )
     return Context(distributed, train, checkpoint, preempt, searcher, info, watcher, recorder, owned_run)

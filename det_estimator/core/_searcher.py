@@ -144,7 +144,8 @@ class SearcherContext:
         source: where the chief's operations come from.
         units: the unit of ``searcher.max_length``.
         report_batches: records progress in batches (for the live display).
-        to_batches: converts a length in ``units`` to batches.
+        to_batches: converts a length in ``units`` to batches; None when it cannot be known
+            (records without a ``global_batch_size`` hyperparameter).
         report_target: records the batches an operation trains to (for the live display).
     """
 
@@ -154,7 +155,7 @@ class SearcherContext:
         source: OperationSource,
         units: Optional[Unit],
         report_batches: Callable[[int], None] = lambda batches: None,
-        to_batches: Callable[[float], int] = round,
+        to_batches: Callable[[float], Optional[int]] = round,
         report_target: Callable[[int], None] = lambda batches: None,
     ) -> None:
         self._distributed = distributed
@@ -184,9 +185,10 @@ class SearcherContext:
                 length = self._distributed.broadcast(length)
             if length is None:
                 return
-            if is_chief:
-                self._report_target(self._to_batches(length))
-            op = SearcherOperation(length, is_chief, lambda done: self._report_batches(self._to_batches(done)))
+            target = self._to_batches(length) if is_chief else None
+            if target is not None:
+                self._report_target(target)
+            op = SearcherOperation(length, is_chief, self._report_progress_in_batches)
             yield op
             if is_chief:
                 if not op._completed:
@@ -194,6 +196,13 @@ class SearcherContext:
                         "Call op.report_completed(searcher_metric) on each operation, on the chief."
                     )
                 completed = (length, op._metric)
+
+    def _report_progress_in_batches(self, length: float) -> None:
+        # A length whose batches are unknown is not shown as batches: the batches that the
+        # training metrics report stand, rather than records taken for batches.
+        batches = self._to_batches(length)
+        if batches is not None:
+            self._report_batches(batches)
 
     def get_configured_units(self) -> Optional[Unit]:
         """The unit of ``searcher.max_length`` (batches, records or epochs)."""

@@ -39,11 +39,12 @@ def make_config(tmp_path, **checkpoint_storage):
     )
 
 
-def record_trial(store, config, tmp_path, trials=1, pause_file=None):
+def record_trial(store, config, tmp_path, trials=1, pause_file=None, hparams=None):
     """Records an experiment with ``trials`` trials; returns the info of a run of the last one."""
     experiment_id = store.create_experiment("core", config.to_dict(), str(tmp_path), config.entrypoint, 1, False)
+    hparams = {"global_batch_size": 4, "lr": 0.5} if hparams is None else hparams
     for _ in range(trials):
-        trial_id = store.create_trial(experiment_id, {"global_batch_size": 4, "lr": 0.5}, 3, tmp_path / "checkpoints")
+        trial_id = store.create_trial(experiment_id, hparams, 3, tmp_path / "checkpoints")
     run_id = store.start_run(trial_id)
     trial = store.trial(trial_id)
     return _info.ClusterInfo(
@@ -90,6 +91,22 @@ def test_metrics_and_progress_reach_the_store(store, info):
     assert store.trial(info.trial.trial_id).batches_trained == 8  # the last value, written on close
     records = store.metrics(info.trial.trial_id, MetricKind.VALIDATION, run_id=info.trial.run_id)
     assert [(r.batches, r.metrics) for r in records] == [(5, {"loss": 0.25, "accuracy": 0.75})]
+
+
+def test_progress_in_records_without_a_global_batch_size_is_not_taken_for_batches(store, tmp_path):
+    # A script's own batch size is unknown: 40 records are not 40 batches, for the display
+    # nor for the summary's "after N batches".
+    info = record_trial(store, make_config(tmp_path), tmp_path, hparams={"lr": 0.5})
+    with core.build_context(info, core.DummyDistributedContext()) as core_context:
+        op = next(core_context.searcher.operations())
+        assert op.length == 40
+        core_context.train.report_training_metrics(10, {"loss": 0.5})
+        op.report_progress(40)
+        core_context.train.report_progress(1.0)
+        core_context.train.report_validation_metrics(10, {"loss": 0.25})
+        op.report_completed(0.25)
+    trial = store.trial(info.trial.trial_id)
+    assert (trial.batches_trained, trial.max_batches) == (10, None)
 
 
 def test_numpy_scalars_are_reported_and_checkpointed_as_python_numbers(store, info):
