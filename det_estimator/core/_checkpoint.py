@@ -255,12 +255,56 @@ class CheckpointContext:
     ) -> str:
         """Copies the contents of ``ckpt_dir`` into a new checkpoint; returns its ``storage_id``.
 
-        Same rules as :meth:`store_path`; with ``shard=True`` a process with nothing to
-        add passes ``ckpt_dir=None``.
+        Same rules as :meth:`store_path`. With ``shard=True`` a process with nothing to add
+        passes ``ckpt_dir=None``; processes that pass the same directory upload it once,
+        and no file may come from two different directories.
+
+        Raises:
+            CheckpointError: ``ckpt_dir=None`` without ``shard=True`` or on every process,
+                or a file that two processes' directories both hold (on every process).
         """
-        with self.store_path(metadata, shard=shard) as (path, storage_id):
-            if ckpt_dir is not None:
+        if not shard:
+            if ckpt_dir is None:
+                raise CheckpointError(
+                    "upload(ckpt_dir=None, shard=False) would write an empty checkpoint: pass the directory to "
+                    "upload, or shard=True on every process where some have nothing to add."
+                )
+            with self.store_path(metadata) as (path, storage_id):
                 shutil.copytree(ckpt_dir, path, dirs_exist_ok=True)
+            return storage_id
+        source = None if ckpt_dir is None else Path(ckpt_dir)
+        if source is not None and not source.is_dir():
+            raise CheckpointError(f"upload(): ckpt_dir {str(source)!r} is not a directory.")
+        identity = None if source is None else (source.stat().st_dev, source.stat().st_ino)
+        files = (
+            [] if source is None else sorted(p.relative_to(source).as_posix() for p in source.rglob("*") if p.is_file())
+        )
+        shares = self._distributed.allgather((identity, files))
+        # Every process decides the same from the same shares, so they raise or copy together.
+        uploaders: dict[Any, int] = {}
+        for rank, (their_identity, _) in enumerate(shares):
+            if their_identity is not None:
+                uploaders.setdefault(their_identity, rank)  # a directory passed by several: its lowest rank copies it
+        if not uploaders:
+            raise CheckpointError(
+                "upload(ckpt_dir=None, shard=True) on every process would write an empty checkpoint: "
+                "at least one process must pass a directory."
+            )
+        ranks_of: dict[str, list[int]] = {}
+        for rank in sorted(uploaders.values()):
+            for name in shares[rank][1]:
+                ranks_of.setdefault(name, []).append(rank)
+        conflicts = {name: ranks for name, ranks in sorted(ranks_of.items()) if len(ranks) > 1}
+        if conflicts:
+            listed = "; ".join(f"{name!r} from processes {ranks}" for name, ranks in conflicts.items())
+            raise CheckpointError(
+                f"upload(shard=True) refuses files that several processes' directories hold, as one would "
+                f"overwrite the other: {listed}. Give each process's files names of their own."
+            )
+        copies = source is not None and uploaders[identity] == self._distributed.rank
+        with self.store_path(metadata, shard=True) as (path, storage_id):
+            if copies:
+                shutil.copytree(source, path, dirs_exist_ok=True)
         return storage_id
 
     def download(
@@ -285,11 +329,17 @@ class CheckpointContext:
 
     @contextlib.contextmanager
     def restore_path(
-        self, storage_id: str, download_mode: DownloadMode = DownloadMode.LocalWorkersShareDownload
+        self,
+        storage_id: str,
+        download_mode: DownloadMode = DownloadMode.LocalWorkersShareDownload,
+        *,
+        selector: Optional[Callable[[str], bool]] = None,
     ) -> Iterator[Path]:
         """Yields the directory of checkpoint ``storage_id``, to read it (do not write into it).
 
         The checkpoint may belong to this trial or to any trial of the experiment store.
+        It is read in place, so ``selector`` (which files the reference system downloads)
+        is accepted and changes nothing: every file is there.
 
         Raises:
             CheckpointError: no checkpoint has that id.

@@ -270,6 +270,66 @@ def test_a_sharded_checkpoint_holds_every_process_files(info):
     assert any("is for the chief only; process 1 called it" in value for _, value in reported)
 
 
+def test_upload_refuses_to_write_an_empty_checkpoint_and_restore_path_takes_a_selector(info, tmp_path):
+    source = tmp_path / "source"
+    source.mkdir()
+    (source / "model.txt").write_text("weights")
+    with core.build_context(info, core.DummyDistributedContext()) as core_context:
+        with pytest.raises(core.CheckpointError, match=r"upload\(ckpt_dir=None, shard=False\) would write an empty"):
+            core_context.checkpoint.upload(None, {"steps_completed": 1})
+        with pytest.raises(core.CheckpointError, match=r"upload\(ckpt_dir=None, shard=True\) on every process"):
+            core_context.checkpoint.upload(None, {"steps_completed": 1}, shard=True)
+        storage_id = core_context.checkpoint.upload(source, {"steps_completed": 2}, shard=True)
+        with core_context.checkpoint.restore_path(storage_id, selector=lambda name: name == "model.txt") as path:
+            assert (path / "model.txt").read_text() == "weights"
+    assert [c.uuid for c in TrialCheckpoints(info.checkpoint_dir).list()] == [storage_id]
+
+
+def _sharded_uploads(rank, info_json, port, shared, results):
+    os.environ["DET_CHIEF_PORT"] = str(port)
+    info = _info.ClusterInfo.from_json(info_json)
+    distributed = core.DistributedContext(rank=rank, size=2, local_rank=rank, local_size=2, cross_rank=0, cross_size=1)
+    own = Path(shared).parent / f"rank{rank}"
+    own.mkdir()
+    (own / "model.txt").write_text(f"rank {rank}'s half")
+    (own / f"only{rank}.txt").write_text(str(rank))
+    with core.build_context(info, distributed) as core_context:
+        upload = core_context.checkpoint.upload
+        results.put((rank, "same directory", upload(shared, {"steps_completed": 1}, shard=True)))
+        try:
+            upload(own, {"steps_completed": 2}, shard=True)
+            results.put((rank, "both hold model.txt", "uploaded"))
+        except core.CheckpointError as error:
+            results.put((rank, "both hold model.txt", str(error)))
+
+
+def test_sharded_uploads_copy_a_shared_directory_once_and_refuse_files_two_processes_hold(info, tmp_path):
+    # A file from two processes' directories would be one process's, silently.
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "model.txt").write_text("the same for every process")
+    results = _FORK.Queue()
+    port = free_port()
+    processes = [
+        _FORK.Process(target=_sharded_uploads, args=(rank, info.to_json(), port, str(shared), results))
+        for rank in range(2)
+    ]
+    for process in processes:
+        process.start()
+    reported = {(rank, case): value for rank, case, value in (results.get(timeout=60) for _ in range(4))}
+    for process in processes:
+        process.join(timeout=30)
+    storage_id = reported[0, "same directory"]
+    assert reported[1, "same directory"] == storage_id
+    (checkpoint,) = TrialCheckpoints(info.checkpoint_dir).list()
+    assert checkpoint.uuid == storage_id and sorted(checkpoint.metadata["files"]) == ["model.txt"]
+    for rank in range(2):
+        assert reported[rank, "both hold model.txt"] == (
+            "upload(shard=True) refuses files that several processes' directories hold, as one would overwrite "
+            "the other: 'model.txt' from processes [0, 1]. Give each process's files names of their own."
+        )
+
+
 def test_the_pause_file_and_signals_reach_should_preempt_and_its_acknowledgement_is_recorded(store, tmp_path):
     pause_file = tmp_path / "pause"
     info = record_trial(store, make_config(tmp_path), tmp_path, pause_file=str(pause_file))
