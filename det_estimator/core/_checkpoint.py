@@ -58,6 +58,34 @@ class RetentionPolicy:
     smaller_is_better: bool = True
 
 
+def merge_metadata(all_metadata: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, list[int]]]:
+    """The processes' checkpoint metadata merged, and the keys they disagree on with the ranks that gave them.
+
+    Dicts under the same key merge, key by key; any other value given by several
+    processes must be the same everywhere. A key in conflict is named by its path from
+    the top (``"shards/offset"``).
+    """
+    merged: dict[str, Any] = {}
+    givers: dict[str, int] = {}
+    conflicts: dict[str, list[int]] = {}
+
+    def merge(into: dict[str, Any], theirs: dict[str, Any], rank: int, prefix: str) -> None:
+        for key, value in theirs.items():
+            path = f"{prefix}{key}"
+            if isinstance(value, dict) and isinstance(into.get(key, {}), dict):
+                givers.setdefault(path, rank)
+                merge(into.setdefault(key, {}), value, rank, f"{path}/")
+            elif key not in into:
+                into[key] = value
+                givers[path] = rank
+            elif into[key] != value:
+                conflicts.setdefault(path, [givers.get(path, 0)]).append(rank)
+
+    for rank, metadata in enumerate(all_metadata):
+        merge(merged, metadata, rank, "")
+    return merged, conflicts
+
+
 class CheckpointContext:
     """A trial's checkpoints: ``core_context.checkpoint``.
 
@@ -112,7 +140,8 @@ class CheckpointContext:
             metadata: JSON values stored in the checkpoint's ``metadata.json``; must hold
                 ``steps_completed``, the batches trained so far.
             shard: False: only the chief calls it. True: every process calls it at the
-                same time, each writing its own files into the same directory.
+                same time, each writing its own files into the same directory; the
+                checkpoint's metadata is every process's ``metadata``, merged.
 
         Example:
             ::
@@ -123,7 +152,9 @@ class CheckpointContext:
 
         Raises:
             ValueError: ``steps_completed`` is missing from ``metadata``.
-            CheckpointError: ``shard=False`` on another process than the chief.
+            CheckpointError: ``shard=False`` on another process than the chief, or with
+                ``shard=True`` processes whose ``metadata`` give one key different values
+                (on every process; nothing is kept).
         """
         metadata = dict(metadata or {})
         if isinstance(metadata.get(STEPS_COMPLETED), numbers.Integral):  # a NumPy int too
@@ -184,9 +215,14 @@ class CheckpointContext:
             yield Path(path), storage_id
         except BaseException as error:  # every process must reach the barrier below
             failure = error
-        succeeded = self._distributed.allgather(failure is None)
+        shares = self._distributed.allgather((failure is None, metadata))
+        succeeded = [ok for ok, _ in shares]
+        # Every process's metadata goes into the checkpoint, as the reference merges it; every
+        # process finds the same conflicts in the same shares, and so raises or not with the others.
+        merged, conflicts = merge_metadata([theirs for _, theirs in shares])
         if writer is not None:
-            if all(succeeded):
+            if all(succeeded) and not conflicts:
+                pending.metadata.update(merged)
                 writer.__exit__(None, None, None)
                 self._sealed(pending.checkpoint)
             else:
@@ -196,6 +232,12 @@ class CheckpointContext:
         if not all(succeeded):
             failed = [rank for rank, ok in enumerate(succeeded) if not ok]
             raise CheckpointError(f"Processes {failed} failed to write their part of checkpoint {storage_id}.")
+        if conflicts:
+            listed = "; ".join(f"{key!r} from processes {ranks}" for key, ranks in sorted(conflicts.items()))
+            raise CheckpointError(
+                f"store_path(shard=True): the processes' metadata differ, so checkpoint {storage_id} was not kept: "
+                f"{listed}. Give the processes' entries keys of their own, or the same values."
+            )
 
     def _sealed(self, checkpoint: Checkpoint) -> None:
         """Records a sealed checkpoint, then deletes what retention does not keep."""

@@ -15,6 +15,7 @@ import pytest
 from det_estimator import _info, core
 from det_estimator.checkpoint import TrialCheckpoints
 from det_estimator.config import load_experiment_config
+from det_estimator.core._checkpoint import merge_metadata
 from det_estimator.errors import DetEstimatorError
 from det_estimator.launcher import free_port
 from det_estimator.store import ExperimentStore, MetricKind, State
@@ -328,6 +329,59 @@ def test_sharded_uploads_copy_a_shared_directory_once_and_refuse_files_two_proce
             "upload(shard=True) refuses files that several processes' directories hold, as one would overwrite "
             "the other: 'model.txt' from processes [0, 1]. Give each process's files names of their own."
         )
+
+
+@pytest.mark.parametrize(
+    ("all_metadata", "merged", "conflicts"),
+    [
+        ([{"a": 1}, {"b": 2}], {"a": 1, "b": 2}, {}),
+        ([{"a": 1}, {"a": 1}], {"a": 1}, {}),
+        ([{"a": {"c": 1}}, {"a": {"d": 1}}], {"a": {"c": 1, "d": 1}}, {}),
+        ([{"a": 1}, {"a": 2}, {"a": 3}], {"a": 1}, {"a": [0, 1, 2]}),
+        ([{"a": {"c": 1}}, {"a": 1}], {"a": {"c": 1}}, {"a": [0, 1]}),
+        ([{"a": 1}, {"a": {"c": 1}}], {"a": 1}, {"a": [0, 1]}),
+        ([{}, {"a": {"c": 1}}, {"a": {"c": 2}}], {"a": {"c": 1}}, {"a/c": [1, 2]}),
+    ],
+)
+def test_the_processes_metadata_merge_as_the_references(all_metadata, merged, conflicts):
+    assert merge_metadata(all_metadata) == (merged, conflicts)
+
+
+def _sharded_metadata(rank, info_json, port, results):
+    os.environ["DET_CHIEF_PORT"] = str(port)
+    info = _info.ClusterInfo.from_json(info_json)
+    distributed = core.DistributedContext(rank=rank, size=2, local_rank=rank, local_size=2, cross_rank=0, cross_size=1)
+    with core.build_context(info, distributed) as core_context:
+        metadata = {"steps_completed": 3, "offsets": {str(rank): rank * 10}, f"only{rank}": True}
+        with core_context.checkpoint.store_path(metadata, shard=True) as (path, storage_id):
+            (path / f"rank{rank}.txt").write_text(str(rank))
+        results.put((rank, "merged", storage_id))
+        try:
+            with core_context.checkpoint.store_path({"steps_completed": 4 + rank}, shard=True) as (path, _):
+                (path / f"rank{rank}.txt").write_text(str(rank))
+            results.put((rank, "conflict", "kept"))
+        except core.CheckpointError as error:
+            results.put((rank, "conflict", str(error)))
+
+
+def test_a_sharded_checkpoint_holds_every_process_metadata_and_refuses_conflicting_values(info):
+    results = _FORK.Queue()
+    port = free_port()
+    processes = [
+        _FORK.Process(target=_sharded_metadata, args=(rank, info.to_json(), port, results)) for rank in range(2)
+    ]
+    for process in processes:
+        process.start()
+    reported = {(rank, case): value for rank, case, value in (results.get(timeout=60) for _ in range(4))}
+    for process in processes:
+        process.join(timeout=30)
+    (checkpoint,) = TrialCheckpoints(info.checkpoint_dir).list()
+    assert checkpoint.uuid == reported[0, "merged"] == reported[1, "merged"]
+    assert checkpoint.metadata["offsets"] == {"0": 0, "1": 10}
+    assert checkpoint.metadata["only0"] is checkpoint.metadata["only1"] is True
+    for rank in range(2):
+        assert reported[rank, "conflict"].startswith("store_path(shard=True): the processes' metadata differ")
+        assert "'steps_completed' from processes [0, 1]" in reported[rank, "conflict"]
 
 
 def test_the_pause_file_and_signals_reach_should_preempt_and_its_acknowledgement_is_recorded(store, tmp_path):
