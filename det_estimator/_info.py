@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from det_estimator.errors import TrialHyperparameters
+
 INFO_VARIABLE = "DET_CLUSTER_INFO"
 
 TRIAL_TASK = "TRIAL"
@@ -90,6 +92,13 @@ class TrialInfo:
     hparams: dict[str, Any]
     config: dict[str, Any]
     run_id: int = 1
+
+    def __post_init__(self) -> None:
+        # A script reads ``info.trial.hparams[name]`` itself: a name the config lacks is then
+        # the same error naming the defined ones, ending the trial at once, as the harnesses'
+        # ``get_hparam``, rather than a bare KeyError restarted max_restarts times.
+        if not isinstance(self.hparams, TrialHyperparameters):
+            object.__setattr__(self, "hparams", TrialHyperparameters(self.hparams))
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from det_estimator import _info, core
 from det_estimator.checkpoint import TrialCheckpoints
 from det_estimator.config import load_experiment_config
 from det_estimator.core._checkpoint import merge_metadata
-from det_estimator.errors import DetEstimatorError
+from det_estimator.errors import DetEstimatorError, UndefinedHyperparameterError
 from det_estimator.launcher import free_port
 from det_estimator.store import ExperimentStore, MetricKind, State
 
@@ -74,6 +74,19 @@ def save(core_context, steps, content="weights", **metadata):
     with core_context.checkpoint.store_path({"steps_completed": steps, **metadata}) as (path, storage_id):
         (path / "model.txt").write_text(content)
     return storage_id
+
+
+def test_a_hyperparameter_the_config_lacks_is_an_error_naming_those_it_defines(info):
+    # What a script reads itself, as the README's example does: a restart would fail the same way.
+    for hparams in (info.trial.hparams, _info.ClusterInfo.from_json(info.to_json()).trial.hparams):
+        with pytest.raises(UndefinedHyperparameterError) as raised:
+            hparams["learning_rate"]
+        assert str(raised.value) == (
+            "Hyperparameter 'learning_rate' is not defined in the experiment config; "
+            "the defined hyperparameters are: global_batch_size, lr"
+        )
+        assert isinstance(raised.value, KeyError) and hparams.get("learning_rate") is None
+        assert hparams == {"global_batch_size": 4, "lr": 0.5}
 
 
 def test_metrics_and_progress_reach_the_store(store, info):
