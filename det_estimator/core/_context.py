@@ -96,7 +96,9 @@ class Context:
         self.distributed.close()
         if self._owned_run is not None and self._recorder is not None:
             store = self._recorder.store
-            if exc_val is not None and not isinstance(exc_val, InvalidHP):
+            # sys.exit(0) is a clean end (after should_preempt(), say), as a launched script's is.
+            clean_exit = isinstance(exc_val, SystemExit) and exc_val.code in (None, 0)
+            if exc_val is not None and not isinstance(exc_val, InvalidHP) and not clean_exit:
                 state = State.ERROR
             elif self.preempt.acknowledged:
                 state = State.PAUSED

@@ -473,6 +473,26 @@ def test_core_init_off_an_experiment_records_a_run_and_its_end(tmp_path, monkeyp
         assert run.error["type"] == "ZeroDivisionError" and "1 / 0" in run.error["traceback"]
 
 
+@pytest.mark.parametrize(
+    ("exit_code", "paused", "state"),
+    [(0, True, State.PAUSED), (None, False, State.COMPLETED), (3, False, State.ERROR)],
+)
+def test_a_script_run_by_hand_that_calls_sys_exit_ends_as_its_status_says(
+    tmp_path, monkeypatch, own_store, exit_code, paused, state
+):
+    # sys.exit(0) once should_preempt() said so is how a script stops to be resumed.
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(_info.INFO_VARIABLE, raising=False)
+    with pytest.raises(SystemExit), core.init() as core_context:
+        if paused:
+            core_context.preempt._watcher.request()
+            assert core_context.preempt.should_preempt()
+        sys.exit(exit_code)
+    with ExperimentStore(own_store) as store:
+        (experiment,) = store.experiments()
+        assert experiment.state == state
+
+
 def _single(core_context):
     for op in core_context.searcher.operations():
         op.report_completed(0.0)
