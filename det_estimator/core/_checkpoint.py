@@ -401,7 +401,8 @@ class CheckpointContext:
 
         Raises:
             TypeError: ``storage_ids`` is neither a storage id nor a list of them.
-            CheckpointError: no checkpoint has one of the ids.
+            CheckpointError: no checkpoint has one of the ids, or another process than
+                the chief called it.
         """
         # A single id must not be taken for a sequence: its characters are no checkpoints.
         if isinstance(storage_ids, str):
@@ -410,8 +411,19 @@ class CheckpointContext:
             raise TypeError(
                 f"checkpoint.delete() takes a storage id (str) or a list of them. Received: {storage_ids!r}"
             )
+        if self._distributed.rank != 0:
+            # Only the chief records in the store: elsewhere the files would go and the store
+            # would still list the checkpoint as kept.
+            raise CheckpointError(
+                f"checkpoint.delete() is for the chief only; process {self._distributed.rank} called it. "
+                "Call it under `if core_context.distributed.rank == 0:`."
+            )
         for storage_id in storage_ids:
-            self._checkpoints.delete(read_checkpoint(self._locate(storage_id)))
+            deleted = read_checkpoint(self._locate(storage_id))
+            self._checkpoints.delete(deleted)
+            # A validation of its step later must not look for it.
+            if self._written.get(deleted.steps_completed, deleted).uuid == deleted.uuid:
+                self._written.pop(deleted.steps_completed, None)
         if self._recorder is not None:
             self._recorder.on_checkpoints_deleted(list(storage_ids))
 

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import types
 from pathlib import Path
 
 import numpy as np
@@ -228,6 +229,19 @@ def test_delete_takes_one_storage_id_as_the_reference_does_or_a_list(store, tmp_
             core_context.checkpoint.delete(3)
     assert [c.uuid for c in TrialCheckpoints(info.checkpoint_dir).list()] == [third]
     assert store.checkpoint(first).state == store.checkpoint(second).state == "DELETED"
+
+
+def test_delete_is_for_the_chief_and_a_later_validation_of_its_step_does_not_look_for_it(info, caplog):
+    with core.build_context(info, core.DummyDistributedContext()) as core_context:
+        storage_id = save(core_context, 5)
+        core_context.checkpoint.delete(storage_id)
+        core_context.train.report_validation_metrics(5, {"loss": 0.5})
+    assert "validation metrics not stored" not in caplog.text
+    worker = core.CheckpointContext(types.SimpleNamespace(rank=1, size=2), info.checkpoint_dir)
+    kept = save(core.build_context(info, core.DummyDistributedContext()), 6)
+    with pytest.raises(core.CheckpointError, match=r"checkpoint.delete\(\) is for the chief only; process 1 called"):
+        worker.delete(kept)
+    assert [c.uuid for c in TrialCheckpoints(info.checkpoint_dir).list()] == [kept]
 
 
 def test_retention_keeps_the_latest_and_the_best_of_the_trial(info):
