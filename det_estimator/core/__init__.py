@@ -24,7 +24,13 @@ from det_estimator.core._checkpoint import CheckpointContext, CheckpointError, D
 from det_estimator.core._context import Context, build_context, init
 from det_estimator.core._distributed import DistributedContext, DummyDistributedContext
 from det_estimator.core._preempt import PreemptContext, PreemptMode
-from det_estimator.core._searcher import SearcherContext, SearcherMode, SearcherOperation, Unit
+from det_estimator.core._searcher import (
+    SearcherContext,
+    SearcherMode,
+    SearcherOperation,
+    SearcherUsageError,
+    Unit,
+)
 from det_estimator.core._train import EarlyExitReason, SearcherMetricError, TrainContext
 from det_estimator.core._transport import CollectiveMismatchError, PeerGoneError
 
@@ -45,6 +51,7 @@ __all__ = [
     "SearcherMetricError",
     "SearcherMode",
     "SearcherOperation",
+    "SearcherUsageError",
     "TrainContext",
     "Unit",
     "build_context",

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import Any, Callable, Optional
 
 from det_estimator.core._distributed import DistributedContext
-from det_estimator.errors import DetEstimatorError
+from det_estimator.errors import PermanentTrialError
 
 # How often the watcher looks at the pause file and the store.
 _POLL_SECONDS = 0.2
@@ -136,14 +136,14 @@ class PreemptContext:
                 :meth:`acknowledge_preemption_signal` before exiting if the trial stops.
 
         Raises:
-            DetEstimatorError: ``ChiefOnly`` mode and called on another process.
+            PermanentTrialError: ``ChiefOnly`` mode and called on another process.
         """
         local = self._watcher.requested()
         if self._mode == PreemptMode.WorkersAskChief:
             decision = any(self._distributed.allgather(local))
         elif self._mode == PreemptMode.ChiefOnly:
             if self._distributed.rank != 0:
-                raise DetEstimatorError(
+                raise PermanentTrialError(
                     f"should_preempt() in ChiefOnly mode is for the chief; process {self._distributed.rank} called it."
                 )
             decision = local

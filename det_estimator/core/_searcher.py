@@ -7,7 +7,11 @@ from typing import Any, Callable, Optional, Protocol
 
 from det_estimator.core._distributed import DistributedContext
 from det_estimator.core._train import plain_number
-from det_estimator.errors import DetEstimatorError
+from det_estimator.errors import PermanentTrialError
+
+
+class SearcherUsageError(PermanentTrialError, RuntimeError):
+    """The script used the searcher's operations in a way that cannot work; a restart would do the same."""
 
 
 class Unit(enum.Enum):
@@ -105,15 +109,15 @@ class SearcherOperation:
     def report_progress(self, length: float) -> None:
         """Records training progress, in the unit of :attr:`length` (chief only; cheap to call often)."""
         if not self._is_chief:
-            raise DetEstimatorError("op.report_progress() is for the chief (rank 0) only.")
+            raise SearcherUsageError("op.report_progress() is for the chief (rank 0) only.")
         self._on_progress(length)
 
     def report_completed(self, searcher_metric: Any) -> None:
         """Completes the operation with the value of the searcher metric (chief only, once)."""
         if not self._is_chief:
-            raise DetEstimatorError("op.report_completed() is for the chief (rank 0) only.")
+            raise SearcherUsageError("op.report_completed() is for the chief (rank 0) only.")
         if self._completed:
-            raise DetEstimatorError("op.report_completed() may be called only once per operation.")
+            raise SearcherUsageError("op.report_completed() may be called only once per operation.")
         self._completed = True
         self._metric = plain_number(searcher_metric)
 
@@ -176,7 +180,7 @@ class SearcherContext:
         mode = SearcherMode(searcher_mode)
         is_chief = self._distributed.rank == 0
         if not is_chief and mode == SearcherMode.ChiefOnly:
-            raise DetEstimatorError("searcher.operations(searcher_mode=ChiefOnly) is for the chief only.")
+            raise SearcherUsageError("searcher.operations(searcher_mode=ChiefOnly) is for the chief only.")
         share = mode == SearcherMode.WorkersAskChief
         completed: Optional[tuple[int, Any]] = None
         while True:
@@ -192,7 +196,7 @@ class SearcherContext:
             yield op
             if is_chief:
                 if not op._completed:
-                    raise DetEstimatorError(
+                    raise SearcherUsageError(
                         "Call op.report_completed(searcher_metric) on each operation, on the chief."
                     )
                 completed = (length, op._metric)

@@ -17,7 +17,9 @@ from det_estimator import _info, core
 from det_estimator.checkpoint import TrialCheckpoints
 from det_estimator.config import load_experiment_config
 from det_estimator.core._checkpoint import merge_metadata
-from det_estimator.errors import DetEstimatorError, UndefinedHyperparameterError
+from det_estimator.core._preempt import PauseWatcher
+from det_estimator.core._searcher import FixedLengths
+from det_estimator.errors import DetEstimatorError, UndefinedHyperparameterError, error_record
 from det_estimator.launcher import free_port
 from det_estimator.store import ExperimentStore, MetricKind, State
 
@@ -461,6 +463,24 @@ def test_an_operation_left_uncompleted_is_an_error(info):
         next(operations)
         with pytest.raises(DetEstimatorError, match=r"Call op.report_completed\(searcher_metric\) on each operation"):
             next(operations)
+
+
+def test_misuses_of_the_searcher_and_preempt_contexts_are_permanent_so_not_restarted():
+    # The same script would misuse them the same way on every restart, after training again.
+    worker = core.DistributedContext.__new__(core.DistributedContext)
+    worker.rank, worker.size = 1, 2
+    op = core.SearcherOperation(10, is_chief=False, on_progress=lambda length: None)
+    preempt = core.PreemptContext(worker, PauseWatcher(), mode=core.PreemptMode.ChiefOnly)
+    searcher = core.SearcherContext(worker, FixedLengths([10]), core.Unit.BATCHES)
+    for misuse in (
+        lambda: op.report_completed(0.5),
+        lambda: op.report_progress(5),
+        preempt.should_preempt,
+        lambda: next(searcher.operations(core.SearcherMode.ChiefOnly)),
+    ):
+        with pytest.raises(DetEstimatorError) as raised:
+            misuse()
+        assert error_record(raised.value, 1).get("permanent"), raised.value
 
 
 def test_core_init_off_an_experiment_records_a_run_and_its_end(tmp_path, monkeypatch, own_store):
