@@ -1,8 +1,10 @@
 """Dispatch from a trial class to the controller of its type."""
 
+import inspect
 from typing import Any, Callable, Optional
 
 from det_estimator import core
+from det_estimator.errors import TrialDefinitionError
 from det_estimator.store import State
 
 
@@ -31,12 +33,43 @@ def run_trial_class(trial_class: type, core_context: core.Context, context: Opti
 
     Raises:
         TypeError: ``trial_class`` is not a subclass of a trial type det-estimator runs.
+        TrialDefinitionError: ``trial_class`` cannot be built: it leaves one of its
+            base's abstract methods undefined, or its ``__init__`` does not take the context.
     """
     for base, controller in _controllers():
         if isinstance(trial_class, type) and issubclass(trial_class, base):
+            check_constructible(trial_class, base)
             return controller(trial_class, core_context, context)
     kinds = ", ".join(base.__qualname__ for base, _ in _controllers())
     raise TypeError(
         f"The entrypoint {getattr(trial_class, '__qualname__', trial_class)!r} is not a trial class: it must "
         f"subclass one of {kinds}."
     )
+
+
+def check_constructible(trial_class: type, base: type) -> None:
+    """Refuses a trial class that cannot be built with its context, naming what is wrong.
+
+    Python's own TypeError would come only when the controller builds the trial, as an
+    error of no particular kind, so the trial would be restarted ``max_restarts`` times
+    to fail the same way; a ``TrialDefinitionError`` ends it at once.
+    """
+    name = trial_class.__qualname__
+    missing = sorted(getattr(trial_class, "__abstractmethods__", ()))
+    if missing:
+        methods = ", ".join(f"{method}()" for method in missing)
+        raise TrialDefinitionError(
+            f"The trial class {name} does not define {methods}, which every {base.__qualname__} must. "
+            f"Define {'it' if len(missing) == 1 else 'them'} in {name}."
+        )
+    try:
+        signature = inspect.signature(trial_class)
+    except (TypeError, ValueError):  # no signature to read (a constructor written in C): let it be tried
+        return
+    try:
+        signature.bind(object())
+    except TypeError:
+        raise TrialDefinitionError(
+            f"The trial class {name} must take the trial's context as the one argument of its __init__, as "
+            f"{base.__qualname__}.__init__(self, context) does. Received: {name}.__init__{signature}"
+        ) from None

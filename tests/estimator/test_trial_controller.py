@@ -11,6 +11,7 @@ import tensorflow as tf
 
 import det_estimator as det
 from det_estimator.checkpoint import TrialCheckpoints
+from det_estimator.errors import PermanentTrialError, TrialDefinitionError
 from det_estimator.store import ExperimentStore
 
 LEARNING_RATE, GLOBAL_BATCH = 0.01, 8
@@ -258,6 +259,28 @@ def test_a_builder_returning_the_wrong_thing_is_a_clear_error(analytic, tmp_path
     broken = type("Broken", (analytic.AnalyticTrial,), {method: returned})
     with pytest.raises((TypeError, ValueError), match=message.replace("(", r"\(").replace(")", r"\)")):
         det.run_trial(broken, analytic.make_config(tmp_path, 10))
+
+
+def test_a_trial_class_missing_a_builder_is_a_clear_error_that_no_restart_repeats(analytic, tmp_path):
+    class WithoutValidationSpec(det.EstimatorTrial):
+        build_estimator = analytic.AnalyticTrial.build_estimator
+        build_train_spec = analytic.AnalyticTrial.build_train_spec
+
+    message = r"WithoutValidationSpec does not define build_validation_spec\(\), which every EstimatorTrial must"
+    with pytest.raises(TrialDefinitionError, match=message) as error:
+        det.run_trial(WithoutValidationSpec, analytic.make_config(tmp_path, 10))
+    assert isinstance(error.value, PermanentTrialError)
+
+
+def test_a_trial_class_not_taking_the_context_is_a_clear_error_that_no_restart_repeats(analytic, tmp_path):
+    class WithoutContextArgument(analytic.AnalyticTrial):
+        def __init__(self):
+            pass
+
+    message = r"must take the trial's context as the one argument of its __init__.*Received: .*__init__\(\)"
+    with pytest.raises(TrialDefinitionError, match=message) as error:
+        det.run_trial(WithoutContextArgument, analytic.make_config(tmp_path, 10))
+    assert isinstance(error.value, PermanentTrialError)
 
 
 def test_the_same_seed_gives_the_same_metrics_step_for_step(analytic, tmp_path):
