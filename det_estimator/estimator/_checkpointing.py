@@ -15,8 +15,15 @@ from det_estimator.errors import TrialDefinitionError
 from det_estimator.hooks import RunHook
 
 
-def check_serving_names(serving_fns: Mapping[str, Any]) -> None:
+def check_serving_names(
+    serving_fns: Mapping[str, Any], source: str = "build_serving_input_receiver_fns() must return"
+) -> None:
     """Rejects names that cannot be directory names of their SavedModels.
+
+    Args:
+        serving_fns: the serving input receiver functions, by name.
+        source: where they came from, as the start of the message for a value that is
+            not a dict ("build_serving_input_receiver_fns() must return").
 
     Raises:
         TypeError: the value is not a dict of callables.
@@ -24,8 +31,7 @@ def check_serving_names(serving_fns: Mapping[str, Any]) -> None:
     """
     if not isinstance(serving_fns, Mapping):
         raise TrialDefinitionError(
-            "build_serving_input_receiver_fns() must return a dict of name to serving_input_receiver_fn. "
-            f"Received: {type(serving_fns).__name__}"
+            f"{source} a dict of name to serving_input_receiver_fn. Received: {type(serving_fns).__name__}"
         )
     for name, fn in serving_fns.items():
         if not is_directory_name(name) or name in RESERVED_NAMES:

@@ -94,10 +94,12 @@ class EstimatorTrialController(TrialController):
 
     def _serving_input_receiver_fns(self, trial: EstimatorTrial) -> dict[str, Any]:
         # The native API sets them on its context, as the reference's does.
-        serving_fns = getattr(self.context, "serving_input_receiver_fns", None) or {}
-        serving_fns = {**serving_fns, **(trial.build_serving_input_receiver_fns() or {})}
-        check_serving_names(serving_fns)
-        return serving_fns
+        native_fns = getattr(self.context, "serving_input_receiver_fns", None) or {}
+        trial_fns = trial.build_serving_input_receiver_fns() or {}
+        # Each checked before they are merged, which would fail on a list with a TypeError naming neither.
+        check_serving_names(native_fns, source="context.serving_input_receiver_fns must be")
+        check_serving_names(trial_fns)
+        return {**native_fns, **trial_fns}
 
     def _resume(self) -> None:
         if self._latest_checkpoint is None:

@@ -6,6 +6,7 @@ import tensorflow as tf
 
 from det_estimator import core
 from det_estimator.config import ExperimentConfig
+from det_estimator.estimator._checkpointing import check_serving_names
 from det_estimator.estimator._trial import EstimatorTrial
 from det_estimator.estimator._trial_context import EstimatorTrialContext
 
@@ -74,7 +75,12 @@ class EstimatorNativeContext(EstimatorTrialContext):
         if self._trained:
             raise RuntimeError("train_and_evaluate() runs once per det.init(); call det.init() again for another run.")
         self._trained = True
-        self.serving_input_receiver_fns = {**self.serving_input_receiver_fns, **(serving_input_receiver_fns or {})}
+        serving_input_receiver_fns = serving_input_receiver_fns or {}
+        check_serving_names(
+            serving_input_receiver_fns, source="train_and_evaluate(serving_input_receiver_fns=...) takes"
+        )
+        check_serving_names(self.serving_input_receiver_fns, source="context.serving_input_receiver_fns must be")
+        self.serving_input_receiver_fns = {**self.serving_input_receiver_fns, **serving_input_receiver_fns}
         trial_class = _trial_of(estimator, train_spec, eval_spec)
 
         def train(core_context: core.Context) -> Any:

@@ -253,6 +253,12 @@ def test_on_trial_close_runs_when_the_trial_fails(analytic, tmp_path):
         ("build_train_spec", lambda self: None, "build_train_spec() must return a tf.estimator.TrainSpec"),
         ("build_validation_spec", lambda self: [], "build_validation_spec() must return a tf.estimator.EvalSpec"),
         ("build_serving_input_receiver_fns", lambda self: {"a/b": print}, "Received: 'a/b'"),
+        (
+            "build_serving_input_receiver_fns",
+            lambda self: [print],
+            "build_serving_input_receiver_fns() must return a dict of name to serving_input_receiver_fn. "
+            "Received: list",
+        ),
     ],
 )
 def test_a_builder_returning_the_wrong_thing_is_a_clear_error(analytic, tmp_path, method, returned, message):

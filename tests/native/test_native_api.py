@@ -146,3 +146,17 @@ def test_serving_functions_set_on_the_context_are_exported_as_the_reference_does
     assert (checkpoint / "raw" / "saved_model.pb").is_file()
     loaded = det.estimator.load_estimator_from_checkpoint_path(str(checkpoint))
     assert "serving_default" in loaded.signatures
+
+
+@pytest.mark.parametrize(
+    ("on_context", "passed", "message"),
+    [
+        ([print], None, r"context.serving_input_receiver_fns must be a dict of name to serving_input_receiver_fn"),
+        ({}, [print], r"train_and_evaluate\(serving_input_receiver_fns=...\) takes a dict of name to"),
+    ],
+)
+def test_serving_functions_that_are_not_a_dict_are_a_clear_error(tmp_path, on_context, passed, message):
+    context = det.init(config(tmp_path, batches=1), local=True)
+    context.serving_input_receiver_fns = on_context
+    with pytest.raises(TypeError, match=message):
+        context.train_and_evaluate(*linear_run(context), serving_input_receiver_fns=passed)
