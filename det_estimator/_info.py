@@ -120,6 +120,8 @@ class ClusterInfo:
         container_addrs: the machines they run on (``["localhost"]`` on one machine).
         search_driven: the trial's operations come from the experiment's search through
             the store (a launched trial); otherwise one operation of ``max_length``.
+        launcher: the process that launched the run, ``(pid, host, start time)`` as the
+            store records it; None for a run in the caller's own process.
     """
 
     task_type: str
@@ -134,6 +136,7 @@ class ClusterInfo:
     slots: int = 1
     container_addrs: tuple[str, ...] = field(default=("localhost",))
     search_driven: bool = False
+    launcher: Optional[tuple[int, str, Optional[int]]] = None
 
     @property
     def container_rank(self) -> int:
@@ -155,8 +158,15 @@ class ClusterInfo:
         spec = raw.pop("trial_class", None)
         trial_class = None if spec is None else TrialClassSpec(**{**spec, "sys_path": tuple(spec["sys_path"])})
         addrs = tuple(raw.pop("container_addrs", ("localhost",)))
+        launcher = raw.pop("launcher", None)
         raw.pop("trial", None)
-        return cls(trial=trial, trial_class=trial_class, container_addrs=addrs, **raw)
+        return cls(
+            trial=trial,
+            trial_class=trial_class,
+            container_addrs=addrs,
+            launcher=None if launcher is None else tuple(launcher),
+            **raw,
+        )
 
     def write(self, path: Path) -> None:
         """Writes the info to ``path`` (for the ``DET_CLUSTER_INFO`` variable of launched processes)."""

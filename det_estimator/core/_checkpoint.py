@@ -102,6 +102,8 @@ class CheckpointContext:
         recorder: the chief's store recorder (None elsewhere, or off an experiment).
         retention: which checkpoints to keep.
         store_path: the experiment store, where checkpoints of other trials are found.
+        before_seal: called by the chief just before it seals a checkpoint (a launched
+            run ends its process there if its launcher is gone).
     """
 
     def __init__(
@@ -111,8 +113,10 @@ class CheckpointContext:
         recorder: Optional[StoreRecorder] = None,
         retention: RetentionPolicy = RetentionPolicy(),
         store_path: Optional[str] = None,
+        before_seal: Callable[[], None] = lambda: None,
     ) -> None:
         self._distributed = distributed
+        self._before_seal = before_seal
         self._checkpoints = TrialCheckpoints(checkpoint_dir)
         self._recorder = recorder if distributed.rank == 0 else None
         self._retention = retention
@@ -175,6 +179,7 @@ class CheckpointContext:
                 )
             with self._out_of_space_is_clear(), self._checkpoints.write(metadata) as pending:
                 yield pending.path, pending.uuid
+                self._before_seal()
             self._sealed(pending.checkpoint)
             return
         with self._out_of_space_is_clear():
@@ -223,6 +228,7 @@ class CheckpointContext:
         if writer is not None:
             if all(succeeded) and not conflicts:
                 pending.metadata.update(merged)
+                self._before_seal()
                 writer.__exit__(None, None, None)
                 self._sealed(pending.checkpoint)
             else:

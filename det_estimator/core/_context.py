@@ -17,7 +17,7 @@ from det_estimator.core._preempt import PauseWatcher, PreemptContext, PreemptMod
 from det_estimator.core._searcher import FixedLengths, SearcherContext, StoreOperations, Unit
 from det_estimator.core._train import EarlyExitReason, TrainContext
 from det_estimator.errors import DetEstimatorError, InvalidHP, error_record
-from det_estimator.store import ExperimentStore, State, StoreRecorder
+from det_estimator.store import ExperimentStore, State, StoreRecorder, launcher_alive
 
 logger = logging.getLogger("det_estimator.core")
 
@@ -195,6 +195,11 @@ def build_context(
     config = load_experiment_config(trial.config)
     recorder = StoreRecorder(info.store_path, trial.trial_id, trial.run_id) if distributed.rank == 0 else None
     searcher_config = config.searcher
+    watcher = PauseWatcher(
+        info.pause_file,
+        _StorePauseRequest(info.store_path, trial.experiment_id) if recorder else None,
+        None if info.launcher is None else _LauncherGone(*info.launcher),
+    )
     checkpoint = CheckpointContext(
         distributed,
         info.checkpoint_dir,
@@ -207,6 +212,7 @@ def build_context(
             smaller_is_better=searcher_config.smaller_is_better,
         ),
         store_path=info.store_path,
+        before_seal=watcher.exit_if_orphaned,
     )
     max_batches = _length_in_batches(config, trial.hparams, searcher_config.max_length.value)
     train = TrainContext(
@@ -218,9 +224,6 @@ def build_context(
         on_validation=checkpoint._on_validation,
         experiment=(info.store_path, trial.experiment_id),
         tensorboard_dir=None if recorder is None else recorder.store.trial(trial.trial_id).tensorboard_dir,
-    )
-    watcher = PauseWatcher(
-        info.pause_file, _StorePauseRequest(info.store_path, trial.experiment_id) if recorder else None
     )
     acknowledge = (lambda: recorder.store.acknowledge_preemption(trial.run_id)) if recorder else (lambda: None)
     preempt = PreemptContext(distributed, watcher, acknowledge, preempt_mode)
@@ -272,6 +275,16 @@ class _StorePauseRequest:
         if store is None:
             store = self._local.store = ExperimentStore(self._store_path)
         return store.experiment(self._experiment_id).pause_requested_at is not None
+
+
+class _LauncherGone:
+    """Whether the process that launched the run is gone (killed, say); polled from the watcher's thread."""
+
+    def __init__(self, pid: int, host: str, started: Optional[int]) -> None:
+        self._launcher = (pid, host, started)
+
+    def __call__(self) -> bool:
+        return not launcher_alive(*self._launcher)
 
 
 def _record_script_run(

@@ -11,8 +11,10 @@ from typing import Any, Callable, Optional
 from det_estimator.core._distributed import DistributedContext
 from det_estimator.errors import PermanentTrialError
 
-# How often the watcher looks at the pause file and the store.
+# How often the watcher looks at the pause file, the store and the launcher.
 _POLL_SECONDS = 0.2
+# The exit status of a process that ends because its launcher is gone.
+ORPHANED_EXIT_STATUS = 1
 
 
 class PreemptMode(enum.Enum):
@@ -33,21 +35,26 @@ class PauseWatcher:
     """Notices a request to stop: a signal, the launcher's pause file, or a pause recorded in the store.
 
     A daemon thread polls the file and the store every 0.2 s, so that
-    :meth:`requested` costs nothing and can be called every batch.
+    :meth:`requested` costs nothing and can be called every batch. It also ends the
+    process when its launcher is gone (see :meth:`exit_if_orphaned`).
 
     Args:
         pause_file: the file whose creation asks the trial to pause.
         store_pause_requested: returns True once ``experiment pause`` recorded a request
             in the store (the chief of a recorded trial only).
+        launcher_gone: returns True once the process that launched the run is gone
+            (a launched run only).
     """
 
     def __init__(
         self,
         pause_file: Optional[str] = None,
         store_pause_requested: Optional[Callable[[], bool]] = None,
+        launcher_gone: Optional[Callable[[], bool]] = None,
     ) -> None:
         self._pause_file = pause_file
         self._store_pause_requested = store_pause_requested
+        self._launcher_gone = launcher_gone
         self._event = threading.Event()
         self._stopped = threading.Event()
         self._thread: Optional[threading.Thread] = None
@@ -61,15 +68,36 @@ class PauseWatcher:
         return self._event.is_set()
 
     def start(self) -> None:
-        if self._thread is None and (self._pause_file or self._store_pause_requested):
+        if self._thread is None and (self._pause_file or self._store_pause_requested or self._launcher_gone):
             self._thread = threading.Thread(target=self._poll, name="det-estimator-pause-watcher", daemon=True)
             self._thread.start()
 
     def close(self) -> None:
         self._stopped.set()
 
+    def exit_if_orphaned(self) -> None:
+        """Ends this process at once, writing nothing more, if the launcher of its run is gone.
+
+        With its launcher gone the experiment reads INTERRUPTED, and ``experiment
+        resume`` may already be starting another run of the trial, which clears the
+        trial's unsealed checkpoints and picks the one to resume from: a checkpoint this
+        process sealed, or the retention that follows it, would race with that run and
+        could delete the checkpoint it resumes from. A process on one slot dies with its
+        launcher (the kernel kills it); under horovodrun a process only gets a SIGTERM,
+        which would otherwise pause it with a checkpoint.
+        """
+        if self._launcher_gone is not None and self._launcher_gone():
+            # Nothing is printed: the output went to the launcher, and a write into a pipe
+            # that no one reads any more can block (or raise) instead of ending the process.
+            os._exit(ORPHANED_EXIT_STATUS)
+
     def _poll(self) -> None:
-        while not self._stopped.wait(_POLL_SECONDS) and not self._event.is_set():
+        while not self._stopped.wait(_POLL_SECONDS):
+            self.exit_if_orphaned()
+            if self._event.is_set():
+                if self._launcher_gone is None:
+                    return  # nothing left to watch
+                continue
             if self._pause_file and os.path.exists(self._pause_file):
                 self._event.set()
             elif self._store_pause_requested is not None:

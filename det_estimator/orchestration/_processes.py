@@ -16,7 +16,15 @@ from typing import Optional
 from det_estimator import _info, launcher
 from det_estimator.orchestration._display import Display
 from det_estimator.orchestration._runs import begin_run, end_run
-from det_estimator.store import ExperimentRecord, ExperimentStore, State, TrialRecord, TrialRunRecord, launcher_alive
+from det_estimator.store import (
+    ExperimentRecord,
+    ExperimentStore,
+    State,
+    TrialRecord,
+    TrialRunRecord,
+    launcher_alive,
+    launcher_columns,
+)
 
 # What horovodrun prints when one of its processes ends badly: "Process 1 exit with status code -9."
 _PROCESS_EXIT = re.compile(r"Process (\d+) exit with status code (-?\d+)")
@@ -142,7 +150,8 @@ class TrialProcess:
         experiment, hosts, slots = self._experiment, self.allocation.hosts, self.allocation.slots
         addresses = tuple(entry.rsplit(":", 1)[0] for entry in hosts.split(",")) if hosts else ("localhost",)
         info = begin_run(self._store, experiment, self.trial, str(self.pause_file), addresses)
-        self.info = dataclasses.replace(info, slots=slots, search_driven=True)
+        # This process, so that the run's processes notice when it is gone (see PauseWatcher).
+        self.info = dataclasses.replace(info, slots=slots, search_driven=True, launcher=launcher_columns())
         info_path = Path(self._scratch.name) / "info.json"
         self.info.write(info_path)
         command = (

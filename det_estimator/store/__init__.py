@@ -11,7 +11,7 @@ are kept beside it. Checkpoint files themselves live in the experiment's
 
 from det_estimator.store._event_files import session_start
 from det_estimator.store._jobs import BATCH_INFERENCE, JobRecord
-from det_estimator.store._launchers import launcher_alive
+from det_estimator.store._launchers import launcher_alive, launcher_columns
 from det_estimator.store._recorder import StoreRecorder
 from det_estimator.store._records import (
     Assignment,
@@ -66,6 +66,7 @@ __all__ = [
     "damaged_store_error",
     "default_store_path",
     "launcher_alive",
+    "launcher_columns",
     "session_start",
     "to_json_value",
     "trial_checkpoint_dir",

@@ -434,6 +434,77 @@ def test_the_pause_file_and_signals_reach_should_preempt_and_its_acknowledgement
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # the handler is put back
 
 
+# A trial process whose launcher is the sleeper started by the test; it reports PAUSE_ASKED,
+# LAUNCHER_KILLED and SEALED on stdout and takes its orders from stdin.
+_ORPHAN_RUN = """
+import dataclasses, os, signal, sys, time
+from det_estimator import _info, core
+from det_estimator.store import launcher_columns
+
+info = _info.ClusterInfo.from_json(open(sys.argv[1]).read())
+info = _info.ClusterInfo.from_json(dataclasses.replace(info, launcher=launcher_columns(int(sys.argv[2]))).to_json())
+with core.build_context(info, core.DummyDistributedContext()) as core_context:
+    if sys.argv[3] == "pause":
+        os.kill(os.getpid(), signal.SIGTERM)  # the SIGTERM horovodrun's helpers send when horovodrun dies
+        print("PAUSE_ASKED", flush=True)
+        sys.stdin.readline()  # the launcher is killed meanwhile
+        time.sleep(30)
+    else:
+        with core_context.checkpoint.store_path({"steps_completed": 1}) as (path, _):
+            (path / "model.txt").write_text("weights")
+            print("WRITING", flush=True)
+            sys.stdin.readline()  # the launcher is killed meanwhile
+    print("SEALED", flush=True)
+"""
+
+
+@pytest.mark.parametrize("moment", ["pause", "checkpoint"])
+def test_a_launched_process_whose_launcher_is_gone_ends_without_writing_a_checkpoint(store, info, tmp_path, moment):
+    # A run on several slots: killing its launcher kills horovodrun, whose helpers only
+    # SIGTERM the trial's processes. A resume may start at once; a checkpoint sealed now
+    # (and the retention after it) would race with the new run's start.
+    info_path = tmp_path / "info.json"
+    info.write(info_path)
+    launcher = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    run = subprocess.Popen(
+        [sys.executable, "-c", _ORPHAN_RUN, str(info_path), str(launcher.pid), moment],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert run.stdout.readline().strip() in ("PAUSE_ASKED", "WRITING")
+        launcher.kill()
+        launcher.wait()  # reaped, as a shell reaps the command it ran
+        run.stdin.write("go on\n")
+        run.stdin.flush()
+        assert run.wait(timeout=20) == 1
+        assert "SEALED" not in run.stdout.read()
+    finally:
+        run.kill()
+        launcher.kill()
+    assert TrialCheckpoints(info.checkpoint_dir).list() == []
+    assert store.checkpoints(info.trial.experiment_id) == []
+
+
+def test_a_launched_process_goes_on_while_its_launcher_lives(info, tmp_path):
+    info_path = tmp_path / "info.json"
+    info.write(info_path)
+    launcher = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        run = subprocess.run(
+            [sys.executable, "-c", _ORPHAN_RUN, str(info_path), str(launcher.pid), "checkpoint"],
+            input="go on\n",
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        launcher.kill()
+    assert run.returncode == 0 and "SEALED" in run.stdout, run.stderr
+    assert len(TrialCheckpoints(info.checkpoint_dir).list()) == 1
+
+
 def test_experiment_pause_through_the_store_reaches_the_chief(store, info):
     with core.build_context(info, core.DummyDistributedContext()) as core_context:
         store.request_pause(info.trial.experiment_id)
