@@ -162,7 +162,11 @@ class TFKerasTrialController(TrialController):
             read_variables(path, self._model)
             self._saved_callback_states = _callback_states.read_states(path)
             # Last: building the data and the model may draw random numbers of their own.
-            restore_python_and_numpy_state(metadata.get("rng_states", []), self._distributed.rank)
+            rng_states = metadata.get("rng_states", [])
+            restore_python_and_numpy_state(rng_states, self._distributed.rank)
+            if self._distributed.rank < len(rng_states):
+                own = rng_states[self._distributed.rank].get("tensorflow")
+                _random_states.restore_generator_states(_random_states.all_generators(self._model), own)
         return iterator
 
     def _build(self, iterator: Iterator) -> None:
@@ -323,7 +327,12 @@ class TFKerasTrialController(TrialController):
 
     def _checkpoint(self, iterator: Iterator, metrics: Optional[dict[str, Any]]) -> None:
         size = self._distributed.size
-        rng_states = self._distributed.allgather(python_and_numpy_state())
+        # Each process's own: the model's variables hold the chief's generators only.
+        own = {
+            **python_and_numpy_state(),
+            "tensorflow": _random_states.generator_states(_random_states.all_generators(self._model)),
+        }
+        rng_states = self._distributed.allgather(own)
         self._last_checkpoint = self._batches
         metadata = {
             "steps_completed": self._batches,

@@ -8,8 +8,9 @@ an uninterrupted one would. Python's and NumPy's states are kept as the estimato
 controller keeps them (``det_estimator._process_random_state``).
 """
 
-from typing import Any
+from typing import Any, Optional
 
+import numpy as np
 import tensorflow as tf
 
 
@@ -54,8 +55,36 @@ def layers_without_generators(model: tf.keras.Model) -> list[str]:
     ]
 
 
+def all_generators(model: tf.keras.Model) -> list[tf.random.Generator]:
+    """The global generator and each layer's, in the order of :func:`generators`."""
+    found = generators(model)
+    return [found["global_generator"], *found["layer_generators"]]
+
+
 def generators(model: tf.keras.Model) -> dict[str, Any]:
     """The trackable random states to checkpoint: the global generator and each layer's, in layer order."""
     found = [getattr(random_generator, "_generator", None) for _, random_generator in _random_layers(model)]
     found = [generator for generator in found if isinstance(generator, tf.random.Generator)]
     return {"global_generator": tf.random.get_global_generator(), "layer_generators": found}
+
+
+def generator_states(found: list[tf.random.Generator]) -> list[list[int]]:
+    """The states of generators, as JSON values (for a process's own entry in a checkpoint).
+
+    The processes' states part when they draw different amounts, as a dropout layer
+    does on a smaller batch (the last one of an epoch of arrays that do not divide
+    evenly): a checkpoint that held the chief's alone would give every process its masks.
+    """
+    return [generator.state.numpy().tolist() for generator in found]
+
+
+def restore_generator_states(found: list[tf.random.Generator], states: Optional[list[list[int]]]) -> None:
+    """Puts back what :func:`generator_states` returned, when it was saved for generators of the same shapes."""
+    if states is None or len(states) != len(found):
+        return
+    if any(list(generator.state.shape) != [len(state)] for generator, state in zip(found, states)):
+        return
+    for generator, state in zip(found, states):
+        value = np.asarray(state, dtype=generator.state.dtype.as_numpy_dtype)
+        if not np.array_equal(generator.state.numpy(), value):  # most often the chief's, just read
+            generator.state.assign(value)

@@ -81,3 +81,18 @@ def test_an_optimizer_not_wrapped_is_wrapped_at_compile(analytic_keras, tmp_path
     config["hyperparameters"]["wrap_optimizer"] = False
     outcome = det.run_trial(analytic_keras.AnalyticKerasTrial, config, slots=2)
     analytic_keras.assert_closed_form(outcome.validations)  # gradients averaged over both processes all the same
+
+
+def test_a_resumed_run_draws_each_process_s_own_dropout_masks(analytic_keras, tmp_path):
+    # Per-process batches of 5 of 64 records: each epoch's last batch holds 4, and the 13
+    # batches of an epoch give it to the processes in turn, so their generators part.
+    def config(directory, batches):
+        raw = analytic_keras.make_config(tmp_path / directory, batches, reproducibility={"experiment_seed": 5})
+        raw["hyperparameters"].update(dropout=0.5, global_batch_size=10)
+        return raw
+
+    uninterrupted = det.run_trial(analytic_keras.AnalyticKerasTrial, config("straight", 15), slots=2)
+    det.run_trial(analytic_keras.AnalyticKerasTrial, config("resumed", 10), slots=2)
+    resumed = det.run_trial(analytic_keras.AnalyticKerasTrial, config("resumed", 15), slots=2)
+    assert resumed.training[-1]["metrics"]["loss"] == uninterrupted.training[-1]["metrics"]["loss"]
+    assert resumed.validations[-1]["metrics"]["val_weight"] == uninterrupted.validations[-1]["metrics"]["val_weight"]
