@@ -204,9 +204,14 @@ class DeterminedCallback(tf.keras.callbacks.Callback):
         self._epoch_start_steps = self._steps_completed - batch
         # fit() asks the model's training state where to start right after on_train_begin.
         self.model._training_state = _ResumePosition(epoch, batch)
+        rank = self._core.distributed.rank
         if state.get("random_states"):
             # The resumed epoch draws its order (and the user's own draws) as the interrupted one did.
-            restore_python_and_numpy_state(state["random_states"], self._core.distributed.rank)
+            restore_python_and_numpy_state(state["random_states"], rank)
+        generator_states = state.get("generator_states") or []
+        if rank < len(generator_states):
+            layer_generators = _random_states.generators(self.model)["layer_generators"]
+            _random_states.restore_generator_states(layer_generators, generator_states[rank])
         if batch:
             self._skip_batches_on_first_call(batch)
         logger.info("continuing from checkpoint %s at epoch %d, batch %d", storage_id, epoch, batch)
@@ -382,6 +387,10 @@ class DeterminedCallback(tf.keras.callbacks.Callback):
             state["epoch"], state["batch"] = self._epoch + 1, 0
         # Every process's, by rank; kept out of the metadata, which stays small.
         random_states = self._core.distributed.allgather(self._epoch_random_state)
+        # The weights hold the chief's layer generators only, and a process that trained
+        # on batches of other sizes (an epoch's last) has drawn another amount from its own.
+        layer_generators = _random_states.generators(self.model)["layer_generators"]
+        generator_states = self._core.distributed.allgather(_random_states.generator_states(layer_generators))
         metadata = {"steps_completed": self._steps_completed, "framework": "tensorflow-keras", **state}
         if self._writer is None:  # built once: each new one would trace its save functions again
             self._writer = tf.train.Checkpoint(
@@ -392,7 +401,7 @@ class DeterminedCallback(tf.keras.callbacks.Callback):
         with self._core.checkpoint.store_path(metadata, shard=True) as (path, storage_id):
             if rank == 0:
                 checkpoint.write(str(Path(path) / WEIGHTS_PREFIX))
-                with_random = {**state, "random_states": random_states}
+                with_random = {**state, "random_states": random_states, "generator_states": generator_states}
                 (Path(path) / STATE_FILE).write_text(json.dumps(with_random, indent=2), encoding="utf-8")
             else:
                 # Reading variables of a tf.distribute strategy can be a collective: every

@@ -14,7 +14,7 @@ import tensorflow as tf
 import yaml
 
 from det_estimator.keras._api._model_files import load_model
-from det_estimator.store import ExperimentStore
+from det_estimator.store import ExperimentStore, State
 
 from .conftest import WORKERS, det_command
 
@@ -130,3 +130,32 @@ def test_job_run_on_two_processes_gives_model_predict_of_the_whole_input_in_orde
     listed = json.loads(det_command(store, "job", "list", "--json").stdout)
     assert [(job["id"], job["state"]) for job in listed] == [(record["id"], "COMPLETED")]
     tf.keras.backend.clear_session()
+
+
+def test_a_paused_trial_on_two_processes_resumes_with_each_process_s_dropout_masks(tmp_path, monkeypatch):
+    raw = {
+        "name": "fit-dropout",
+        "entrypoint_script": "python3 fit_dropout.py",
+        "hyperparameters": {"global_batch_size": 8},
+        "records_per_epoch": 131,
+        "searcher": {"name": "single", "metric": "val_loss", "max_length": {"epochs": 3}},
+        "checkpoint_storage": {"type": "shared_fs", "host_path": str(tmp_path / "checkpoints")},
+        "resources": {"slots_per_trial": 2},
+        "reproducibility": {"experiment_seed": 1},
+    }
+    path = tmp_path / "dropout.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    store = tmp_path / "store.sqlite"
+    monkeypatch.setenv("DROPOUT_OUT", str(tmp_path / "uninterrupted.npy"))
+    det_command(store, "experiment", "create", path, WORKERS, timeout=400)
+
+    # Paused in the second epoch, after each process's short batch of the first: a pause
+    # of the trial's own process, which the experiment runs again from its checkpoint.
+    monkeypatch.setenv("DROPOUT_OUT", str(tmp_path / "resumed.npy"))
+    monkeypatch.setenv("DROPOUT_PAUSE_AT", "20")
+    monkeypatch.setenv("DROPOUT_MARKER", str(tmp_path / "paused"))
+    det_command(store, "experiment", "create", path, WORKERS, timeout=400)
+    with ExperimentStore(store) as opened:
+        paused, resumed = opened.trial_runs(2)
+    assert paused.state == State.PAUSED and 20 <= resumed.start_batches < 34
+    np.testing.assert_array_equal(np.load(tmp_path / "resumed.npy"), np.load(tmp_path / "uninterrupted.npy"))
