@@ -277,7 +277,21 @@ def _class_weighted(dataset: tf.data.Dataset, class_weight: Optional[dict]) -> t
         return dataset
     from keras.src.engine import data_adapter  # Keras' own rule, as model.fit(class_weight=...) applies it
 
-    return dataset.map(data_adapter._make_class_weight_map_fn(class_weight))
+    class_weights_of = data_adapter._make_class_weight_map_fn(class_weight)
+
+    def weighted(*batch: Any) -> tuple:
+        x, y, sample_weight = data_adapter.unpack_x_y_sample_weight(batch)
+        _, _, weights = class_weights_of(x, y)
+        if sample_weight is None:
+            return x, y, weights
+        # Keras multiplies them after reshaping the sample weights to their static shape,
+        # which these batches do not have (their size is known only when they are cut).
+        weights = tf.cast(weights, sample_weight.dtype)
+        extra_dims = max(weights.shape.rank - sample_weight.shape.rank, 0)
+        shape = tf.concat([tf.shape(sample_weight), tf.ones([extra_dims], tf.int32)], axis=0)
+        return x, y, tf.reshape(sample_weight, shape) * weights
+
+    return dataset.map(weighted)
 
 
 def _batch_size(batch: tuple) -> tf.Tensor:

@@ -196,6 +196,18 @@ def test_class_weights_become_sample_weights_of_training_batches(tmp_path):
     assert weights.numpy().tolist() == [0.5, 2.0, 2.0, 0.5]
 
 
+@pytest.mark.parametrize("kind", ["numpy", "tfdata"])
+def test_class_weights_multiply_the_sample_weights_of_training_batches(tmp_path, kind):
+    trial_context = context(tmp_path, class_weight={0: 0.5, 1: 2.0}, shuffle=False)
+    binary = np.array([[0], [1], [1], [0]], np.float32)  # one sigmoid output per record, as model.fit takes
+    sample_weights = np.array([1.0, 1.0, 3.0, 4.0], np.float32)
+    loader = (X[:4], binary, sample_weights)
+    if kind == "tfdata":
+        loader = tf.data.Dataset.from_tensor_slices(loader).batch(4)
+    _, _, weights = next(training_data(loader, trial_context).start(0, 0, None, 1))
+    assert weights.numpy().tolist() == [0.5, 2.0, 6.0, 2.0]
+
+
 def test_validation_counts_the_examples_keras_evaluates(tmp_path):
     data = validation_data(tf.data.Dataset.from_tensor_slices((X, Y)).batch(4), context(tmp_path, validation_steps=2))
     model = tf.keras.Sequential([tf.keras.Input((1,)), tf.keras.layers.Dense(1)])
