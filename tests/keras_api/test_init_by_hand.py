@@ -51,3 +51,16 @@ def test_the_run_by_hand_records_the_epochs_it_trains_as_its_length(tmp_path, de
     described = json.loads(det(store, "experiment", "describe", 1, "--json").stdout)
     assert described["config"]["searcher"]["max_length"] == {"epochs": 3}
     assert described["config"]["records_per_epoch"] == 160
+
+
+def test_a_run_by_hand_paused_by_ctrl_c_ends_inside_fit(tmp_path, det):
+    # The code after fit is for a finished training, as in a launched trial: here it would
+    # print the History of a training half done as its result.
+    store = tmp_path / "store.sqlite"
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", DET_ESTIMATOR_STORE=str(store))
+    command = [sys.executable, str(WORKERS / "by_hand.py"), "--pause-at=5"]
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=240, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "RESULT " not in result.stdout
+    (experiment,) = json.loads(det(store, "experiment", "list", "--json").stdout)
+    assert experiment["state"] == "PAUSED" and 5 <= experiment["batches_trained"] < 20

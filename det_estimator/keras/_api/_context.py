@@ -306,7 +306,10 @@ class KerasContext:
         if not training.launched:
             self._record_epochs_by_hand(x, fit_kwargs)
             callbacks = self._callbacks(model, user_callbacks, checkpoint=None, options=options)
-            return model.fit(x, y, callbacks=callbacks, **fit_kwargs)
+            history = model.fit(x, y, callbacks=callbacks, **fit_kwargs)
+            if training.core.preempt.acknowledged:  # Ctrl-C: `experiment resume` goes on from the checkpoint
+                self._end_paused_process()
+            return history
         return self._fit_operations(model, x, y, user_callbacks, options, fit_kwargs)
 
     def _record_epochs_by_hand(self, x: Any, fit_kwargs: dict[str, Any]) -> None:

@@ -1,9 +1,12 @@
 """A Keras script run by hand: ``--plain`` is plain Keras, otherwise the same with the new Keras API.
 
 Prints ``RESULT <json>``: the history, the epochs trained and the final weights.
+``--pause-at=N`` sends the process SIGINT (Ctrl-C) after N batches.
 """
 
 import json
+import os
+import signal
 import sys
 
 import numpy as np
@@ -30,7 +33,18 @@ def build() -> tf.keras.Model:
     return model
 
 
-def main(plain: bool) -> None:
+class CtrlCAt(tf.keras.callbacks.Callback):
+    def __init__(self, batches: int) -> None:
+        super().__init__()
+        self.at, self.count = batches, 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.count += 1
+        if self.count == self.at:
+            os.kill(os.getpid(), signal.SIGINT)
+
+
+def main(plain: bool, pause_at: int) -> None:
     (x, y), validation = data()
     arguments = dict(batch_size=16, epochs=3, initial_epoch=1, validation_data=validation, verbose=0)
     if plain:
@@ -43,10 +57,12 @@ def main(plain: bool) -> None:
         context = det.keras.init()
         x, y = context.wrap_data(x, y)
         model = build()
-        history = context.fit(model, x, y, **arguments)
+        callbacks = [CtrlCAt(pause_at)] if pause_at else []
+        history = context.fit(model, x, y, callbacks=callbacks, **arguments)
     result = {"history": history.history, "epoch": history.epoch, "weights": [w.tolist() for w in model.get_weights()]}
     print("RESULT " + json.dumps(result), flush=True)
 
 
 if __name__ == "__main__":
-    main(plain="--plain" in sys.argv)
+    pause_at = [int(arg.split("=")[1]) for arg in sys.argv if arg.startswith("--pause-at=")]
+    main(plain="--plain" in sys.argv, pause_at=pause_at[0] if pause_at else 0)
