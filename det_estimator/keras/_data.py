@@ -224,6 +224,13 @@ def validation_data(loader: Loader, context: TFKerasTrialContext, test_mode: boo
     distributed, fit = context.distributed, context.fit_config
     if isinstance(loader, tf.data.Dataset):
         _check_wrapped(loader, context, which)
+        if fit.validation_steps is None and int(loader.cardinality().numpy()) == tf.data.INFINITE_CARDINALITY:
+            # Keras would evaluate it forever, and no pause could reach the trial.
+            raise DataError(
+                f"The tf.data.Dataset returned by {which} is infinite (a repeat() without a count?): validation "
+                "would never end. Return a dataset that ends, or set how many batches each process evaluates with "
+                "self.context.configure_fit(validation_steps=N)."
+            )
         return ValidationData(loader, steps=1 if test_mode else fit.validation_steps)
     steps = 1 if test_mode else None
     if isinstance(loader, tuple):

@@ -208,6 +208,14 @@ def test_class_weights_multiply_the_sample_weights_of_training_batches(tmp_path,
     assert weights.numpy().tolist() == [0.5, 2.0, 6.0, 2.0]
 
 
+def test_an_infinite_validation_dataset_needs_validation_steps(tmp_path):
+    endless = tf.data.Dataset.from_tensor_slices((X, Y)).batch(4).repeat()
+    with pytest.raises(DataError, match=r"is infinite .*configure_fit\(validation_steps=N\)"):
+        validation_data(endless, context(tmp_path))
+    data = validation_data(endless, context(tmp_path, validation_steps=2))
+    assert data.steps == 2
+
+
 def test_validation_counts_the_examples_keras_evaluates(tmp_path):
     data = validation_data(tf.data.Dataset.from_tensor_slices((X, Y)).batch(4), context(tmp_path, validation_steps=2))
     model = tf.keras.Sequential([tf.keras.Input((1,)), tf.keras.layers.Dense(1)])
