@@ -39,7 +39,7 @@ def create(store: ExperimentStore, args: argparse.Namespace) -> int:
         config = load_experiment_config(raw)
         slots = args.slots
         if args.hosts is not None:
-            on_hosts = sum(int(entry.partition(":")[2]) for entry in args.hosts.split(","))
+            on_hosts = sum(entry.slots for entry in launcher.parse_hosts(args.hosts))
             if slots is not None and slots != on_hosts:
                 raise UsageError(f"--slots {slots} differs from the {on_hosts} slots of --hosts {args.hosts}.")
             slots = on_hosts

@@ -1,9 +1,8 @@
 """Starts the processes of a trial run (horovodrun, or the command itself on one slot). Imports no TensorFlow."""
 
-from det_estimator.launcher._job import HostSlots, Job, ProcessSpec, exec_single, parse_hosts, resolve_slots
+from det_estimator.launcher._hosts import HostSlots, address_towards, check_hosts, parse_hosts, slots_on_this_machine
+from det_estimator.launcher._job import Job, ProcessSpec, exec_single, resolve_slots
 from det_estimator.launcher._launch import (
-    address_towards,
-    check_hosts,
     chief_address,
     describe,
     free_port,
@@ -12,7 +11,6 @@ from det_estimator.launcher._launch import (
     pause_on_signals,
     process_command,
     script_command,
-    slots_on_this_machine,
     start,
     worker_command,
 )

@@ -18,29 +18,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Optional, TextIO
 
+from det_estimator.launcher._hosts import LOCAL_HOSTS, HostSlots, parse_hosts
 from det_estimator.launcher._launch import _die_with_parent, script_command
 
-# Hosts that mean this machine: processes for them start here, without ssh.
-LOCAL_HOSTS = ("localhost", "127.0.0.1", "")
 # How often the launcher looks at its processes.
 _POLL_SECONDS = 0.05
-
-
-@dataclass(frozen=True)
-class HostSlots:
-    """A host and how many processes run on it.
-
-    Attributes:
-        host: its name or address (``localhost`` for this machine).
-        slots: processes on it.
-    """
-
-    host: str
-    slots: int
-
-    @property
-    def is_local(self) -> bool:
-        return self.host in LOCAL_HOSTS
 
 
 @dataclass(frozen=True)
@@ -60,22 +42,6 @@ class ProcessSpec:
     command: list[str]
     env: dict[str, str] = field(default_factory=dict)
     unset: tuple[str, ...] = ()
-
-
-def parse_hosts(hosts: str) -> list[HostSlots]:
-    """``"h1:2,h2:1"`` as host entries (a host without ``:n`` has one slot).
-
-    Raises:
-        ValueError: an entry is empty or its slot count is not a positive int.
-    """
-    entries = []
-    for entry in hosts.split(","):
-        entry = entry.strip()
-        host, _, count = entry.rpartition(":") if ":" in entry else (entry, "", "1")
-        if not host or not count.isdigit() or int(count) < 1:
-            raise ValueError(f"Argument `--hosts` must be host:slots entries separated by commas. Received: {hosts!r}")
-        entries.append(HostSlots(host, int(count)))
-    return entries
 
 
 def resolve_slots(

@@ -22,6 +22,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from det_estimator.launcher._hosts import address_towards, parse_hosts
+
 # `python`, `python3` or `python3.11` at the head of a command means this interpreter,
 # which has det-estimator and TensorFlow (the one on PATH may not).
 _PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
@@ -84,105 +86,11 @@ def chief_address(hosts: Optional[str]) -> str:
     """
     if not hosts:
         return "127.0.0.1"
-    names = [entry.rsplit(":", 1)[0] for entry in hosts.split(",")]
-    if names[0] not in ("localhost", "127.0.0.1"):
-        return names[0]
-    others = [name for name in names if name not in ("localhost", "127.0.0.1")]
+    entries = parse_hosts(hosts)
+    if not entries[0].is_local:
+        return entries[0].host
+    others = [entry.host for entry in entries if not entry.is_local]
     return address_towards(others[0]) if others else "127.0.0.1"
-
-
-def address_towards(host: str) -> str:
-    """This machine's address on the route to ``host`` (its host name when there is none)."""
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-            probe.connect((host, 9))  # a datagram socket sends nothing on connect
-            return probe.getsockname()[0]
-    except OSError:
-        return socket.gethostname()
-
-
-# How long the check of a host waits for ssh to connect (as horovodrun's own check does).
-_SSH_CONNECT_SECONDS = 10
-
-
-def check_hosts(hosts: str) -> None:
-    """Refuses a host of ``hosts`` that horovodrun could not start processes on, before anything runs.
-
-    A name that does not resolve, or a host that ``ssh`` (as horovodrun calls it) cannot
-    run a command on. Otherwise horovodrun fails on it only once the run starts, with a
-    message that does not name the host, and each restart of the trial fails the same way.
-    Hosts that are this machine are not reached over ssh.
-
-    Raises:
-        ValueError: a host is unknown or unreachable; the message names it and why.
-    """
-    for host in dict.fromkeys(entry.rsplit(":", 1)[0] for entry in hosts.split(",")):
-        if host in ("localhost", "127.0.0.1"):
-            continue
-        try:
-            addresses = {found[4][0] for found in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)}
-        except socket.gaierror as error:
-            raise ValueError(f"host {host!r} is not known: its name does not resolve ({error.strerror}).") from None
-        if any(_is_this_machine(address) for address in addresses):
-            continue
-        command = [
-            "ssh",
-            "-o",
-            "PasswordAuthentication=no",
-            "-o",
-            "StrictHostKeyChecking=no",
-            "-o",
-            f"ConnectTimeout={_SSH_CONNECT_SECONDS}",
-            host,
-            "true",
-        ]
-        try:
-            reached = subprocess.run(
-                command,
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                text=True,
-                errors="replace",
-                timeout=_SSH_CONNECT_SECONDS + 20,
-            )
-        except FileNotFoundError:
-            raise ValueError(f"`ssh` is not installed here, and it is what reaches host {host!r}.") from None
-        except subprocess.TimeoutExpired:
-            reached = subprocess.CompletedProcess(command, 255, "", "ssh did not finish connecting")
-        if reached.returncode != 0:
-            said = (reached.stderr.strip().splitlines() or [f"ssh exited with status {reached.returncode}"])[-1]
-            raise ValueError(
-                f"host {host!r} cannot be reached over ssh ({said}). Every host needs password-less ssh "
-                "from this machine, as horovodrun starts the processes there with it."
-            )
-
-
-def slots_on_this_machine(hosts: str) -> int:
-    """How many of the slots of ``hosts`` are on this machine (under any of its names or addresses)."""
-    slots = 0
-    for entry in hosts.split(","):
-        host, count = entry.rsplit(":", 1)
-        if host in ("localhost", "127.0.0.1"):
-            slots += int(count)
-            continue
-        try:
-            addresses = {found[4][0] for found in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)}
-        except socket.gaierror:
-            continue
-        if any(_is_this_machine(address) for address in addresses):
-            slots += int(count)
-    return slots
-
-
-def _is_this_machine(address: str) -> bool:
-    """Whether ``address`` is one of this machine's own (a loopback one, or one it can bind)."""
-    family = socket.AF_INET6 if ":" in address else socket.AF_INET
-    try:
-        with socket.socket(family, socket.SOCK_STREAM) as probe:
-            probe.bind((address, 0))
-    except OSError:
-        return False
-    return True
 
 
 def _die_with_parent() -> None:

@@ -68,7 +68,7 @@ def record_experiment(
     else:
         entrypoint = config.entrypoint
     if hosts:
-        slots = sum(int(entry.rsplit(":", 1)[1]) for entry in hosts.split(","))
+        slots = sum(entry.slots for entry in launcher.parse_hosts(hosts))
     experiment_id = store.create_experiment(
         name=name or config.name or "experiment",
         config=config.to_dict(),

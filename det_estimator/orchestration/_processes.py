@@ -58,9 +58,8 @@ class SlotPool:
             # hold fewer slots than the experiment was given, and a trial needing all of them
             # would wait for ever.
             self._free = {}
-            for entry in hosts.split(","):
-                host, count = entry.rsplit(":", 1)
-                self._free[host] = self._free.get(host, 0) + int(count)
+            for entry in launcher.parse_hosts(hosts):
+                self._free[entry.host] = self._free.get(entry.host, 0) + entry.slots
         else:
             self._free = {"": budget}
         self._remote = bool(hosts)
@@ -97,9 +96,8 @@ class SlotPool:
         if allocation.hosts is None:
             self._free[""] += allocation.slots
             return
-        for entry in allocation.hosts.split(","):
-            host, count = entry.rsplit(":", 1)
-            self._free[host] += int(count)
+        for entry in launcher.parse_hosts(allocation.hosts):
+            self._free[entry.host] += entry.slots
 
 
 class TrialProcess:
@@ -148,7 +146,7 @@ class TrialProcess:
     def start(self) -> None:
         """Records the run and starts its processes."""
         experiment, hosts, slots = self._experiment, self.allocation.hosts, self.allocation.slots
-        addresses = tuple(entry.rsplit(":", 1)[0] for entry in hosts.split(",")) if hosts else ("localhost",)
+        addresses = tuple(entry.host for entry in launcher.parse_hosts(hosts)) if hosts else ("localhost",)
         info = begin_run(self._store, experiment, self.trial, str(self.pause_file), addresses)
         # This process, so that the run's processes notice when it is gone (see PauseWatcher).
         self.info = dataclasses.replace(info, slots=slots, search_driven=True, launcher=launcher_columns())
