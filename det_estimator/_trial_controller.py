@@ -154,7 +154,7 @@ class TrialController:
         searcher = self._config.searcher
         value = metrics.get(searcher.metric)
         if not isinstance(value, (int, float)):
-            return False  # report_validation_metrics names the metrics there are
+            return False  # report_validation_metrics refuses it, saying why
         improved = searcher.improves_on(value, self._best_metric)
         if improved:
             self._best_metric = value
