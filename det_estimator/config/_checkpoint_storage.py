@@ -24,7 +24,8 @@ class CheckpointStorageConfig:
         host_path: Root directory of the storage, with ``~`` expanded.
         storage_path: Sub-directory of ``host_path`` for this experiment's
             checkpoints, relative; "" for ``host_path`` itself.
-        save_trial_latest: Number of the trial's most recent checkpoints to keep.
+        save_trial_latest: Number of the trial's most recent checkpoints to keep
+            (at least 1 until the experiment has completed, so that it can resume).
         save_trial_best: Number of the trial's best checkpoints to keep.
         save_experiment_best: Number of the experiment's best checkpoints to keep.
     """

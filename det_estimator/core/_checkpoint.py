@@ -254,10 +254,16 @@ class CheckpointContext:
             )
         self._prune()
 
-    def _prune(self) -> None:
+    def _prune(self, experiment_completed: bool = False) -> None:
+        """Deletes what retention does not keep.
+
+        While the experiment may still go on, the latest checkpoint is kept whatever
+        ``save_trial_latest`` says, so that it can resume; once it has completed,
+        ``save_trial_latest: 0`` lets that one go too, as in the reference system.
+        """
         policy = self._retention
         deleted = self._checkpoints.prune(
-            save_latest=max(policy.save_trial_latest, 1),
+            save_latest=policy.save_trial_latest if experiment_completed else max(policy.save_trial_latest, 1),
             save_best=policy.save_trial_best if policy.metric else 0,
             metric=policy.metric,
             smaller_is_better=policy.smaller_is_better,
@@ -275,12 +281,9 @@ class CheckpointContext:
             return set()
         store = self._recorder.store
         experiment_id = store.trial(self._recorder.trial_id).experiment_id
-        ranked = []
-        for record in store.checkpoints(experiment_id):
-            value = (record.validation_metrics or {}).get(policy.metric)
-            if isinstance(value, (int, float)) and value == value:
-                ranked.append((value if policy.smaller_is_better else -value, -record.created_at, record.uuid))
-        return {uuid for _, _, uuid in sorted(ranked)[: policy.save_experiment_best]}
+        return store.best_checkpoints(
+            experiment_id, policy.metric, policy.smaller_is_better, policy.save_experiment_best
+        )
 
     def _on_validation(self, steps_completed: int, metrics: dict[str, Any]) -> None:
         """Stores validation metrics in the checkpoint of the same step, now or when it is written."""

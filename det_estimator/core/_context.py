@@ -104,6 +104,10 @@ class Context:
                 state = State.PAUSED
             else:
                 state = State.COMPLETED
+                try:
+                    self.checkpoint._prune(experiment_completed=True)
+                except OSError as error:  # the training is done and recorded: a leftover checkpoint is no failure
+                    logger.warning("Not every checkpoint that checkpoint_storage does not keep was deleted: %s", error)
             store.end_run(self._owned_run, state)
             store.set_state(self.info.trial.experiment_id, state)
         if self._recorder is not None:

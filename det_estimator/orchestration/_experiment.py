@@ -15,7 +15,7 @@ from det_estimator.errors import DetEstimatorError, error_record
 from det_estimator.orchestration._display import Display
 from det_estimator.orchestration._follow import StoreFollower
 from det_estimator.orchestration._processes import SlotPool, TrialProcess, device_type, restart_cause
-from det_estimator.orchestration._runs import begin_run, checkpoint_storage_root, end_run
+from det_estimator.orchestration._runs import begin_run, checkpoint_storage_root, delete_checkpoints_not_kept, end_run
 from det_estimator.orchestration._search import SearchRunner
 from det_estimator.store import ExperimentRecord, ExperimentStore, SearchState, State, TrialRecord, TrialRunRecord
 
@@ -123,10 +123,21 @@ def run_experiment(store: ExperimentStore, experiment_id: int, display: Display,
     state = State.ERROR
     try:
         state = loop.run()
+        if state == State.COMPLETED:
+            _delete_checkpoints_not_kept(store, experiment_id, display)
     finally:
         loop.stop_all()
         store.set_state(experiment_id, state)
     return state
+
+
+def _delete_checkpoints_not_kept(store: ExperimentStore, experiment_id: int, display: Display) -> None:
+    deleted = delete_checkpoints_not_kept(store, experiment_id)
+    if deleted:
+        display.message(
+            f"Deleted {len(deleted)} checkpoint{'s' if len(deleted) > 1 else ''} that checkpoint_storage keeps only "
+            "while the experiment runs (save_trial_latest, save_trial_best, save_experiment_best)."
+        )
 
 
 class _ExperimentLoop:
@@ -356,6 +367,8 @@ def in_process_run(store: ExperimentStore, experiment_id: int, display: Display)
     finally:
         _info.set_in_process(None)
         state = end_run(store, info, failed)
+        if state == State.COMPLETED:
+            _delete_checkpoints_not_kept(store, experiment_id, display)
         store.set_state(experiment_id, state)
         stop.set()
         shown.join(timeout=30)

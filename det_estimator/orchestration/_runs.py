@@ -6,7 +6,7 @@ from typing import Optional
 
 from det_estimator._info import TRIAL_TASK, ClusterInfo, TrialClassSpec, TrialInfo
 from det_estimator.checkpoint import Checkpoint, TrialCheckpoints
-from det_estimator.config import ExperimentConfig
+from det_estimator.config import ExperimentConfig, load_experiment_config
 from det_estimator.store import ExperimentRecord, ExperimentStore, State, TrialRecord
 
 logger = logging.getLogger("det_estimator.orchestration")
@@ -102,3 +102,39 @@ def checkpoint_storage_root(config: ExperimentConfig, context_dir: str) -> Path:
     """The config's checkpoint storage directory; a relative one is relative to the context directory."""
     root = Path(config.checkpoint_storage.checkpoint_directory)
     return root if root.is_absolute() else Path(context_dir) / root
+
+
+def delete_checkpoints_not_kept(store: ExperimentStore, experiment_id: int) -> list[str]:
+    """Applies ``checkpoint_storage``'s retention to a completed experiment; returns the uuids deleted.
+
+    While trials train, each keeps its latest checkpoint whatever ``save_trial_latest``
+    says, so that it can resume, and the checkpoints kept as the experiment's best stay
+    when later trials do better. Once the experiment has completed, nothing resumes: as
+    in the reference system, every trial then keeps just its ``save_trial_latest`` most
+    recent and ``save_trial_best`` best checkpoints, and the experiment its
+    ``save_experiment_best`` best over all trials (all three 0: none at all).
+    """
+    experiment = store.experiment(experiment_id)
+    policy = load_experiment_config(experiment.config).checkpoint_storage
+    metric = experiment.searcher_metric
+    keep = set()
+    if policy.save_experiment_best:
+        keep = store.best_checkpoints(experiment_id, metric, experiment.smaller_is_better, policy.save_experiment_best)
+    deleted: list[str] = []
+    for trial in store.trials(experiment_id):
+        if not Path(trial.checkpoint_dir).is_dir():
+            continue
+        try:
+            gone = TrialCheckpoints(trial.checkpoint_dir).prune(
+                save_latest=policy.save_trial_latest,
+                save_best=policy.save_trial_best,
+                metric=metric,
+                smaller_is_better=experiment.smaller_is_better,
+                keep=keep,
+            )
+        except OSError as error:  # the experiment is done and recorded: a leftover checkpoint is no failure
+            logger.warning("Checkpoints of trial %d that checkpoint_storage does not keep remain: %s", trial.id, error)
+            continue
+        store.mark_checkpoints_deleted([checkpoint.uuid for checkpoint in gone])
+        deleted.extend(checkpoint.uuid for checkpoint in gone)
+    return deleted

@@ -696,6 +696,19 @@ class ExperimentStore(JobTable):
             raise UnknownIdError(f"There is no checkpoint {uuid} in the store {self.path}.")
         return _checkpoint_record(row)
 
+    def best_checkpoints(self, experiment_id: int, metric: str, smaller_is_better: bool, count: int) -> set[str]:
+        """The uuids of the experiment's ``count`` best checkpoints still on disk, over all its trials.
+
+        Ranked by ``validation_metrics[metric]``; a checkpoint without a numeric, non-NaN
+        value is never among them, and between equal values the more recent one wins.
+        """
+        ranked = []
+        for record in self.checkpoints(experiment_id):
+            value = (record.validation_metrics or {}).get(metric)
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value:
+                ranked.append((value if smaller_is_better else -value, -record.created_at, record.uuid))
+        return {uuid for _, _, uuid in sorted(ranked)[:count]}
+
     def best_validation(self, experiment_id: int, trial_id: Optional[int] = None) -> Optional[BestValidation]:
         """The best value of the experiment's searcher metric over all its trials' validations (or one trial's)."""
         experiment = self.experiment(experiment_id)

@@ -261,6 +261,32 @@ def test_a_paused_experiment_resumes_without_losing_anything(det, context, analy
     assert headers[1].endswith(f"from checkpoint {pause_checkpoint['uuid']} ---")
 
 
+def test_save_trial_latest_0_keeps_the_latest_checkpoint_until_the_experiment_completes(det, context):
+    # smaller_is_better: false makes the first checkpoint the best, so that best and latest differ.
+    config = context.write_config(
+        SLOW_BATCHES,
+        hparams={"seconds_per_batch": SECONDS_PER_BATCH},
+        searcher={"name": "single", "metric": "loss", "smaller_is_better": False, "max_length": {"batches": 60}},
+        checkpoint_storage={"type": "shared_fs", "host_path": "checkpoints", "save_trial_latest": 0},
+    )
+    running = det.start("experiment", "create", config, context.directory)
+    experiment_id = created_id(running.wait_for("Created experiment"))
+    running.wait_for("checkpoint ")
+    det.ok("experiment", "pause", experiment_id)
+    assert running.finish().returncode == 0
+    paused = det.json("checkpoint", "list", experiment_id)
+    stopped_at = det.experiment(experiment_id)["batches_trained"]
+    # The pause's checkpoint stays, to resume from: it is neither the best nor kept by save_trial_latest.
+    assert [c["batches"] for c in paused] == [5, stopped_at] and stopped_at > 5
+
+    resumed = det.ok("experiment", "resume", experiment_id)
+    assert "Deleted 1 checkpoint that checkpoint_storage keeps only while the experiment runs" in resumed.stdout
+    (kept,) = det.json("checkpoint", "list", experiment_id)
+    assert kept["batches"] == 5 and Path(kept["path"]).is_dir()
+    latest = det.json("checkpoint", "list", experiment_id, "--all")[-1]
+    assert latest["batches"] == 60 and latest["state"] == "DELETED" and not Path(latest["path"]).exists()
+
+
 def test_ctrl_c_pauses_the_experiment(det, context):
     config = context.write_config(SLOW_BATCHES, hparams={"seconds_per_batch": SECONDS_PER_BATCH})
     running = det.start("experiment", "create", config, context.directory)

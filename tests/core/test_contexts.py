@@ -627,3 +627,33 @@ def test_reporting_and_checkpointing_through_core_load_no_tensorflow(tmp_path):
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == "[]"
     assert list((tmp_path / "store-files").rglob("events.out.tfevents.*"))
+
+
+@pytest.mark.parametrize(("paused", "kept"), [(False, {"best"}), (True, {"best", "latest"})])
+def test_save_trial_latest_0_lets_the_latest_go_once_a_script_run_by_hand_completes(
+    tmp_path, monkeypatch, own_store, paused, kept
+):
+    # While the run may still be resumed its latest checkpoint stays; once it completed, nothing resumes it.
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(_info.INFO_VARIABLE, raising=False)
+    config = {
+        "name": "by hand",
+        "searcher": {"name": "single", "metric": "auc", "smaller_is_better": False, "max_length": {"batches": 3}},
+        "checkpoint_storage": {"type": "shared_fs", "host_path": "checkpoints", "save_trial_latest": 0},
+    }
+    with core.init(config=config) as core_context:
+        written = {
+            "best": save(core_context, 1, validation_metrics={"auc": 0.9}),
+            "other": save(core_context, 2, validation_metrics={"auc": 0.7}),
+            "latest": save(core_context, 3, validation_metrics={"auc": 0.8}),
+        }
+        checkpoint_dir = core_context.checkpoint.directory
+        assert {c.uuid for c in TrialCheckpoints(checkpoint_dir).list()} == {written["best"], written["latest"]}
+        if paused:
+            core_context.preempt._watcher.request()
+            assert core_context.preempt.should_preempt()
+    assert {c.uuid for c in TrialCheckpoints(checkpoint_dir).list()} == {written[name] for name in kept}
+    with ExperimentStore(own_store) as store:
+        (experiment,) = store.experiments()
+        assert experiment.state == (State.PAUSED if paused else State.COMPLETED)
+        assert {c.uuid for c in store.checkpoints(experiment.id)} == {written[name] for name in kept}
