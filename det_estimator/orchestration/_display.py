@@ -145,6 +145,16 @@ class PlainDisplay:
         pass
 
 
+def _bar_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
+    """The training metrics a bar shows: the loss alone, when there is one.
+
+    A premade estimator also reports a scalar summary per layer (``dnn/dnn/hiddenlayer_0/
+    fraction_of_zero_values``, ...): beside them the bar shrank to nothing and the line
+    was cut before the loss. The validation lines and the trial's records keep them all.
+    """
+    return {"loss": metrics["loss"]} if "loss" in metrics else metrics
+
+
 class BarDisplay:
     """A progress bar per running trial, redrawn in place, with validations and checkpoints printed above it.
 
@@ -207,7 +217,7 @@ class BarDisplay:
             self._advance(event.trial_id, event.batches, event.max_batches)
         elif isinstance(event, MetricsReported) and event.kind == MetricKind.TRAINING:
             bar = self._advance(event.trial_id, event.batches, None)
-            bar.set_postfix_str(format_metrics(event.metrics), refresh=True)
+            bar.set_postfix_str(format_metrics(_bar_metrics(event.metrics)), refresh=True)
         elif isinstance(event, MetricsReported):
             self._write(event.trial_id, f"validation after {event.batches} batches: {format_metrics(event.metrics)}")
         elif isinstance(event, CheckpointSaved):

@@ -86,3 +86,23 @@ def test_a_report_towards_a_new_length_is_shown_with_that_length(tmp_path):
         for event in follower.poll():
             display.show(event)
     assert "batches 10/16 (62%)" in stream.getvalue(), stream.getvalue()
+
+
+def test_a_bar_shows_the_training_loss_not_every_summary_beside_it():
+    stream = io.StringIO()
+    display = BarDisplay(stream)
+    display.show(TrialStarted(1, 0, 449, 0.0))
+    # What a premade DNNClassifier reports: a summary per layer beside the loss.
+    metrics = {
+        "average_loss": 0.0311514,
+        "dnn/dnn/hiddenlayer_0/fraction_of_zero_values": 0.532227,
+        "dnn/dnn/logits/fraction_of_zero_values": 0.0,
+        "loss": 1.86908,
+    }
+    display.show(MetricsReported(1, MetricKind.TRAINING, 200, metrics, 1.0))
+    bar = screen(stream.getvalue())[-1]
+    assert bar.endswith(", loss 1.86908"), bar
+    assert "fraction_of_zero_values" not in bar and "average_loss" not in bar, bar
+    display.show(MetricsReported(1, MetricKind.TRAINING, 400, {"mse": 0.25}, 2.0))
+    assert screen(stream.getvalue())[-1].endswith(", mse 0.25")  # no loss: what there is
+    display.close()
