@@ -4,14 +4,16 @@ import argparse
 import os
 import sqlite3
 import sys
+import warnings
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional, TextIO
 
 from det_estimator import __version__
 from det_estimator.cli import _experiments as experiments
 from det_estimator.cli import _jobs as jobs
 from det_estimator.cli._environment import show_environment
 from det_estimator.cli._experiments import UsageError
+from det_estimator.config import ClusterKeysIgnoredWarning
 
 
 def _positive_int(text: str) -> int:
@@ -188,6 +190,24 @@ def _store_to_open(args: argparse.Namespace) -> Optional[str]:
 
 def main(argv: Optional[list[str]] = None) -> int:
     """Runs the command line; returns the exit status (2 for a bad command line or config)."""
+    with warnings.catch_warnings():
+        python_show = warnings.showwarning
+
+        def show(
+            message: Any, category: type, filename: str, lineno: int, file: Optional[TextIO] = None, line: Any = None
+        ) -> None:
+            # What the config says to the user, as the command's other warnings: Python's
+            # format would name the det-estimator line that loaded the config instead.
+            if issubclass(category, ClusterKeysIgnoredWarning):
+                print(f"det-estimator: warning: {message}", file=file or sys.stderr, flush=True)
+            else:
+                python_show(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = show
+        return _main(argv)
+
+
+def _main(argv: Optional[list[str]]) -> int:
     from det_estimator.errors import DetEstimatorError
     from det_estimator.store import ExperimentStore, StoreUnusableError, UnknownIdError, damaged_store_error
 

@@ -473,6 +473,24 @@ def test_bad_options_are_argparse_errors(det, context, option, message):
     assert not det.store.exists() or det.json("experiment", "list") == []
 
 
+def test_cluster_keys_are_named_in_a_warning_of_the_commands_own_not_pythons(det, context, tmp_path):
+    # The entrypoint is missing, so the command stops once the config is read: no run needed.
+    config = context.write_config(entrypoint="absent:AnalyticTrial", bind_mounts=[])
+    result = det("experiment", "create", config, context.directory)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith(
+        "det-estimator: warning: experiment config: ignored 1 key(s) that matter only on a cluster: `bind_mounts`"
+    ), result.stderr
+    job = tmp_path / "job.yaml"
+    job.write_text("entrypoint_script: python3 absent.py\ndata: {}\nenvironment:\n  image: ignored:latest\n")
+    result = det("job", "run", job, context.directory)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith(
+        "det-estimator: warning: job config: ignored 1 key(s) that matter only on a cluster: `environment.image`"
+    ), result.stderr
+    assert "ClusterKeysIgnoredWarning" not in result.stderr and "load_job_config" not in result.stderr
+
+
 def test_an_entrypoint_module_outside_the_context_dir_is_a_usage_error(det, context):
     config = context.write_config(entrypoint="elsewhere.trial:AnalyticTrial")
     result = det("experiment", "create", config, context.directory)

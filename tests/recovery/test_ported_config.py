@@ -208,7 +208,7 @@ def test_a_ported_config_runs_with_one_warning_and_its_variables_in_the_worker(d
     hparams = {"record_environment": ["PORTED_GREETING", "PORTED_EQUATION"]}
     config.write_text(base_yaml(**hparams) + CLUSTER_KEYS_YAML)
     result = det.ok("experiment", "create", config, context.directory)
-    assert result.stderr.count("ClusterKeysIgnoredWarning") == 1, result.stderr
+    assert result.stderr.count("det-estimator: warning: experiment config: ignored") == 1, result.stderr
     assert "`bind_mounts` (" in result.stderr and "`environment.image` (" in result.stderr
     seen = json.loads((context.directory / "events" / "environment-rank0.json").read_text())
     assert seen == {"PORTED_GREETING": "hello world", "PORTED_EQUATION": "a=b"}
