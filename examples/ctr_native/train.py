@@ -7,8 +7,10 @@ The script keeps building its own Estimator; ``det.init()`` gives it the harness
     .venv/bin/python examples/ctr_native/train.py                   # a tracked experiment (const.yaml: 1 process)
     .venv/bin/python examples/ctr_native/train.py --config examples/ctr_native/distributed.yaml   # 2 processes
 
-Without ``--local`` the run is recorded in the experiment store: ``det-estimator
-experiment list`` shows it, and ``experiment pause`` / ``resume`` work on it.
+Either way the run is recorded in the experiment store, where ``det-estimator experiment
+list`` shows it. With ``--local`` it trains in this process and resumes from its latest
+checkpoint when run again; without, it is a tracked experiment on the config's slots,
+and ``experiment pause`` / ``resume`` work on it.
 """
 
 import argparse
@@ -32,7 +34,7 @@ from det_estimator.reducers import AveragePrecision, LogLoss, RocAuc  # noqa: E4
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default=str(HERE / "const.yaml"), help="experiment config (YAML)")
-    parser.add_argument("--local", action="store_true", help="train in this process, without the store")
+    parser.add_argument("--local", action="store_true", help="train in this process (recorded in the store too)")
     parser.add_argument("--test", action="store_true", help="one training batch, one validation step, one checkpoint")
     args = parser.parse_args()
     config = yaml.safe_load(Path(args.config).read_text(encoding="utf-8"))
