@@ -53,3 +53,21 @@ def test_the_readme_names_every_command_without_json():
     readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
     (exceptions,) = re.findall(r"Every command takes `--json` \(except ([^)]*)\)", readme)
     assert set(re.findall(r"`([^`]+)`", exceptions)) == without
+
+
+def test_the_store_may_be_named_before_or_after_the_command(tmp_path):
+    parser = build_parser()
+    assert parser.parse_args(["--store", "a.sqlite", "experiment", "list"]).store == "a.sqlite"
+    assert parser.parse_args(["experiment", "list", "--store", "b.sqlite"]).store == "b.sqlite"
+    assert parser.parse_args(["trial", "logs", "1", "--store", "b.sqlite"]).store == "b.sqlite"
+    assert parser.parse_args(["--store", "a.sqlite", "job", "logs", "1", "--store", "b.sqlite"]).store == "b.sqlite"
+    assert parser.parse_args(["experiment", "list"]).store is None
+    absent = tmp_path / "absent.sqlite"
+    result = subprocess.run(
+        [COMMAND, "checkpoint", "list", "1", "--store", str(absent)], capture_output=True, text=True
+    )
+    assert result.returncode == 2
+    assert result.stderr == (
+        f"det-estimator: error: There is no experiment store at {absent}. Give the --store (or DET_ESTIMATOR_STORE) "
+        "of an existing store; `det-estimator experiment create` makes one.\n"
+    )

@@ -52,13 +52,16 @@ def build_parser() -> argparse.ArgumentParser:
         description="Train, evaluate, tune and serve tf.estimator and Keras models on one to many Horovod workers.",
     )
     parser.add_argument("--version", action="version", version=f"det-estimator {__version__}")
-    parser.add_argument(
-        "--store",
-        metavar="PATH",
-        help="the experiment store's database file (default: $DET_ESTIMATOR_STORE, else "
-        "$XDG_DATA_HOME/det-estimator/store.sqlite)",
+    store_help = (
+        "the experiment store's database file (default: $DET_ESTIMATOR_STORE, else "
+        "$XDG_DATA_HOME/det-estimator/store.sqlite)"
     )
-    json_option = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--store", metavar="PATH", help=store_help)
+    # Also taken after the command (`experiment list --store PATH`), where a user puts it as
+    # often as before; SUPPRESS keeps a --store given before the command when none comes after.
+    store_option = argparse.ArgumentParser(add_help=False)
+    store_option.add_argument("--store", metavar="PATH", default=argparse.SUPPRESS, help=store_help)
+    json_option = argparse.ArgumentParser(add_help=False, parents=[store_option])
     json_option.add_argument("--json", action="store_true", help="print JSON for scripts")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.add_parser("env", help="show the installed stack and what Horovod was built with")
@@ -117,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     trial = commands.add_parser("trial", aliases=["t"], help="an experiment's trials and their output")
     trial_actions = trial.add_subparsers(dest="action", metavar="ACTION", required=True)
-    logs = trial_actions.add_parser("logs", help="everything the trial printed")
+    logs = trial_actions.add_parser("logs", parents=[store_option], help="everything the trial printed")
     logs.add_argument("trial_id", metavar="ID", type=int)
     logs.set_defaults(run=experiments.trial_logs, json=False)
     trials = trial_actions.add_parser("list", parents=[json_option], help="an experiment's trials, best first")
@@ -136,7 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     job_run.add_argument("--verbose", "-v", action="store_true", help="show the job's output as it comes")
     job_run.set_defaults(run=jobs.run)
     job_actions.add_parser("list", parents=[json_option], help="every job").set_defaults(run=jobs.list_jobs)
-    job_log = job_actions.add_parser("logs", help="everything the job printed")
+    job_log = job_actions.add_parser("logs", parents=[store_option], help="everything the job printed")
     job_log.add_argument("job_id", metavar="ID", type=int)
     job_log.set_defaults(run=jobs.job_logs, json=False)
     return parser
