@@ -71,3 +71,21 @@ def test_the_store_may_be_named_before_or_after_the_command(tmp_path):
         f"det-estimator: error: There is no experiment store at {absent}. Give the --store (or DET_ESTIMATOR_STORE) "
         "of an existing store; `det-estimator experiment create` makes one.\n"
     )
+
+
+def _help_of(parser: argparse.ArgumentParser, *words: str) -> str:
+    """The one-line help a command's parent shows for ``words``' last one."""
+    for word in words[:-1]:
+        (subparsers,) = [action for action in parser._actions if isinstance(action, argparse._SubParsersAction)]
+        parser = subparsers.choices[word]
+    (subparsers,) = [action for action in parser._actions if isinstance(action, argparse._SubParsersAction)]
+    (choice,) = [action for action in subparsers._choices_actions if action.dest == words[-1]]
+    return choice.help
+
+
+def test_the_help_of_resume_and_checkpoint_list_says_what_they_do():
+    parser = build_parser()
+    # experiment resume takes an INTERRUPTED or failed single-trial experiment too (README).
+    assert _help_of(parser, "experiment", "resume").startswith("continue a paused, interrupted or failed experiment")
+    # The columns checkpoint list prints: UUID BATCHES STATE VALIDATION METRICS SIZE PATH.
+    assert _help_of(parser, "checkpoint", "list") == "uuid, batches, state, metrics, size, path"

@@ -94,7 +94,11 @@ def build_parser() -> argparse.ArgumentParser:
     for name, run, help_text in (
         ("describe", experiments.describe, "config, hyperparameters, state and every validation"),
         ("pause", experiments.pause, "checkpoint and stop a running experiment"),
-        ("resume", experiments.resume, "continue a paused experiment from its latest checkpoint"),
+        (
+            "resume",
+            experiments.resume,
+            "continue a paused, interrupted or failed experiment from its latest checkpoint",
+        ),
     ):
         action = actions.add_parser(name, parents=[json_option], help=help_text)
         action.add_argument("experiment_id", metavar="ID", type=int)
@@ -113,7 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     checkpoint = commands.add_parser("checkpoint", aliases=["c"], help="an experiment's checkpoints")
     checkpoint_actions = checkpoint.add_subparsers(dest="action", metavar="ACTION", required=True)
-    listing = checkpoint_actions.add_parser("list", parents=[json_option], help="uuid, step, metrics, size, path")
+    listing = checkpoint_actions.add_parser(
+        "list", parents=[json_option], help="uuid, batches, state, metrics, size, path"
+    )
     listing.add_argument("experiment_id", metavar="ID", type=int)
     listing.add_argument("--all", action="store_true", help="also those retention deleted")
     listing.set_defaults(run=experiments.list_checkpoints)
