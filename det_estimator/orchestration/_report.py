@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -11,6 +12,10 @@ from det_estimator.orchestration._display import display_for
 from det_estimator.orchestration._experiment import CONFIG_ERRORS, run_experiment
 from det_estimator.orchestration._outcome import ExperimentSummary, summarize
 from det_estimator.store import ExperimentStore, State, TrialRecord, default_store_path, to_json_value
+
+# A number in an error's text: a search's trials differ in their hyperparameters, which an
+# error often quotes (a learning rate, a layer's shape), so errors are alike without them.
+_NUMBER = re.compile(r"\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 
 
 def run_and_report(
@@ -187,19 +192,22 @@ def _last_run_errors(store: ExperimentStore, trials: list[TrialRecord]) -> list[
 def print_trial_failures(store: ExperimentStore, trials: list[TrialRecord], stream: TextIO) -> list[TrialRecord]:
     """The cause of each of ``trials`` whose last run failed, once; returns those trials.
 
-    Trials that failed alike (the same rank, origin and error: a search whose code or
-    config fails every trial the same way) share one report that names them all, rather
-    than repeating it for each.
+    Trials that failed alike (the same rank, origin and error, but for the numbers in it:
+    a search whose code or config fails every trial the same way) share one report that
+    names them all, rather than repeating it for each.
     """
     failed = _last_run_errors(store, trials)
-    causes: dict[tuple[str, str], list[int]] = {}
+    causes: dict[tuple[str, str], list[tuple[int, str]]] = {}
     for trial, error in failed:
         where = "" if error.get("rank") is None else f" on rank {error['rank']}"
         origin = f" in {error['origin']}" if error.get("origin") else ""
         text = (error.get("traceback") or error.get("message") or "").rstrip()
-        causes.setdefault((f"{where}{origin}", text), []).append(trial.id)
-    for (place, text), trial_ids in causes.items():
-        named = f"Trial {trial_ids[0]}" if len(trial_ids) == 1 else f"Trials {', '.join(map(str, trial_ids))}"
+        causes.setdefault((f"{where}{origin}", _NUMBER.sub("#", text)), []).append((trial.id, text))
+    for (place, _), alike in causes.items():
+        (first_id, text), trial_ids = alike[0], [trial_id for trial_id, _ in alike]
+        named = f"Trial {first_id}" if len(alike) == 1 else f"Trials {', '.join(map(str, trial_ids))}"
+        if any(other != text for _, other in alike):
+            place += f" (trial {first_id}'s error below; the others' differ only in numbers)"
         stream.write(f"{named} failed{place}:\n{text}\n\n")
     return [trial for trial, _ in failed]
 

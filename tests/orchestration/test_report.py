@@ -1,8 +1,11 @@
 """The commands a run's summary suggests reach the store the run used."""
 
+import io
 import shlex
 
 from det_estimator.orchestration import command_on
+from det_estimator.orchestration._report import print_trial_failures
+from det_estimator.store import ExperimentStore, State
 
 
 def test_the_default_store_is_reached_without_naming_it(tmp_path, monkeypatch):
@@ -23,3 +26,32 @@ def test_another_store_is_named_quoted_for_the_shell(tmp_path, monkeypatch):
     store = tmp_path / "my runs" / "it's.sqlite"
     # Pasted into a shell, it splits back into the program, the option and the very path.
     assert shlex.split(command_on(store)) == ["det-estimator", "--store", str(store)]
+
+
+def _failed_trials(store, errors: list[dict]) -> list:
+    """An experiment whose trials' one run each ended with ``errors``, in order."""
+    experiment_id = store.create_experiment("search", {}, "/nowhere", "python3 train.py", 1, False)
+    for error in errors:
+        trial_id = store.create_trial(experiment_id, {}, 1, "/nowhere/checkpoints")
+        run_id = store.start_run(trial_id)
+        store.record_run_error(run_id, error)
+        store.end_run(run_id, State.ERROR, exit_status=1)
+    return store.trials(experiment_id)
+
+
+def test_trials_whose_errors_differ_only_in_their_hyperparameters_values_are_shown_once(tmp_path):
+    frames = 'Traceback (most recent call last):\n  File "model_def.py", line 41, in build_estimator\n'
+    errors = [
+        {"rank": 0, "origin": "MyTrial.build_estimator", "traceback": frames + f"ValueError: bad shape [{n}, 10]"}
+        for n in (32, 128)
+    ]
+    errors.append({"rank": 0, "traceback": frames + "KeyError: 'lr'"})
+    with ExperimentStore(tmp_path / "store.sqlite") as store:
+        trials = _failed_trials(store, errors)
+        stream = io.StringIO()
+        assert print_trial_failures(store, trials, stream) == trials
+    assert stream.getvalue() == (
+        "Trials 1, 2 failed on rank 0 in MyTrial.build_estimator (trial 1's error below; the others' differ only "
+        f"in numbers):\n{frames}ValueError: bad shape [32, 10]\n\n"
+        f"Trial 3 failed on rank 0:\n{frames}KeyError: 'lr'\n\n"
+    )
