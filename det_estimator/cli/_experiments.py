@@ -338,6 +338,10 @@ def _describe_trial(store: ExperimentStore, trial: TrialRecord) -> None:
     validations = store.metrics(trial.id, MetricKind.VALIDATION)
     if validations:
         names = sorted({name for v in validations for name in v.metrics})
+        if all(v.metrics.get("batches") == v.batches for v in validations):
+            # DeterminedCallback reports the batches as a metric too: a second BATCHES
+            # column, the same as the first, would leave the reader wondering which is which.
+            names = [name for name in names if name != "batches"]
         print("\nValidations:")
         print_table(
             ["BATCHES", *[name.upper() for name in names]],

@@ -1,0 +1,30 @@
+"""The tables ``experiment describe`` and ``trial describe`` print."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+from det_estimator.store import ExperimentStore, MetricKind
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
+from command_in_process import record_one_experiment  # noqa: E402
+
+COMMAND = str(Path(sys.executable).with_name("det-estimator"))
+
+
+def test_the_batches_a_callback_also_reports_as_a_metric_are_not_a_second_batches_column(tmp_path):
+    store = record_one_experiment(tmp_path)
+    with ExperimentStore(store) as opened:
+        (trial,) = opened.trials(1)
+        run_id = opened.start_run(trial.id)
+        for batches in (4, 8):  # what DeterminedCallback reports at each epoch's end
+            metrics = {"batches": batches, "epochs": batches // 4, "loss": 1.0 / batches}
+            opened.record_metrics(trial.id, MetricKind.VALIDATION, batches, metrics, run_id)
+    for command in (["trial", "describe", "1"], ["experiment", "describe", "1"]):
+        result = subprocess.run([COMMAND, "--store", str(store), *command], capture_output=True, text=True)
+        output = result.stdout
+        assert result.returncode == 0, result.stderr
+        lines = output.splitlines()
+        header = lines[lines.index("Validations:") + 1]
+        assert header.split() == ["BATCHES", "EPOCHS", "LOSS"], output
+        assert lines[lines.index("Validations:") + 3].split() == ["8", "2", "0.125"], output
