@@ -56,6 +56,8 @@ def _read_yaml(path: Path) -> Any:
         raise ConfigError(f"{PREFIX}cannot read {path}: {error.strerror or error}") from None
     # _UniqueKeyLoader is a SafeLoader: no arbitrary Python objects.
     loader = _UniqueKeyLoader(text)
+    # Errors then point at the file (`in "const.yaml", line 3`), not at PyYAML's "<unicode string>".
+    loader.name = str(path)
     try:
         node = loader.get_single_node()
         if node is None:

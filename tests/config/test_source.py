@@ -18,6 +18,15 @@ def test_invalid_yaml(tmp_path):
     assert str(error.value).startswith(f"experiment config: {path} is not valid YAML: ")
 
 
+def test_invalid_yaml_is_located_in_the_file(tmp_path):
+    path = tmp_path / "broken.yaml"
+    path.write_text("name: x\nentrypoint: model_def:MyTrial\n  searcher: [\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as error:
+        load_experiment_config(path)
+    assert f'in "{path}", line 3, column 11' in str(error.value), str(error.value)
+    assert "<unicode string>" not in str(error.value)
+
+
 @pytest.mark.parametrize(("text", "received"), [("- a\n- b\n", "['a', 'b'] (list)"), ("", "None (NoneType)")])
 def test_top_level_must_be_a_mapping(tmp_path, text, received):
     path = tmp_path / "list.yaml"
