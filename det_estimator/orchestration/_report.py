@@ -138,7 +138,9 @@ def print_summary(summary: ExperimentSummary, stream: TextIO, command: str = "de
     experiment, best = summary.experiment, summary.best_validation
     lines = [f"\nExperiment {experiment.id} {experiment.state} after {experiment.batches_trained} batches."]
     if best is not None:
-        lines.append(f"Best validation: {best.metric} {best.value:.6g} after {best.batches} batches.")
+        # Of a search: which trial's, as `experiment describe` says.
+        of_trial = f" (trial {best.trial_id})" if len(summary.trials) > 1 else ""
+        lines.append(f"Best validation: {best.metric} {best.value:.6g} after {best.batches} batches{of_trial}.")
     shown = summary.checkpoints
     if len(summary.trials) > 1:
         best_trial = None if best is None else best.trial_id

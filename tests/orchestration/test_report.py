@@ -4,8 +4,9 @@ import io
 import shlex
 
 from det_estimator.orchestration import command_on
-from det_estimator.orchestration._report import print_trial_failures
-from det_estimator.store import ExperimentStore, State
+from det_estimator.orchestration._outcome import summarize
+from det_estimator.orchestration._report import print_summary, print_trial_failures
+from det_estimator.store import ExperimentStore, MetricKind, State
 
 
 def test_the_default_store_is_reached_without_naming_it(tmp_path, monkeypatch):
@@ -55,3 +56,16 @@ def test_trials_whose_errors_differ_only_in_their_hyperparameters_values_are_sho
         f"in numbers):\n{frames}ValueError: bad shape [32, 10]\n\n"
         f"Trial 3 failed on rank 0:\n{frames}KeyError: 'lr'\n\n"
     )
+
+
+def test_the_summary_of_a_search_names_the_trial_of_the_best_validation(tmp_path):
+    config = {"searcher": {"name": "random", "metric": "loss", "smaller_is_better": True}}
+    with ExperimentStore(tmp_path / "store.sqlite") as store:
+        experiment_id = store.create_experiment("search", config, str(tmp_path), "python3 train.py", 1, False)
+        for loss in (0.5, 0.25, 0.75):
+            trial_id = store.create_trial(experiment_id, {}, 1, tmp_path / "checkpoints")
+            store.record_metrics(trial_id, MetricKind.VALIDATION, 10, {"loss": loss}, store.start_run(trial_id))
+        store.set_state(experiment_id, State.COMPLETED)
+        stream = io.StringIO()
+        print_summary(summarize(store, experiment_id), stream)
+    assert "\nBest validation: loss 0.25 after 10 batches (trial 2).\n" in stream.getvalue(), stream.getvalue()
