@@ -3,6 +3,7 @@
 Both displays take the follower's events; nothing here reads the trial's output.
 """
 
+import os
 import sys
 from typing import Any, Optional, Protocol, TextIO
 
@@ -155,6 +156,22 @@ def _bar_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
     return {"loss": metrics["loss"]} if "loss" in metrics else metrics
 
 
+# Columns a bar leaves free at the right of the terminal: the terminal echoes Ctrl-C there
+# as "^C", which past the last column would wrap and leave the bar's line behind, stale.
+_ECHO_MARGIN = 2
+# Erases to the end of the line: the "^C" a cleared bar leaves behind it.
+_CLEAR_TO_END = "\x1b[K"
+
+
+def _bar_columns(stream: TextIO) -> Optional[int]:
+    """The width a bar may take on ``stream``'s terminal now; None when it is not one (no limit)."""
+    try:
+        columns = os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, OSError, ValueError):
+        return None
+    return max(columns - _ECHO_MARGIN, 10)
+
+
 class BarDisplay:
     """A progress bar per running trial, redrawn in place, with validations and checkpoints printed above it.
 
@@ -185,7 +202,8 @@ class BarDisplay:
                 desc=f"trial {trial_id}" if self._multi_trial else "batches",
                 unit="batch",
                 file=self._stream,
-                dynamic_ncols=True,
+                # Measured again before each redraw (see _advance), which follows a resize.
+                ncols=_bar_columns(self._stream),
                 # Several trials' bars: a finished trial's line is written above them instead.
                 leave=not self._multi_trial,
                 position=self._lines.get(trial_id),
@@ -206,7 +224,7 @@ class BarDisplay:
         from tqdm import tqdm
 
         prefix = f"trial {trial_id}: " if self._multi_trial and trial_id is not None else ""
-        tqdm.write(prefix + text, file=self._stream)
+        tqdm.write(_CLEAR_TO_END + prefix + text, file=self._stream)
 
     def show(self, event: Event) -> None:
         if isinstance(event, TrialStarted):
@@ -236,6 +254,7 @@ class BarDisplay:
 
     def _advance(self, trial_id: int, batches: int, total: Optional[int]) -> Any:
         bar = self._bar(trial_id, total)
+        bar.ncols = _bar_columns(self._stream)
         if batches > bar.n:
             bar.update(batches - bar.n)
         return bar

@@ -1,6 +1,11 @@
 """The live display of several trials: each bar keeps a line of its own, and text never starts mid-line."""
 
+import fcntl
 import io
+import os
+import struct
+import termios
+from typing import Optional
 
 from det_estimator.orchestration._display import BarDisplay, PlainDisplay
 from det_estimator.orchestration._follow import MetricsReported, StoreFollower, TrialEnded, TrialStarted
@@ -24,14 +29,22 @@ def test_a_new_trial_takes_the_line_a_finished_one_left_not_a_running_ones():
     display.close()
 
 
-def screen(output: str) -> list[str]:
-    """The lines a terminal shows for ``output``: text, carriage returns, newlines and cursor-up (tqdm's moves)."""
+def screen(output: str, columns: Optional[int] = None) -> list[str]:
+    """The lines a terminal shows for ``output``: text, carriage returns, newlines and cursor-up (tqdm's moves).
+
+    Also erasing to the end of the line, and, on a terminal ``columns`` wide, text that
+    wraps past the last column.
+    """
     lines: list[list[str]] = [[]]
     row = column = 0
     i = 0
     while i < len(output):
         if output.startswith("\x1b[A", i):
             row, i = max(row - 1, 0), i + 3
+            continue
+        if output.startswith("\x1b[K", i):
+            del lines[row][column:]
+            i += 3
             continue
         char = output[i]
         i += 1
@@ -42,6 +55,10 @@ def screen(output: str) -> list[str]:
             while len(lines) <= row:
                 lines.append([])
         else:
+            if columns is not None and column == columns:  # past the last column: on the next line
+                row, column = row + 1, 0
+                while len(lines) <= row:
+                    lines.append([])
             line = lines[row]
             line.extend(" " * (column + 1 - len(line)))
             line[column] = char
@@ -106,3 +123,30 @@ def test_a_bar_shows_the_training_loss_not_every_summary_beside_it():
     display.show(MetricsReported(1, MetricKind.TRAINING, 400, {"mse": 0.25}, 2.0))
     assert screen(stream.getvalue())[-1].endswith(", mse 0.25")  # no loss: what there is
     display.close()
+
+
+def test_ctrl_c_echoed_after_the_bar_leaves_no_stale_bar_behind(tmp_path):
+    # A terminal 80 columns wide (a pty's), on which the display measures its bar.
+    controller, terminal = os.openpty()
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+
+    class Terminal(io.StringIO):
+        def fileno(self) -> int:
+            return terminal
+
+    stream = Terminal()
+    try:
+        display = BarDisplay(stream)
+        display.show(TrialStarted(1, 0, 20000, 0.0))
+        display.show(MetricsReported(1, MetricKind.TRAINING, 6400, {"loss": 0.0596573}, 1.0))
+        stream.write("^C")  # what the terminal echoes of Ctrl-C, where the cursor is: after the bar
+        display.message("Pausing: the trial finishes its batch and writes a checkpoint...")
+        display.show(MetricsReported(1, MetricKind.TRAINING, 6858, {"loss": 0.0583405}, 2.0))
+        display.close()
+    finally:
+        os.close(controller)
+        os.close(terminal)
+    shown = [line for line in screen(stream.getvalue(), columns=80) if line.strip()]
+    assert shown[0] == "Pausing: the trial finishes its batch and writes a checkpoint...", shown
+    assert len(shown) == 2 and shown[1].startswith("batches:  34%|") and "6858/20000" in shown[1], shown
+    assert all(len(line) <= 78 for line in shown), shown
