@@ -145,10 +145,11 @@ def print_summary(summary: ExperimentSummary, stream: TextIO, command: str = "de
     if len(summary.trials) > 1:
         best_trial = None if best is None else best.trial_id
         shown = [checkpoint for checkpoint in summary.checkpoints if checkpoint.trial_id == best_trial]
+        # Before any validation (a search paused at its start) there is no best trial to show.
         lines.append(
             f"Trials: {len(summary.trials)}; `{command} trial list {experiment.id}` ranks them. "
-            f"Checkpoints kept: {len(summary.checkpoints)} (`{command} checkpoint list {experiment.id}`); "
-            f"the best trial's:"
+            f"Checkpoints kept: {len(summary.checkpoints)} (`{command} checkpoint list {experiment.id}`)"
+            + ("; the best trial's:" if shown else ".")
         )
     else:
         lines.append(f"Checkpoints kept ({len(summary.checkpoints)}):")

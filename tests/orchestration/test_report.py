@@ -69,3 +69,19 @@ def test_the_summary_of_a_search_names_the_trial_of_the_best_validation(tmp_path
         stream = io.StringIO()
         print_summary(summarize(store, experiment_id), stream)
     assert "\nBest validation: loss 0.25 after 10 batches (trial 2).\n" in stream.getvalue(), stream.getvalue()
+
+
+def test_the_summary_of_a_search_paused_before_any_validation_promises_no_best_trial(tmp_path):
+    config = {"searcher": {"name": "random", "metric": "loss", "smaller_is_better": True}}
+    with ExperimentStore(tmp_path / "store.sqlite") as store:
+        experiment_id = store.create_experiment("search", config, str(tmp_path), "python3 train.py", 1, False)
+        for _ in range(2):
+            store.start_run(store.create_trial(experiment_id, {}, 1, tmp_path / "checkpoints"))
+        store.set_state(experiment_id, State.PAUSED)
+        stream = io.StringIO()
+        print_summary(summarize(store, experiment_id), stream)
+    lines = stream.getvalue().splitlines()
+    assert lines[2] == (
+        "Trials: 2; `det-estimator trial list 1` ranks them. Checkpoints kept: 0 (`det-estimator checkpoint list 1`)."
+    ), lines
+    assert lines[3] == "Resume with: det-estimator experiment resume 1", lines
