@@ -35,8 +35,11 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=10_000)
     args = parser.parse_args()
     if (args.checkpoint is None) == (args.experiment is None):
-        parser.error("give a CHECKPOINT directory or --experiment, not both")
-    checkpoint = args.checkpoint or best_checkpoint(args.store, args.experiment)
+        parser.error("give either a CHECKPOINT directory or --experiment ID (or latest), one of the two")
+    try:
+        checkpoint = args.checkpoint or best_checkpoint(args.store, args.experiment)
+    except LookupError as error:
+        parser.error(str(error))
 
     model = det.estimator.load_estimator_from_checkpoint_path(checkpoint, serving_name="raw")
     score = model.signatures["serving_default"]
@@ -50,14 +53,36 @@ def main() -> None:
 
 
 def best_checkpoint(store_path, experiment: str) -> str:
-    """The kept checkpoint of the experiment with the best value of its searcher metric."""
-    from det_estimator.store import ExperimentStore
+    """The kept checkpoint of the experiment with the best value of its searcher metric.
 
-    with ExperimentStore(store_path) as store:
-        record = store.experiments()[-1] if experiment == "latest" else store.experiment(int(experiment))
-        validated = [c for c in store.checkpoints(record.id) if c.validation_metrics]
+    Raises:
+        LookupError: saying why there is none: no store, no such experiment, no checkpoint
+            with a validation of the searcher metric.
+    """
+    from det_estimator.store import ExperimentStore, UnknownIdError, default_store_path
+
+    path = Path(store_path) if store_path else default_store_path()
+    if not path.is_file():  # opening it would make an empty store there
+        raise LookupError(f"there is no experiment store at {path}; name one with --store")
+    if experiment != "latest" and not experiment.isdigit():
+        raise LookupError(f"--experiment {experiment}: expected an experiment id or latest")
+    with ExperimentStore(path) as store:
+        experiments = store.experiments()
+        if not experiments:
+            raise LookupError(f"the store {path} holds no experiment yet")
+        try:
+            record = experiments[-1] if experiment == "latest" else store.experiment(int(experiment))
+        except UnknownIdError as error:
+            raise LookupError(str(error)) from None
+        metric = record.searcher_metric
+        validated = [c for c in store.checkpoints(record.id) if (c.validation_metrics or {}).get(metric) is not None]
+        if not validated:
+            raise LookupError(
+                f"experiment {record.id} has no kept checkpoint with a validation of {metric} yet "
+                f"(it is {record.state}); score a CHECKPOINT directory instead"
+            )
         sign = 1 if record.smaller_is_better else -1
-        best = min(validated, key=lambda c: sign * c.validation_metrics[record.searcher_metric])
+        best = min(validated, key=lambda c: sign * c.validation_metrics[metric])
     print(f"experiment {record.id}: best checkpoint {best.uuid} (after {best.batches} batches)")
     return best.path
 

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from det_estimator.store import ExperimentStore, State
+
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "ctr_binary"
 
 
@@ -26,3 +28,29 @@ def test_train_in_test_mode_then_score_with_its_saved_model(tmp_path):
     scored = run(str(EXAMPLE / "score.py"), checkpoint, "--rows", "1000", cwd=tmp_path)
     assert scored.returncode == 0, scored.stderr[-3000:]
     assert "scored 1000 rows" in scored.stdout
+
+
+def test_score_says_why_it_has_no_checkpoint_to_score(tmp_path):
+    score = str(EXAMPLE / "score.py")
+    neither = run(score, cwd=tmp_path)
+    assert neither.returncode == 2
+    assert "error: give either a CHECKPOINT directory or --experiment ID (or latest), one of the two" in neither.stderr
+
+    absent = tmp_path / "absent.sqlite"
+    no_store = run(score, "--experiment", "latest", "--store", str(absent), cwd=tmp_path)
+    assert no_store.returncode == 2 and "Traceback" not in no_store.stderr, no_store.stderr[-3000:]
+    assert f"error: there is no experiment store at {absent}; name one with --store" in no_store.stderr
+    assert not absent.exists()  # looking did not make an empty store there
+
+    store = tmp_path / "store.sqlite"
+    with ExperimentStore(store) as opened:  # an experiment paused before its first validation
+        config = {"searcher": {"name": "single", "metric": "auc", "smaller_is_better": False}}
+        experiment_id = opened.create_experiment("ctr", config, str(tmp_path), "model_def:Trial", 1, False)
+        opened.set_state(experiment_id, State.PAUSED)
+    unvalidated = run(score, "--experiment", "latest", "--store", str(store), cwd=tmp_path)
+    assert unvalidated.returncode == 2 and "Traceback" not in unvalidated.stderr, unvalidated.stderr[-3000:]
+    assert "error: experiment 1 has no kept checkpoint with a validation of auc yet (it is PAUSED)" in (
+        unvalidated.stderr
+    )
+    unknown = run(score, "--experiment", "7", "--store", str(store), cwd=tmp_path)
+    assert unknown.returncode == 2 and "There is no experiment 7 in the store" in unknown.stderr
