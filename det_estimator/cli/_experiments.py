@@ -30,8 +30,7 @@ def create(store: ExperimentStore, args: argparse.Namespace) -> int:
     context_dir = Path(args.context_dir).resolve()
     if not context_dir.is_dir():
         raise UsageError(f"CONTEXT_DIR {args.context_dir} is not a directory.")
-    if not Path(args.config).is_file():
-        raise UsageError(f"CONFIG {args.config} is not a file.")
+    check_config_file(args.config, context_dir)
     try:
         raw = dict(read_source(args.config))
         if args.seed is not None:
@@ -438,6 +437,24 @@ def trial_logs(store: ExperimentStore, args: argparse.Namespace) -> int:
         )
         return 1
     return print_log(f"Trial {trial.id}", trial.log_path)
+
+
+def check_config_file(config: str, context_dir: Path) -> None:
+    """Refuses a CONFIG that is not a file, naming the one in CONTEXT_DIR when that is the one meant.
+
+    A config beside its code is named from the current directory, not from CONTEXT_DIR
+    (`experiment create const.yaml examples/ctr_binary` from the repository's root).
+    """
+    if Path(config).is_file():
+        return
+    beside = context_dir / config
+    hint = ""
+    if not Path(config).is_absolute() and beside.is_file():
+        hint = (
+            f" CONFIG is named from the current directory ({Path.cwd()}), not from CONTEXT_DIR: "
+            f"did you mean {os.path.relpath(beside)}?"
+        )
+    raise UsageError(f"CONFIG {config} is not a file.{hint}")
 
 
 def check_slots_fit_this_machine(slots: int, config_key: str, hosts_option: bool = True) -> None:

@@ -427,6 +427,20 @@ def test_a_missing_config_file_is_a_usage_error(det, context):
     assert_usage_error(result, f"CONFIG {context.directory / 'missing.yaml'} is not a file.")
 
 
+def test_a_config_named_from_its_context_dir_is_pointed_at(det, context):
+    config = context.write_config()  # config.yaml, in CONTEXT_DIR: not in the current directory
+    result = det("experiment", "create", config.name, context.directory)
+    assert_usage_error(
+        result,
+        f"CONFIG config.yaml is not a file. CONFIG is named from the current directory ({Path.cwd()}), not from "
+        f"CONTEXT_DIR: did you mean {os.path.relpath(config)}?",
+    )
+    job = context.directory / "job.yaml"
+    job.write_text("entrypoint_script: python3 absent.py\ndata: {}\n")
+    result = det("job", "run", "job.yaml", context.directory)
+    assert_usage_error(result, "CONFIG job.yaml is not a file. CONFIG is named from the current directory")
+
+
 def test_a_context_dir_that_is_not_a_directory_is_a_usage_error(det, context, tmp_path):
     config = context.write_config()
     result = det("experiment", "create", config, tmp_path / "nowhere")
