@@ -27,9 +27,7 @@ def create(store: ExperimentStore, args: argparse.Namespace) -> int:
     from det_estimator.config import ConfigError, load_experiment_config
     from det_estimator.config._source import read_source
 
-    context_dir = Path(args.context_dir).resolve()
-    if not context_dir.is_dir():
-        raise UsageError(f"CONTEXT_DIR {args.context_dir} is not a directory.")
+    context_dir = check_context_dir(args.config, args.context_dir, "experiment create")
     check_config_file(args.config, context_dir)
     try:
         raw = dict(read_source(args.config))
@@ -437,6 +435,20 @@ def trial_logs(store: ExperimentStore, args: argparse.Namespace) -> int:
         )
         return 1
     return print_log(f"Trial {trial.id}", trial.log_path)
+
+
+def check_context_dir(config: str, context_dir: str, command: str) -> Path:
+    """CONTEXT_DIR, resolved; refused when it is not a directory, saying so when it was given before CONFIG."""
+    resolved = Path(context_dir).resolve()
+    if resolved.is_dir():
+        return resolved
+    swapped = ""
+    if Path(config).is_dir() and resolved.is_file():
+        swapped = (
+            f" It looks like CONFIG, and {config} like CONTEXT_DIR: the config comes first "
+            f"({command} CONFIG CONTEXT_DIR)."
+        )
+    raise UsageError(f"CONTEXT_DIR {context_dir} is not a directory.{swapped}")
 
 
 def check_config_file(config: str, context_dir: Path) -> None:

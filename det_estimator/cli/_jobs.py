@@ -4,7 +4,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from det_estimator.cli._experiments import UsageError, check_config_file, check_slots_fit_this_machine
+from det_estimator.cli._experiments import (
+    UsageError,
+    check_config_file,
+    check_context_dir,
+    check_slots_fit_this_machine,
+)
 from det_estimator.cli._output import format_time, print_log, print_table
 from det_estimator.orchestration import print_json
 from det_estimator.orchestration._jobs import JobConfigError, load_job_config, run_job
@@ -16,9 +21,7 @@ def run(store: ExperimentStore, args: argparse.Namespace) -> int:
     from det_estimator.config import ConfigError
     from det_estimator.config._source import read_source
 
-    context_dir = Path(args.context_dir).resolve()
-    if not context_dir.is_dir():
-        raise UsageError(f"CONTEXT_DIR {args.context_dir} is not a directory.")
+    context_dir = check_context_dir(args.config, args.context_dir, "job run")
     check_config_file(args.config, context_dir)
     try:
         spec = load_job_config(read_source(args.config), default_name=Path(args.config).stem, slots=args.slots)

@@ -427,6 +427,18 @@ def test_a_missing_config_file_is_a_usage_error(det, context):
     assert_usage_error(result, f"CONFIG {context.directory / 'missing.yaml'} is not a file.")
 
 
+def test_config_and_context_dir_given_the_other_way_round_are_said_to_be(det, context):
+    config = context.write_config()
+    result = det("experiment", "create", context.directory, config)
+    assert_usage_error(
+        result,
+        f"CONTEXT_DIR {config} is not a directory. It looks like CONFIG, and {context.directory} like CONTEXT_DIR: "
+        "the config comes first (experiment create CONFIG CONTEXT_DIR).",
+    )
+    result = det("job", "run", context.directory, config)
+    assert_usage_error(result, "the config comes first (job run CONFIG CONTEXT_DIR).")
+
+
 def test_a_config_named_from_its_context_dir_is_pointed_at(det, context):
     config = context.write_config()  # config.yaml, in CONTEXT_DIR: not in the current directory
     result = det("experiment", "create", config.name, context.directory)
