@@ -8,7 +8,7 @@ to ``import det_estimator as det``.
 from det_estimator.estimator._context import EstimatorContext, EstimatorExperimentalContext
 from det_estimator.estimator._native_context import EstimatorNativeContext
 from det_estimator.estimator._serving import load_estimator_from_checkpoint_path
-from det_estimator.estimator._trial import EstimatorTrial
+from det_estimator.estimator._trial import EstimatorTrial, ServingInputReceiverFn
 from det_estimator.estimator._trial_context import EstimatorTrialContext
 from det_estimator.hooks import RunHook
 from det_estimator.reducers import MetricReducer
@@ -21,5 +21,6 @@ __all__ = [
     "EstimatorTrialContext",
     "MetricReducer",
     "RunHook",
+    "ServingInputReceiverFn",
     "load_estimator_from_checkpoint_path",
 ]

@@ -1,11 +1,17 @@
 """EstimatorTrial: the class a user subclasses to port a tf.estimator model."""
 
 import abc
-from typing import Callable
+from typing import Callable, Union
 
 import tensorflow as tf
 
 from det_estimator.estimator._trial_context import EstimatorTrialContext
+
+# What build_serving_input_receiver_fns() maps each name to, under the reference's name
+# for it: trials written for the reference annotate their method with it.
+ServingInputReceiverFn = Callable[
+    ..., Union[tf.estimator.export.ServingInputReceiver, tf.estimator.export.TensorServingInputReceiver]
+]
 
 
 class EstimatorTrial(abc.ABC):
@@ -58,7 +64,7 @@ class EstimatorTrial(abc.ABC):
     def build_validation_spec(self) -> tf.estimator.EvalSpec:
         """The validation input; ``steps=None`` evaluates until the input is exhausted."""
 
-    def build_serving_input_receiver_fns(self) -> dict[str, Callable[[], tf.estimator.export.ServingInputReceiver]]:
+    def build_serving_input_receiver_fns(self) -> dict[str, ServingInputReceiverFn]:
         """Serving signatures to export with every checkpoint, by name (default: none).
 
         Each ``{name: serving_input_receiver_fn}`` entry becomes a SavedModel in the

@@ -1,6 +1,7 @@
 """What a trial ported from the reference system meets: its names, its context, its layouts, and clear refusals."""
 
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,6 +21,24 @@ def test_the_reference_names_are_one_import_away():
     assert det.estimator.EstimatorNativeContext is det.experimental.estimator.EstimatorNativeContext
     assert det.core.DistributedContext is det.DistributedContext
     assert issubclass(det.InvalidHP, det.DetEstimatorError)
+
+
+def test_a_trial_annotated_with_the_references_serving_type_defines_and_exports(analytic, tmp_path):
+    from typing import get_type_hints
+
+    from det_estimator import estimator  # as the reference's examples import it
+
+    # Evaluated when the class is defined, as in the reference's examples.
+    class Annotated(analytic.AnalyticTrial):
+        def build_serving_input_receiver_fns(self) -> dict[str, estimator.ServingInputReceiverFn]:
+            return super().build_serving_input_receiver_fns()
+
+    assert (
+        get_type_hints(Annotated.build_serving_input_receiver_fns)["return"]
+        == dict[str, det.estimator.ServingInputReceiverFn]
+    )
+    outcome = det.run_trial(Annotated, analytic.make_config(tmp_path, 1))
+    assert (Path(outcome.checkpoints[-1]["path"]) / "raw" / "saved_model.pb").is_file()
 
 
 def test_the_trial_context_knows_its_ids_and_the_configs_data(analytic, tmp_path):
