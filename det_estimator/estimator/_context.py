@@ -1,5 +1,6 @@
 """EstimatorContext and EstimatorExperimentalContext: what any tf.estimator workflow gets."""
 
+import weakref
 from typing import Any, Callable, Optional, Union
 
 import tensorflow as tf
@@ -47,6 +48,10 @@ class EstimatorContext:
         self._gradient_compression = gradient_compression
         self.wrapped_optimizers = 0
         self.wrapped_datasets = 0
+        # The datasets that are already one process's share: those wrap_dataset sharded
+        # (on several processes; on one, wrapping twice loses nothing) and those the
+        # dataset caches read. Weak, as each input_fn builds a new graph.
+        self._shares: weakref.WeakSet = weakref.WeakSet()
 
     def wrap_optimizer(self, optimizer: Any) -> Any:
         """Returns the optimizer to use in place of ``optimizer``.
@@ -89,15 +94,39 @@ class EstimatorContext:
 
         Raises:
             TypeError: ``dataset`` is not a ``tf.data.Dataset``.
+            ValueError: ``dataset`` was built from one that ``wrap_dataset`` sharded or
+                that a ``cache_train_dataset`` / ``cache_validation_dataset`` function
+                returned: it is this process's share already, and sharding it again
+                would drop most of its records.
         """
         if not isinstance(dataset, tf.data.Dataset):
             raise TrialDefinitionError(
                 f"Argument `dataset` must be a tf.data.Dataset. Received: {type(dataset).__name__}"
             )
+        if shard_dataset and self._is_a_share(dataset):
+            raise TrialDefinitionError(
+                "Argument `dataset` must be a dataset that is not yet this process's share. Received one built from "
+                "a dataset that context.wrap_dataset() or a context.experimental.cache_train_dataset / "
+                "cache_validation_dataset function returned, which each process already reads its own round-robin "
+                "shard of: wrapping it again would shard it again, and the processes would train or validate on a "
+                "fraction of the data. Use it without wrapping it again."
+            )
         self.wrapped_datasets += 1
         if shard_dataset and self.distributed.size > 1:
             dataset = dataset.shard(self.distributed.size, self.distributed.rank)
+            self._shares.add(dataset)
         return dataset
+
+    def _is_a_share(self, dataset: tf.data.Dataset) -> bool:
+        seen, pending = set(), [dataset]
+        while pending:
+            current = pending.pop()
+            if current in self._shares:
+                return True
+            if id(current) not in seen:
+                seen.add(id(current))
+                pending.extend(current._inputs())  # the datasets it was built from
+        return False
 
     def make_metric(
         self, metric: Any, reducer: Union[Callable[[list[Any]], Any], MetricReducer], numpy_dtype: Any
@@ -194,6 +223,7 @@ class EstimatorExperimentalContext:
 
         def count_as_wrapped(dataset: tf.data.Dataset) -> tf.data.Dataset:
             context.wrapped_datasets += 1  # sharded like wrap_dataset does
+            context._shares.add(dataset)
             return dataset
 
         return _dataset_cache.caching_decorator(

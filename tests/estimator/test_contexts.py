@@ -1,3 +1,5 @@
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -39,6 +41,16 @@ class TestWrappersInOneProcess:
     def test_wrap_dataset_rejects_what_is_not_a_dataset(self):
         with pytest.raises(TypeError, match=r"Argument `dataset` must be a tf.data.Dataset. Received: ndarray"):
             trial_context().wrap_dataset(np.arange(3))
+
+    def test_wrap_dataset_does_not_shard_a_share_again(self):
+        context = det.EstimatorContext(distributed=SimpleNamespace(rank=1, size=2))  # rank 1 of 2
+        share = context.wrap_dataset(tf.data.Dataset.range(10))
+        assert list(share.as_numpy_iterator()) == [1, 3, 5, 7, 9]
+        with pytest.raises(ValueError, match=r"must be a dataset that is not yet this process's share"):
+            context.wrap_dataset(share.map(lambda record: record + 1))
+        # Another dataset from the same source is a new share; shard_dataset=False shards nothing.
+        assert list(context.wrap_dataset(tf.data.Dataset.range(4)).as_numpy_iterator()) == [1, 3]
+        assert list(context.wrap_dataset(share, shard_dataset=False).as_numpy_iterator()) == [1, 3, 5, 7, 9]
 
     def test_make_metric_is_reachable_from_both_places(self):
         context = trial_context()

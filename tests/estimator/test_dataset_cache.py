@@ -86,6 +86,18 @@ def test_a_cached_dataset_counts_as_a_wrapped_one():
     assert context.wrapped_datasets == 1
 
 
+def test_a_cached_dataset_is_not_sharded_again_by_wrap_dataset():
+    # Each process reads its own shard of the cache: wrap_dataset would keep a fraction of it.
+    context = det.EstimatorContext()
+    cached = context.experimental.cache_train_dataset("numbers", "v1")(Builder())
+    with tf.Graph().as_default():
+        for derived in (cached(), cached().map(lambda record: record * 2).batch(4)):
+            with pytest.raises(ValueError, match=r"Received one built from a dataset .*cache_train_dataset"):
+                context.wrap_dataset(derived)
+    assert records_of(lambda: context.wrap_dataset(cached(), shard_dataset=False)) == list(range(20))
+    assert records_of(lambda: context.wrap_dataset(tf.data.Dataset.range(3))) == [0, 1, 2]
+
+
 def test_bad_names_and_bad_functions_are_clear_errors():
     experimental = det.EstimatorContext().experimental
     with pytest.raises(ValueError, match=r"Argument `dataset_id` must start with a letter or digit.*'\.\./x'"):
