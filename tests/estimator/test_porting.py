@@ -1,5 +1,6 @@
 """What a trial ported from the reference system meets: its names, its context, its layouts, and clear refusals."""
 
+import functools
 import shutil
 from pathlib import Path
 
@@ -39,6 +40,38 @@ def test_a_trial_annotated_with_the_references_serving_type_defines_and_exports(
     )
     outcome = det.run_trial(Annotated, analytic.make_config(tmp_path, 1))
     assert (Path(outcome.checkpoints[-1]["path"]) / "raw" / "saved_model.pb").is_file()
+
+
+def test_arguments_a_partial_has_bound_are_not_passed_again(analytic, tmp_path):
+    # tf.estimator passes params, mode and config only to functions that do not bind them already.
+    seen = []
+
+    def input_fn(params, mode, records):
+        seen.append((params, mode))
+        dataset = tf.data.Dataset.from_tensor_slices(({"x": analytic.FEATURES[:records]}, analytic.TARGETS[:records]))
+        return dataset.batch(params["batch_size"])
+
+    class Partial(analytic.AnalyticTrial):
+        def build_estimator(self):
+            user_model_fn = super().build_estimator().model_fn
+
+            def model_fn(features, labels, mode, params):
+                assert params == {"units": 1}, params
+                return user_model_fn(features, labels, mode, config=None)
+
+            return tf.estimator.Estimator(functools.partial(model_fn, params={"units": 1}))
+
+        def build_train_spec(self):
+            train = functools.partial(input_fn, params={"batch_size": GLOBAL_BATCH}, mode="train-rows", records=16)
+            return tf.estimator.TrainSpec(train)
+
+        def build_validation_spec(self):
+            validate = functools.partial(input_fn, {"batch_size": 4}, mode="validation-rows", records=8)
+            return tf.estimator.EvalSpec(validate, steps=None)
+
+    outcome = det.run_trial(Partial, analytic.make_config(tmp_path, 2))
+    assert outcome.validations[-1]["metrics"]["records"] == 8
+    assert ({"batch_size": GLOBAL_BATCH}, "train-rows") in seen and ({"batch_size": 4}, "validation-rows") in seen
 
 
 def test_the_trial_context_knows_its_ids_and_the_configs_data(analytic, tmp_path):
