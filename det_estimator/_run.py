@@ -39,7 +39,8 @@ def run_trial(
         config: an ``ExperimentConfig``, a dict, or the path of a YAML file.
         slots: processes to run (default: ``resources.slots_per_trial``); one runs in
             this process, more run under ``horovodrun --gloo`` on this machine.
-        test: one training batch, one validation step and one checkpoint.
+        test: one training batch, one validation step and one checkpoint, as a new
+            experiment that resumes no earlier run and that no later run resumes.
         trial_id: the name under which the run is found again to resume (default: the
             config's ``name``, else the trial class's name).
 

@@ -43,7 +43,8 @@ def init(
             ``command`` on ``resources.slots_per_trial`` processes (under horovodrun
             when more than one), showing its progress; this process then exits with
             the experiment's status.
-        test: run the minimal loop: one batch, one validation step, one checkpoint.
+        test: run the minimal loop: one batch, one validation step, one checkpoint, as a
+            new experiment that resumes no earlier run and that no later run resumes.
         context_dir: the directory the model code runs in (default: the current
             one); it becomes the working directory.
         command: the command line that runs this script again on each process

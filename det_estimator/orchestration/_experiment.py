@@ -91,8 +91,13 @@ def find_or_record_experiment(
     """The experiment recorded under ``run_key``, updated to ``config``, or a new one.
 
     A run found again keeps its seed, so its trial keeps its hyperparameters; its length
-    and slots come from the new config.
+    and slots come from the new config. A test run is always a new experiment, under no
+    key, as ``experiment create --test`` makes one: it checks the code as it is now, so
+    it must not restore an earlier run's checkpoint (of a model since changed, perhaps),
+    nor leave its one batch for a later run to resume from.
     """
+    if test:
+        return record_experiment(store, config, context_dir, test=True, **kwargs)
     existing = store.find_experiment(run_key)
     if existing is None:
         return record_experiment(store, config, context_dir, test=test, run_key=run_key, **kwargs)

@@ -72,6 +72,23 @@ def test_test_mode_runs_one_batch_one_validation_step_and_one_checkpoint(tmp_pat
     assert outcome.batches_trained == 1 and len(outcome.validations) == 1 and len(outcome.checkpoints) == 1
 
 
+def test_a_test_run_neither_resumes_an_earlier_run_nor_is_resumed_by_a_later_one(tmp_path):
+    # Test mode checks the code as it is now, perhaps a model changed since the last run.
+    real = det.init(config(tmp_path, batches=3), local=True)
+    first = real.train_and_evaluate(*linear_run(real))
+    check = det.init(config(tmp_path, batches=3), local=True, test=True)
+    tested = check.train_and_evaluate(*linear_run(check))
+    assert tested.batches_trained == 1 and len(tested.checkpoints) == 1
+    assert tested.experiment_id != first.experiment_id
+    check_again = det.init(config(tmp_path, batches=3), local=True, test=True)
+    assert check_again.train_and_evaluate(*linear_run(check_again)).batches_trained == 1
+    # The real run goes on from its own checkpoint, not from a test run's.
+    again = det.init(config(tmp_path, batches=4), local=True)
+    resumed = again.train_and_evaluate(*linear_run(again))
+    assert resumed.experiment_id == first.experiment_id
+    assert [v["batches"] for v in resumed.validations] == [4]
+
+
 def test_context_dir_becomes_the_working_directory(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "code").mkdir()
