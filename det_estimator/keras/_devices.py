@@ -5,24 +5,31 @@ import logging
 import tensorflow as tf
 
 from det_estimator.core._devices import pin_local_gpu
-from det_estimator.errors import DetEstimatorError
+from det_estimator.errors import PermanentTrialError
 
 logger = logging.getLogger("det_estimator.keras")
 
-__all__ = ["apply_session_config", "pin_local_gpu", "require_eager"]
+__all__ = ["EagerModeError", "apply_session_config", "pin_local_gpu", "require_eager"]
+
+
+class EagerModeError(PermanentTrialError, RuntimeError):
+    """TensorFlow 2's eager mode, which a Keras trial runs in, was turned off in the trial's process."""
 
 
 def require_eager() -> None:
     """Checks that TensorFlow 2's eager mode is on, which Keras trials need.
 
     Raises:
-        DetEstimatorError: eager execution or V2 behaviour was disabled in this process.
+        EagerModeError: eager execution or V2 behaviour was disabled in this process. A
+            restart would import the same code and fail the same way, so the trial is
+            not restarted.
     """
     if not tf.executing_eagerly():
-        raise DetEstimatorError(
-            "A TFKerasTrial runs in TensorFlow 2's eager mode, and this process disabled it "
-            "(tf.compat.v1.disable_eager_execution() or disable_v2_behavior(), perhaps by running an EstimatorTrial "
-            "before in the same process). Run the Keras trial in a process of its own."
+        raise EagerModeError(
+            "A TFKerasTrial runs in TensorFlow 2's eager mode, and this process disabled it: the trial's code calls "
+            "tf.compat.v1.disable_eager_execution() or disable_v2_behavior() (remove the call; the harness runs the "
+            "model's steps as tf.functions, as model.fit does), or an EstimatorTrial ran before in the same process "
+            "(run the Keras trial in a process of its own)."
         )
 
 

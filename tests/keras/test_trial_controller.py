@@ -7,6 +7,7 @@ import tensorflow as tf
 import det_estimator as det
 from det_estimator._root_cause import RootCause, note, root_cause
 from det_estimator.checkpoint import read_checkpoint
+from det_estimator.errors import error_record
 
 LEARNING_RATE, GLOBAL_BATCH = 0.01, 8
 LOADERS = ["numpy", "sequence", "tfdata"]
@@ -284,3 +285,13 @@ def test_a_nan_searcher_metric_is_never_the_best_so_later_improvements_are_check
     # checkpoint_policy "best": every validation after the NaN one improved, and was checkpointed.
     assert [c["batches"] for c in outcome.checkpoints] == [10, 15, 20]
     assert read_checkpoint(outcome.checkpoints[-1]["path"]).metadata["best_validation_metric"] == weights[-1]
+
+
+def test_a_trial_whose_process_turned_eager_mode_off_is_refused_and_not_restarted(analytic_keras, tmp_path):
+    # As a trial module that calls tf.compat.v1.disable_eager_execution() at its top, which
+    # the reference system's documentation suggests: every restart would import it again.
+    refused = pytest.raises(det.DetEstimatorError, match=r"disable_eager_execution\(\).*remove the call")
+    with tf.Graph().as_default(), refused as raised:
+        det.run_trial(analytic_keras.AnalyticKerasTrial, analytic_keras.make_config(tmp_path, 10))
+    assert isinstance(raised.value, RuntimeError)
+    assert error_record(raised.value, rank=0)["permanent"]
