@@ -350,9 +350,7 @@ class DeterminedCallback(tf.keras.callbacks.Callback):
         metrics = self._combined(logs)
         if not metrics:
             return
-        searcher_metric = _searcher_metric(self._core)
-        if searcher_metric and searcher_metric.startswith("val_") and searcher_metric[4:] in metrics:
-            metrics[searcher_metric] = metrics[searcher_metric[4:]]
+        metrics = with_searcher_metric(metrics, _searcher_metric(self._core))
         metrics["epochs"] = self._epoch + 1
         metrics["batches"] = self._steps_completed
         self._core.train.report_validation_metrics(self._steps_completed, metrics)
@@ -473,6 +471,18 @@ def _to_float(value: Any) -> Optional[float]:
     if isinstance(value, numbers.Real) and not isinstance(value, bool):
         return float(value)
     return None
+
+
+def with_searcher_metric(metrics: dict[str, Any], searcher_metric: Optional[str]) -> dict[str, Any]:
+    """Validation metrics under Keras' names, and also under the searcher's ``val_`` name for one of them.
+
+    Keras names a validation metric ``val_loss`` in ``fit``'s logs and ``loss`` in
+    ``evaluate``'s; they are reported as ``loss``, and a ``searcher.metric`` of
+    ``val_loss`` (the name a fit's History shows) must find its value too.
+    """
+    if searcher_metric and searcher_metric.startswith("val_") and searcher_metric[4:] in metrics:
+        return {**metrics, searcher_metric: metrics[searcher_metric[4:]]}
+    return metrics
 
 
 def _searcher_metric(core_context: core.Context) -> Optional[str]:

@@ -1,10 +1,12 @@
 """Metrics over every process's data: Keras' metric states summed across processes give the exact global values."""
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from det_estimator.keras._api._context import KerasContext, Optimizations
+from det_estimator.keras._api._context import KerasContext, Optimizations, TrainingContext
 from det_estimator.keras._api._metrics import global_metrics
 
 
@@ -62,3 +64,37 @@ def test_one_process_keeps_keras_values(one_of_many):
     model, (x, y) = classifier(), data()
     whole = model.evaluate(x, y, batch_size=8, return_dict=True, verbose=0)
     assert global_metrics(model, one_of_many(0, 1)) == pytest.approx(whole, rel=1e-7)
+
+
+class RecordingTrain:
+    """The validations a trial's ``core_context.train`` was given."""
+
+    def __init__(self) -> None:
+        self.validations = []
+
+    def report_validation_metrics(self, steps, metrics):
+        self.validations.append((steps, metrics))
+
+
+def test_context_evaluate_in_a_trial_reports_the_searcher_metric_under_its_val_name(one_of_many):
+    # searcher.metric: val_loss, the name fit's History shows; Keras' evaluate calls it loss.
+    model, (x, y) = classifier(), data()
+    train = RecordingTrain()
+    training = TrainingContext(
+        hparams={},
+        trial_id=1,
+        experiment_id=1,
+        seed=0,
+        core=SimpleNamespace(train=train),
+        launched=True,
+        searcher_metric="val_loss",
+    )
+    context = KerasContext(one_of_many(0, 1), training, {}, 0, Optimizations(), None, "TRIAL")
+
+    result = context.evaluate(model, x, y, batch_size=8, verbose=0, return_dict=True)
+
+    assert set(result) == {"loss", "accuracy", "auc"}  # what Keras returns, unchanged
+    ((steps, reported),) = train.validations
+    assert steps == 0
+    assert reported["val_loss"] == reported["loss"] == pytest.approx(result["loss"])
+    assert reported["accuracy"] == pytest.approx(result["accuracy"])

@@ -12,7 +12,7 @@ from det_estimator.errors import DetEstimatorError
 from det_estimator.keras._api import _fit, _model_files
 from det_estimator.keras._api._metrics import GlobalMetrics
 from det_estimator.keras._api._sharding import ShardedSequence, Sharder, in_input_order
-from det_estimator.keras._determined_callback import DeterminedCallback
+from det_estimator.keras._determined_callback import DeterminedCallback, with_searcher_metric
 from det_estimator.store import ExperimentStore
 
 logger = logging.getLogger("det_estimator.keras")
@@ -454,7 +454,9 @@ class KerasContext:
         On several processes each evaluates its share (wrapped by :meth:`wrap_data`),
         and the result is that of all the data together, exactly (the metrics' states
         are summed). In a launched trial the metrics are recorded as a validation
-        after the batches the model has trained (``model.optimizer.iterations``).
+        after the batches the model has trained (``model.optimizer.iterations``),
+        named as :meth:`fit` names its validations (``loss``, and ``val_loss`` too when
+        that is the experiment's ``searcher.metric``).
 
         Args:
             model: a compiled model.
@@ -473,6 +475,8 @@ class KerasContext:
         if self._training is not None and self._training.launched:
             steps = int(model.optimizer.iterations.numpy()) if getattr(model, "optimizer", None) is not None else 0
             numbers = {name: float(value) for name, value in metrics.items() if _is_number(value)}
+            # Reported as a fit's validations are, so that a searcher.metric of val_loss finds its value.
+            numbers = with_searcher_metric(numbers, self._training.searcher_metric)
             self._training.core.train.report_validation_metrics(steps, numbers)
         if return_dict:
             return metrics
