@@ -1,4 +1,4 @@
-"""TFKerasTrialContext: configure_fit, the wrappers on one process, hyperparameters and the dataset cache."""
+"""TFKerasTrialContext: configure_fit, the wrappers on one process, hyperparameters, the cache, the reference names."""
 
 import numpy as np
 import pytest
@@ -102,3 +102,11 @@ def test_the_reference_names_are_there():
     assert det.keras.TFKerasTrial.trial_context_class is TFKerasTrialContext
     assert det.keras.callbacks.ReduceLRScheduler is det.keras.callbacks.ReduceLROnPlateau
     assert det.keras.TFKerasTensorBoard is det.keras.callbacks.TensorBoard
+
+
+def test_the_reference_native_keras_api_is_refused_naming_what_replaces_it():
+    import det_estimator.experimental.keras  # noqa: F401 -- the reference's import line, ported
+
+    with pytest.raises(NotImplementedError, match=r"native Keras API.*det\.keras\.init\(config=\.\.\.\)") as raised:
+        det.experimental.keras.init({"hyperparameters": {}}, local=True)
+    assert isinstance(raised.value, det.DetEstimatorError)
