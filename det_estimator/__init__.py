@@ -31,6 +31,7 @@ _EXPORTS = {
     "InvalidHP": "det_estimator.errors",
     "MetricReducer": "det_estimator.reducers",
     "RunHook": "det_estimator.hooks",
+    "TrialContext": "det_estimator._trial_context_base",
     "TrialOutcome": "det_estimator.orchestration",
     "get_cluster_info": "det_estimator._info",
     "init": "det_estimator.native",
@@ -52,6 +53,7 @@ __all__ = [
     "InvalidHP",
     "MetricReducer",
     "RunHook",
+    "TrialContext",
     "TrialOutcome",
     "__version__",
     "core",
@@ -68,6 +70,7 @@ if TYPE_CHECKING:
     from det_estimator import core, estimator, experimental, keras
     from det_estimator._info import ClusterInfo, get_cluster_info
     from det_estimator._run import run_trial
+    from det_estimator._trial_context_base import TrialContext
     from det_estimator.core import DistributedContext
     from det_estimator.errors import DetEstimatorError, InvalidHP
     from det_estimator.estimator import (

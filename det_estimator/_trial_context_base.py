@@ -69,3 +69,8 @@ class TrialContextBase:
     def get_experiment_id(self) -> int:
         """The id of this trial's experiment in the experiment store."""
         return self._experiment_id
+
+
+# The reference system's name for the base of every trial context (``det.TrialContext``),
+# which trials use in type hints and isinstance checks.
+TrialContext = TrialContextBase

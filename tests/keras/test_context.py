@@ -98,8 +98,10 @@ def test_a_cached_dataset_is_built_once_and_counts_as_wrapped(context, tmp_path,
         context.experimental.cache_validation_dataset("../up", "v1")
 
 
-def test_the_reference_names_are_there():
+def test_the_reference_names_are_there(context):
     assert det.keras.TFKerasTrial.trial_context_class is TFKerasTrialContext
+    assert isinstance(context, det.TrialContext)  # the base the reference's index names
+    assert issubclass(det.EstimatorTrialContext, det.TrialContext)
     assert det.keras.callbacks.ReduceLRScheduler is det.keras.callbacks.ReduceLROnPlateau
     assert det.keras.TFKerasTensorBoard is det.keras.callbacks.TensorBoard
 
