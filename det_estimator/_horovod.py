@@ -136,9 +136,69 @@ def keras_distributed_optimizer(
     """
     import horovod.tensorflow.keras as hvd_keras
 
-    return hvd_keras.DistributedOptimizer(
+    distributed = hvd_keras.DistributedOptimizer(
         optimizer,
         backward_passes_per_step=aggregation_frequency,
         average_aggregated_gradients=average_aggregated_gradients,
         compression=hvd_keras.Compression.fp16 if gradient_compression else hvd_keras.Compression.none,
     )
+    _average_applied_gradients(distributed)
+    return distributed
+
+
+def _average_applied_gradients(optimizer: Any) -> None:
+    """Makes a Horovod Keras optimizer average the gradients given to ``apply_gradients`` too.
+
+    Horovod averages them in ``compute_gradients``, which ``minimize`` (and so Keras'
+    default train step) calls. A custom ``train_step`` written as Keras' guide writes it
+    takes ``tape.gradient`` and calls ``apply_gradients``, which Horovod leaves to Keras:
+    each process would apply its own gradients and the processes' weights drift apart.
+    Gradients that did not come through ``compute_gradients`` are averaged on the way in,
+    as ``compute_gradients`` does them (so ``aggregation_frequency`` holds too), in
+    ``apply_gradients`` or, when a ``LossScaleOptimizer`` wraps this one, in the
+    aggregation it asks for before it checks that the gradients are finite: every
+    process then takes the same decision to apply them or skip the step.
+
+    Horovod's class calls its parents through ``super(self.__class__, self)``, so it
+    cannot be subclassed: the methods are replaced on the instance.
+    """
+    allreduce = optimizer._allreduce
+    apply_gradients = optimizer.apply_gradients
+    # Keras' hook for averaging over replicas: apply_gradients calls it unless told the
+    # gradients were aggregated already (as a LossScaleOptimizer tells its inner one).
+    legacy = isinstance(optimizer, tf.keras.optimizers.legacy.Optimizer)
+    hook = "_aggregate_gradients" if legacy else "aggregate_gradients"
+    aggregate = getattr(optimizer, hook)
+    # Whether the gradients of the step being traced (or run eagerly) were averaged:
+    # set by compute_gradients' allreduce, cleared once they are aggregated or applied.
+    averaged = [False]
+
+    def allreduce_noted(grads: Any, variables: Any) -> Any:
+        averaged[0] = True
+        return allreduce(grads, variables)
+
+    def averaged_pairs(grads_and_vars: Any) -> list:
+        grads, variables = zip(*grads_and_vars)
+        return list(zip(allreduce_noted(grads, variables), variables))
+
+    def aggregate_averaged(grads_and_vars: Any) -> Any:
+        grads_and_vars = list(grads_and_vars)
+        if not averaged[0]:
+            grads_and_vars = averaged_pairs(grads_and_vars)
+        averaged[0] = False
+        return aggregate(grads_and_vars)
+
+    def apply_averaged_gradients(grads_and_vars: Any, *args: Any, **kwargs: Any) -> Any:
+        skipped = kwargs.get("skip_gradients_aggregation", False)
+        aggregated = skipped or not kwargs.get("experimental_aggregate_gradients", True)
+        if not aggregated and not averaged[0]:
+            grads_and_vars = averaged_pairs(grads_and_vars)
+        try:
+            return apply_gradients(grads_and_vars, *args, **kwargs)
+        finally:
+            averaged[0] = False
+
+    # Without Keras' attribute tracking: they are not part of the optimizer's state.
+    object.__setattr__(optimizer, "_allreduce", allreduce_noted)
+    object.__setattr__(optimizer, hook, aggregate_averaged)
+    object.__setattr__(optimizer, "apply_gradients", apply_averaged_gradients)

@@ -83,6 +83,19 @@ def test_an_optimizer_not_wrapped_is_wrapped_at_compile(analytic_keras, tmp_path
     analytic_keras.assert_closed_form(outcome.validations)  # gradients averaged over both processes all the same
 
 
+@pytest.mark.parametrize(
+    "optimizer",
+    [{}, {"legacy_optimizer": True}, {"loss_scaled": True}, {"loss_scaled": True, "legacy_optimizer": True}],
+)
+def test_a_custom_train_step_that_applies_its_own_gradients_averages_them(analytic_keras, tmp_path, optimizer):
+    # Keras' guide's train step calls apply_gradients; Horovod averages in compute_gradients.
+    # A loss scale of a power of two keeps the closed form exact in float32.
+    config = analytic_keras.make_config(tmp_path, 10)
+    config["hyperparameters"].update(custom_train_step=True, **optimizer)
+    outcome = det.run_trial(analytic_keras.AnalyticKerasTrial, config, slots=2)
+    analytic_keras.assert_closed_form(outcome.validations)
+
+
 def test_a_resumed_run_draws_each_process_s_own_dropout_masks(analytic_keras, tmp_path):
     # Per-process batches of 5 of 64 records: each epoch's last batch holds 4, and the 13
     # batches of an epoch give it to the processes in turn, so their generators part.

@@ -208,6 +208,25 @@ def events(events_dir, rank: int = 0) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
+class GuideTrainStep(tf.keras.Sequential):
+    """The custom train step of Keras' guide: ``tape.gradient``, then ``optimizer.apply_gradients``."""
+
+    def train_step(self, data):
+        x, y = data
+        loss_scaled = isinstance(self.optimizer, tf.keras.mixed_precision.LossScaleOptimizer)
+        with tf.GradientTape() as tape:
+            y_pred = self(x, training=True)
+            loss = self.compiled_loss(y, y_pred, regularization_losses=self.losses)
+            if loss_scaled:  # as the mixed precision guide's training loop does
+                loss = self.optimizer.get_scaled_loss(loss)
+        gradients = tape.gradient(loss, self.trainable_variables)
+        if loss_scaled:
+            gradients = self.optimizer.get_unscaled_gradients(gradients)
+        self.optimizer.apply_gradients(zip(gradients, self.trainable_variables))
+        self.compiled_metrics.update_state(y, y_pred)
+        return {metric.name: metric.result() for metric in self.metrics}
+
+
 class AnalyticKerasTrial(det.keras.TFKerasTrial):
     def __init__(self, context):
         super().__init__(context)
@@ -225,10 +244,16 @@ class AnalyticKerasTrial(det.keras.TFKerasTrial):
         if self.context.get_hparams().get("dropout"):  # randomness a resume must restore
             layers.append(tf.keras.layers.Dropout(self.context.get_hparam("dropout")))
         layers.append(tf.keras.layers.Dense(1, use_bias=False, kernel_initializer="zeros"))
-        model = self.context.wrap_model(tf.keras.Sequential(layers))
-        optimizer = tf.keras.optimizers.SGD(self.context.get_hparam("learning_rate"))
+        sequential = GuideTrainStep if self.context.get_hparams().get("custom_train_step") else tf.keras.Sequential
+        model = self.context.wrap_model(sequential(layers))
+        optimizers = (
+            tf.keras.optimizers.legacy if self.context.get_hparams().get("legacy_optimizer") else tf.keras.optimizers
+        )
+        optimizer = optimizers.SGD(self.context.get_hparam("learning_rate"))
         if self.context.get_hparams().get("wrap_optimizer", True):
             optimizer = self.context.wrap_optimizer(optimizer)
+        if self.context.get_hparams().get("loss_scaled"):
+            optimizer = tf.keras.mixed_precision.LossScaleOptimizer(optimizer)
         metrics = [
             WeightMetric(self._reported_weight(model)),
             LearningRateMetric(model),
