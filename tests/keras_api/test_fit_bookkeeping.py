@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from det_estimator import _horovod
 from det_estimator.core import DummyDistributedContext, Unit
 from det_estimator.errors import DetEstimatorError
 from det_estimator.keras._api import _fit
@@ -83,6 +84,40 @@ def test_fit_in_an_experiment_requires_validation_data():
         context().fit(model, np.zeros((4, 1)), np.zeros((4, 1)), epochs=1)
     with pytest.raises(_fit.FitError, match="not both"):
         context().fit(model, np.zeros((4, 1)), np.zeros((4, 1)), x_val=1, y_val=1, validation_data=(1, 1))
+
+
+class TwoOptimizers(tf.keras.Model):
+    """Two parts, each trained by an optimizer of its own, held as attributes, as a GAN's are."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = tf.keras.layers.Dense(1), tf.keras.layers.Dense(1)
+
+    def call(self, x):
+        return self.a(x) + self.b(x)
+
+    def compile(self, a_optimizer, b_optimizer):
+        super().compile(loss="mse")  # model.optimizer: Keras' default, which the train step does not use
+        self.a_optimizer, self.b_optimizer = a_optimizer, b_optimizer
+
+
+def test_on_several_processes_fit_takes_a_model_whose_optimizers_are_each_wrapped(one_of_many, monkeypatch):
+    monkeypatch.setattr(_horovod, "is_distributed", lambda: True)
+    monkeypatch.setattr(
+        _horovod,
+        "keras_distributed_optimizer",
+        lambda optimizer, **settings: optimizer.from_config(optimizer.get_config()),
+    )
+    on_two = context(distributed=one_of_many(0, 2))
+    x, y = np.zeros((8, 1), np.float32), np.zeros((8, 1), np.float32)
+    wrapped = TwoOptimizers()
+    wrapped.compile(on_two.wrap_optimizer(tf.keras.optimizers.SGD()), on_two.wrap_optimizer(tf.keras.optimizers.Adam()))
+    on_two._prepare_inputs(wrapped, x, y, {"batch_size": 2})  # the proposal: "just wrap each of them individually"
+
+    forgotten = TwoOptimizers()
+    forgotten.compile(tf.keras.optimizers.SGD(), tf.keras.optimizers.Adam())
+    with pytest.raises(_fit.FitError, match=r"context.wrap_optimizer\(\) returns"):
+        on_two._prepare_inputs(forgotten, x, y, {"batch_size": 2})
 
 
 def test_a_job_has_no_training_context():

@@ -266,7 +266,8 @@ class KerasContext:
 
         Args:
             model: a compiled model; on several processes compiled with the optimizer
-                :meth:`wrap_optimizer` returned.
+                :meth:`wrap_optimizer` returned (a model of several optimizers, held as
+                its attributes as a GAN holds them, with each of them wrapped).
             x: the training inputs, as ``model.fit`` takes them (wrapped by :meth:`wrap_data`).
             y: the training targets.
             x_val: validation inputs, another way to give ``validation_data``.
@@ -339,7 +340,7 @@ class KerasContext:
         distributed = self.distributed.core
         if distributed.size == 1:
             return x, y, fit_kwargs
-        if _horovod.is_distributed() and not any(model.optimizer is wrapped for wrapped in self._wrapped_optimizers):
+        if _horovod.is_distributed() and not self._trains_with_wrapped_optimizer(model):
             raise _fit.FitError(
                 "With several processes, compile the model with the optimizer context.wrap_optimizer() returns, so "
                 "that the processes average their gradients: model.compile(optimizer=context.wrap_optimizer(opt), ...)."
@@ -359,6 +360,15 @@ class KerasContext:
             if steps is not None:
                 fit_kwargs["steps_per_epoch"] = steps
         return x, y, fit_kwargs
+
+    def _trains_with_wrapped_optimizer(self, model: tf.keras.Model) -> bool:
+        """Whether the model's optimizer, or one it holds as an attribute, went through :meth:`wrap_optimizer`.
+
+        A model of several optimizers (a GAN's ``compile(d_optimizer, g_optimizer)``) keeps
+        them as attributes, and its ``model.optimizer`` may be one ``compile`` made by default.
+        """
+        candidates = [model.optimizer, *vars(model).values()]
+        return any(candidate is wrapped for candidate in candidates for wrapped in self._wrapped_optimizers)
 
     def _callbacks(
         self,
