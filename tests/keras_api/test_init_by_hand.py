@@ -64,3 +64,17 @@ def test_a_run_by_hand_paused_by_ctrl_c_ends_inside_fit(tmp_path, det):
     assert "RESULT " not in result.stdout
     (experiment,) = json.loads(det(store, "experiment", "list", "--json").stdout)
     assert experiment["state"] == "PAUSED" and 5 <= experiment["batches_trained"] < 20
+
+
+def test_a_run_by_hand_without_a_config_names_the_fix_for_a_hyperparameter_it_reads(tmp_path):
+    # The proposal's script reads hparams["dropout"]; by hand, its values come from init(config=...).
+    script = "import det_estimator as det\ncontext = det.keras.init()\ncontext.training.hparams['dropout']\n"
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", DET_ESTIMATOR_STORE=str(tmp_path / "store.sqlite"))
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=240, cwd=tmp_path
+    )
+    assert result.returncode != 0
+    assert "UndefinedHyperparameterError: Hyperparameter 'dropout' is not defined: this run by hand has no" in (
+        result.stderr
+    )
+    assert "det.keras.init(config='const.yaml')" in result.stderr

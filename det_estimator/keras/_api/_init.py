@@ -12,7 +12,7 @@ import tensorflow as tf
 from det_estimator import _horovod, _info, core
 from det_estimator.config import load_experiment_config
 from det_estimator.config._source import read_source
-from det_estimator.errors import DetEstimatorError, TrialHyperparameters
+from det_estimator.errors import DetEstimatorError, TrialHyperparameters, UndefinedHyperparameterError
 from det_estimator.keras import _random_states
 from det_estimator.keras._api._context import KerasContext, Optimizations, TrainingContext
 from det_estimator.keras._devices import pin_local_gpu
@@ -104,7 +104,7 @@ def _trial_context(
     experiment_config = load_experiment_config(trial.config)
     optimizations = experiment_config.optimizations
     training = TrainingContext(
-        hparams=TrialHyperparameters(trial.hparams),
+        hparams=_hyperparameters(trial.hparams, by_hand_without_config=not launched and config is None),
         trial_id=trial.trial_id,
         experiment_id=trial.experiment_id,
         seed=seed,
@@ -127,6 +127,22 @@ def _trial_context(
         run_info.store_path,
         run_info.task_type,
     )
+
+
+class _NoConfigHyperparameters(TrialHyperparameters):
+    """The hyperparameters of a run by hand started without a config: none, and the fix when a script reads one."""
+
+    def __missing__(self, name: str):
+        raise UndefinedHyperparameterError(
+            f"Hyperparameter {name!r} is not defined: this run by hand has no experiment config. Pass the config "
+            "that defines it: det.keras.init(config='const.yaml') (a path, or a dict with a `hyperparameters` "
+            "section)."
+        )
+
+
+def _hyperparameters(hparams: dict[str, Any], by_hand_without_config: bool) -> TrialHyperparameters:
+    """``context.training.hparams``: a dict whose missing names raise, saying where they should come from."""
+    return _NoConfigHyperparameters(hparams) if by_hand_without_config else TrialHyperparameters(hparams)
 
 
 def _job_context(info: _info.ClusterInfo, seed: Optional[int]) -> KerasContext:
