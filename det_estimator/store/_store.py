@@ -1,9 +1,11 @@
 """ExperimentStore: experiments, trials, their runs, metrics and checkpoints in one SQLite file."""
 
 import contextlib
+import errno
 import json
 import os
 import secrets
+import shutil
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
@@ -81,6 +83,29 @@ def damaged_store_error(path: Path, error: sqlite3.DatabaseError) -> Optional[St
     return StoreUnusableError(
         f"Cannot read the store {path}: {error}. Its file is damaged; restore it from a copy, or give the "
         "--store (or DET_ESTIMATOR_STORE) of another store."
+    )
+
+
+class StoreFullError(StoreError):
+    """The store could not be written: its file system (or its quota) is full."""
+
+
+# SQLITE_FULL; the sqlite3 module names its codes only from Python 3.11.
+_SQLITE_FULL = 13
+
+
+def _is_full(error: sqlite3.OperationalError) -> bool:
+    return getattr(error, "sqlite_errorcode", None) == _SQLITE_FULL or "database or disk is full" in str(error)
+
+
+def _full_message(path: Path, error: sqlite3.OperationalError) -> str:
+    try:
+        free = f"{shutil.disk_usage(path.parent).free:,} bytes free there now"
+    except OSError:
+        free = "its free space unknown"
+    return (
+        f"The store {path} cannot be written: {error} ({os.strerror(errno.ENOSPC)}, {free}). What it recorded "
+        "before stays; free space there, then resume the experiment (`det-estimator experiment resume ID`)."
     )
 
 
@@ -182,8 +207,13 @@ class ExperimentStore(JobTable):
         try:
             yield self._connection
             self._connection.execute("COMMIT")
-        except BaseException:
-            self._connection.execute("ROLLBACK")
+        except BaseException as error:
+            # SQLite ends the transaction itself on some errors (a full disk among them), and
+            # a ROLLBACK then would raise "no transaction is active" in place of the cause.
+            if self._connection.in_transaction:
+                self._connection.execute("ROLLBACK")
+            if isinstance(error, sqlite3.OperationalError) and _is_full(error):
+                raise StoreFullError(_full_message(self.path, error)) from None
             raise
 
     # Experiments and trials.

@@ -27,6 +27,7 @@ from det_estimator.store import (
     MetricKind,
     State,
     StoreError,
+    StoreFullError,
     StoreRecorder,
     UnknownIdError,
     default_store_path,
@@ -551,6 +552,21 @@ def test_store_without_a_path_is_created_at_the_default_with_its_directories(mon
     assert store.path == expected and expected.is_file()
     with ExperimentStore(expected) as reopened:
         assert len(reopened.experiments()) == 1
+
+
+def test_a_write_that_finds_the_disk_full_says_so_and_leaves_the_store_usable(store):
+    experiment_id = new_experiment(store)
+    # The file may not grow: SQLite fails as on a full disk, and ends the transaction itself.
+    pages = store._connection.execute("PRAGMA page_count").fetchone()[0]
+    store._connection.execute(f"PRAGMA max_page_count = {pages}")
+
+    with pytest.raises(StoreFullError, match=f"The store {store.path} cannot be written: database or disk is full"):
+        store.create_experiment("big", {"notes": "x" * 1_000_000}, "/context", "model_def:Trial", 1, False)
+
+    assert not store._connection.in_transaction
+    store._connection.execute("PRAGMA max_page_count = 1073741823")
+    store.set_state(experiment_id, PAUSED)
+    assert [record.state for record in store.experiments()] == [PAUSED]
 
 
 def test_file_that_is_not_sqlite_is_refused(tmp_path):
