@@ -1,5 +1,6 @@
 """The processes of one trial run, and the slots the experiment's trials share."""
 
+import contextlib
 import dataclasses
 import os
 import re
@@ -11,7 +12,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Optional, TextIO
 
 from det_estimator import _info, launcher
 from det_estimator.orchestration._display import Display
@@ -168,11 +169,8 @@ class TrialProcess:
             },
         )
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        log_path = Path(self.trial.log_path)
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log = log_path.open("a", encoding="utf-8")
+        self._log = _TrialLog(Path(self.trial.log_path), self._display)
         self._log.write(_run_header(self._store, self.info))
-        self._log.flush()
         self._process = launcher.start(launcher.process_command(command, slots, hosts), env, experiment.context_dir)
         self._pump = threading.Thread(target=self._copy_output, daemon=True)
         self._pump.start()
@@ -180,7 +178,6 @@ class TrialProcess:
     def _copy_output(self) -> None:
         for line in self._process.stdout:
             self._log.write(line)
-            self._log.flush()
             if self._verbose:
                 self._display.echo(line)
 
@@ -214,7 +211,8 @@ class TrialProcess:
         failed = status != 0
         self.first_failure: Optional[tuple[int, int]] = None
         if failed:
-            lines = _run_lines(Path(self.trial.log_path))
+            # A log that could not be written lacks this run's end, or is all of an earlier run.
+            lines = _run_lines(Path(self.trial.log_path)) if self._log.intact else []
             self.first_failure = first_failed_process(lines)
             record_failure_from_log(self._store, self.info.trial.run_id, lines, status)
         state = end_run(self._store, self.info, failed, status)
@@ -225,6 +223,56 @@ class TrialProcess:
         """Ends the run's processes at once (the launcher is going away)."""
         if self._process.poll() is None:
             self._process.kill()
+
+
+class _TrialLog:
+    """A trial's output log, appended to line by line as its processes print.
+
+    A log that cannot be written (its disk full, its folder gone) keeps nothing more of
+    this run, says so once on the display, and raises nothing: the processes' output must
+    still be read, as a process blocks once its pipe is full, and training goes on.
+    """
+
+    def __init__(self, path: Path, display: Display) -> None:
+        self._path = path
+        self._display = display
+        self._file: Optional[TextIO] = None
+        self.intact = True  # every line written so far is in the file
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = path.open("a", encoding="utf-8")
+        except OSError as error:
+            self._lost(error)
+
+    def write(self, text: str) -> None:
+        if self._file is None:
+            return
+        try:
+            self._file.write(text)
+            self._file.flush()
+        except OSError as error:
+            self._lost(error)
+
+    def close(self) -> None:
+        if self._file is None:
+            return
+        try:
+            self._file.close()
+        except OSError as error:
+            self._lost(error)
+        self._file = None
+
+    def _lost(self, error: OSError) -> None:
+        self.intact = False
+        if self._file is not None:
+            # What a failed flush left in the buffer would fail again at close.
+            with contextlib.suppress(OSError):
+                self._file.close()
+            self._file = None
+        self._display.message(
+            f"The trial's log {self._path} cannot be written ({error.strerror or error}): what the trial prints "
+            "from now on is not kept there. Training goes on."
+        )
 
 
 # A run's own files (its info, its pause file) go in a directory named after its launcher's process.
