@@ -52,6 +52,8 @@ class EstimatorContext:
         # (on several processes; on one, wrapping twice loses nothing) and those the
         # dataset caches read. Weak, as each input_fn builds a new graph.
         self._shares: weakref.WeakSet = weakref.WeakSet()
+        # As given (a Horovod wrapper leaves its state on them), to release evaluations' graphs.
+        self.optimizers: list[Any] = []
 
     def wrap_optimizer(self, optimizer: Any) -> Any:
         """Returns the optimizer to use in place of ``optimizer``.
@@ -67,6 +69,7 @@ class EstimatorContext:
             The optimizer to pass to the Estimator.
         """
         self.wrapped_optimizers += 1
+        self.optimizers.append(optimizer)
         if self.distributed.size == 1:
             return optimizer
         return _horovod.distributed_optimizer(

@@ -16,6 +16,7 @@ from det_estimator.errors import PermanentTrialError, TrialDefinitionError
 from det_estimator.estimator._checkpointing import check_serving_names, restore_into, write_checkpoint_files
 from det_estimator.estimator._estimator_setup import EXAMPLES_KEY, GraphRecorder, rebuild_estimator
 from det_estimator.estimator._inputs import training_input_fn, validation_input_fn
+from det_estimator.estimator._optimizer_graphs import release_other_graphs
 from det_estimator.estimator._scratch import scratch_model_dir
 from det_estimator.estimator._trial import EstimatorTrial
 from det_estimator.estimator._trial_context import EstimatorTrialContext
@@ -210,6 +211,7 @@ class EstimatorTrialController(TrialController):
             checkpoint_path=local_checkpoint,
             name=spec.name,
         )
+        self._release_evaluation_graphs()
         metrics = self._combine_across_ranks(raw)
         self._record_validation(metrics)
         return metrics
@@ -257,6 +259,13 @@ class EstimatorTrialController(TrialController):
                 shutil.copytree(input_dir, _input_state.rank_directory(path, self._distributed.rank))
             if self._is_chief:
                 write_checkpoint_files(path, local_checkpoint, self._estimator, self._serving_fns, self._run_hooks)
+        self._release_evaluation_graphs()  # the exports' graphs
+
+    def _release_evaluation_graphs(self) -> None:
+        """Lets the graphs of evaluations and exports go (see ``release_other_graphs``); training's is the default."""
+        training_graph = tf.compat.v1.get_default_graph()
+        for optimizer in self.context.optimizers:
+            release_other_graphs(optimizer, training_graph)
 
     def _report_training(self) -> None:
         """Records the workload's loss and scalar summaries, averaged over all ranks (or the chief's alone).

@@ -1,5 +1,6 @@
 """The trial controller on one process: the analytic trial, resumes, pauses, kills, exports."""
 
+import gc
 import json
 import logging
 import os
@@ -58,6 +59,29 @@ def test_weights_metrics_and_checkpoints_follow_the_closed_form(analytic, tmp_pa
     assert "hook_note.txt" in files and "raw/saved_model.pb" in files
     assert any(name.startswith("model/model.ckpt-20.") for name in files)
     assert events(tmp_path) == ["on_checkpoint_end"] * 4 + ["on_trial_close"]
+
+
+def test_evaluations_leave_no_graph_alive_in_an_optimizer_with_slots(analytic, tmp_path, monkeypatch):
+    # The model_fn builds its train_op in every mode, so each evaluation's graph gets
+    # Adam's slots and beta powers, kept in the optimizer made once in build_estimator().
+    from det_estimator.estimator._controller import EstimatorTrialController
+
+    live_graphs = []
+    validate = EstimatorTrialController._validate
+
+    def counting_validate(self, local_checkpoint):
+        metrics = validate(self, local_checkpoint)
+        gc.collect()
+        live_graphs.append(sum(isinstance(o, tf.Graph) for o in gc.get_objects()))
+        return metrics
+
+    monkeypatch.setattr(EstimatorTrialController, "_validate", counting_validate)
+    config = analytic.make_config(tmp_path, 20, scheduling_unit=1, min_validation_period={"batches": 1})
+    config["hyperparameters"]["adam"] = True
+    outcome = det.run_trial(analytic.AnalyticTrial, config)
+
+    assert outcome.state == "COMPLETED" and len(live_graphs) == 20
+    assert live_graphs[-1] == live_graphs[1], live_graphs
 
 
 def test_a_resumed_trial_continues_where_it_stopped(analytic, tmp_path):

@@ -140,6 +140,8 @@ class AnalyticTrial(det.EstimatorTrial):
         behaviour = {"resource_variables": tf.compat.v1.resource_variables_enabled()}
         (events_dir / f"tf-behaviour-rank{self.context.distributed.rank}.json").write_text(json.dumps(behaviour))
         optimizer = tf.compat.v1.train.GradientDescentOptimizer(self.context.get_hparam("learning_rate"))
+        if self.context.get_hparams().get("adam"):  # an optimizer with slots, off the closed form
+            optimizer = tf.compat.v1.train.AdamOptimizer(self.context.get_hparam("learning_rate"))
         if self.context.get_hparams().get("wrap_optimizer", True):
             optimizer = self.context.wrap_optimizer(optimizer)
 
