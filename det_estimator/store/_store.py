@@ -90,8 +90,26 @@ class StoreFullError(StoreError):
     """The store could not be written: its file system (or its quota) is full."""
 
 
-# SQLITE_FULL; the sqlite3 module names its codes only from Python 3.11.
-_SQLITE_FULL = 13
+class StoreLockedError(StoreError):
+    """The store could not be written: another process held its write lock for longer than a write waits."""
+
+
+# How long a write waits for another process's write transaction to end.
+_LOCK_WAIT_SECONDS = 60.0
+# SQLITE_BUSY and SQLITE_FULL; the sqlite3 module names its codes only from Python 3.11.
+_SQLITE_BUSY, _SQLITE_FULL = 5, 13
+
+
+def _is_locked(error: sqlite3.OperationalError) -> bool:
+    return getattr(error, "sqlite_errorcode", None) == _SQLITE_BUSY or "database is locked" in str(error)
+
+
+def _locked_message(path: Path, error: sqlite3.OperationalError, then: str = "resume the experiment") -> str:
+    return (
+        f"The store {path} cannot be written: {error} (another process held a write transaction open on it for "
+        f"more than {_LOCK_WAIT_SECONDS:.0f} s; det-estimator's own writes take milliseconds). End that "
+        f"transaction (an `sqlite3` shell inside BEGIN, say), then {then}."
+    )
 
 
 def _is_full(error: sqlite3.OperationalError) -> bool:
@@ -149,9 +167,9 @@ class ExperimentStore(JobTable):
                 "det-estimator made (an SQLite database), or a path where there is none yet."
             )
         try:
-            self._connection = sqlite3.connect(str(self.path), timeout=60.0, isolation_level=None)
+            self._connection = sqlite3.connect(str(self.path), timeout=_LOCK_WAIT_SECONDS, isolation_level=None)
             self._connection.row_factory = sqlite3.Row
-            _enable_wal(self._connection, deadline=time.monotonic() + 60.0)
+            _enable_wal(self._connection, deadline=time.monotonic() + _LOCK_WAIT_SECONDS)
             self._connection.execute("PRAGMA foreign_keys = ON")
             migrate(self._connection, str(self.path))
         except sqlite3.DatabaseError as error:
@@ -181,6 +199,8 @@ class ExperimentStore(JobTable):
         except sqlite3.OperationalError as error:
             if self._connection.in_transaction:
                 self._connection.execute("ROLLBACK")
+            if _is_locked(error):
+                raise StoreUnusableError(_locked_message(self.path, error, then="run the command again")) from None
             raise StoreUnusableError(_read_only_message(self.path, error)) from None
 
     @property
@@ -203,7 +223,12 @@ class ExperimentStore(JobTable):
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
-        self._connection.execute("BEGIN IMMEDIATE")
+        try:
+            self._connection.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as error:
+            if _is_locked(error):
+                raise StoreLockedError(_locked_message(self.path, error)) from None
+            raise
         try:
             yield self._connection
             self._connection.execute("COMMIT")

@@ -28,12 +28,14 @@ from det_estimator.store import (
     State,
     StoreError,
     StoreFullError,
+    StoreLockedError,
     StoreRecorder,
     UnknownIdError,
     default_store_path,
     to_json_value,
     trial_checkpoint_dir,
 )
+from det_estimator.store import _store as store_module
 from det_estimator.store._schema import MIGRATIONS, migrate
 
 ACTIVE, PAUSED, COMPLETED, ERROR, INTERRUPTED = (
@@ -567,6 +569,25 @@ def test_a_write_that_finds_the_disk_full_says_so_and_leaves_the_store_usable(st
     store._connection.execute("PRAGMA max_page_count = 1073741823")
     store.set_state(experiment_id, PAUSED)
     assert [record.state for record in store.experiments()] == [PAUSED]
+
+
+def test_a_write_that_waited_too_long_for_another_processs_lock_says_so(tmp_path, monkeypatch):
+    monkeypatch.setattr(store_module, "_LOCK_WAIT_SECONDS", 0.2)
+    path = tmp_path / "store.sqlite"
+    with ExperimentStore(path) as store, raw(path) as other:
+        experiment_id = new_experiment(store)
+        other.execute("BEGIN EXCLUSIVE")  # as an sqlite3 shell left inside a transaction
+
+        with pytest.raises(StoreLockedError, match=f"The store {path} cannot be written: database is locked"):
+            store.set_state(experiment_id, PAUSED)
+        # Before a command starts anything: said as such, not as a store it may not write.
+        with pytest.raises(StoreError, match="another process held a write transaction open on it") as refused:
+            store.check_writable()
+        assert "this user can write" not in str(refused.value)
+
+        other.execute("ROLLBACK")
+        store.set_state(experiment_id, PAUSED)
+        assert store.experiment(experiment_id).state == PAUSED
 
 
 def test_file_that_is_not_sqlite_is_refused(tmp_path):
