@@ -58,6 +58,28 @@ class RetentionPolicy:
     smaller_is_better: bool = True
 
 
+# Why a checkpoint's storage refuses it: full (its disk, its quota), or mounted read-only since.
+_STORAGE_FAILURES = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
+
+
+def _storage_failure(error: BaseException) -> Optional[int]:
+    """The errno of ``_STORAGE_FAILURES`` that ``error`` is, or quotes; None for any other error.
+
+    An OSError, or what wraps one: shutil.Error lists its files' errors, and TensorFlow's
+    savers raise errors of their own that quote the OS's message. A failure to clean up
+    the partial files, on a file system turned read-only, is chained to the first one.
+    """
+    while error is not None:
+        number = getattr(error, "errno", None)
+        if number in _STORAGE_FAILURES:
+            return number
+        for candidate in _STORAGE_FAILURES:
+            if os.strerror(candidate) in str(error):
+                return candidate
+        error = error.__context__
+    return None
+
+
 def merge_metadata(all_metadata: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, list[int]]]:
     """The processes' checkpoint metadata merged, and the keys they disagree on with the ranks that gave them.
 
@@ -187,26 +209,26 @@ class CheckpointContext:
 
     @contextlib.contextmanager
     def _out_of_space_is_clear(self) -> Iterator[None]:
-        """A checkpoint that does not fit raises a CheckpointError saying so (its partial files are gone by then)."""
+        """A checkpoint that does not fit, or whose storage turned read-only, raises a CheckpointError saying so."""
         try:
             yield
         except Exception as error:
-            # An OSError, or what wraps one: shutil.Error lists its files' errors, and
-            # TensorFlow's savers raise errors of their own that quote the OS's message.
-            out_of_space = getattr(error, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or any(
-                text in str(error) for text in (os.strerror(errno.ENOSPC), os.strerror(errno.EDQUOT))
-            )
-            if not out_of_space:
+            reason = _storage_failure(error)
+            if reason is None:
                 raise
             directory = self._checkpoints.directory
-            try:
-                free = f"{shutil.disk_usage(directory).free:,} bytes free there now"
-            except OSError:
-                free = "its free space unknown"
+            if reason in (errno.ENOSPC, errno.EDQUOT):
+                try:
+                    free = f"{shutil.disk_usage(directory).free:,} bytes free there now"
+                except OSError:
+                    free = "its free space unknown"
+                what, fix = f"{os.strerror(errno.ENOSPC)} ({free})", "Free space there"
+            else:
+                what, fix = os.strerror(reason), "Make it writable again"
             raise CheckpointError(
-                f"A checkpoint could not be written into {directory}: {os.strerror(errno.ENOSPC)} ({free}). "
-                "The checkpoints written before it stay valid. Free space there, or point "
-                "checkpoint_storage.host_path at a larger file system, then resume the experiment."
+                f"A checkpoint could not be written into {directory}: {what}. The checkpoints written before it "
+                f"stay valid. {fix}, or point checkpoint_storage.host_path at another file system, then resume "
+                "the experiment."
             ) from error
 
     def _store_sharded(self, metadata: dict[str, Any]) -> Iterator[tuple[Path, str]]:

@@ -148,6 +148,31 @@ def test_a_full_checkpoint_file_system_fails_clearly_and_keeps_the_previous_chec
         assert not any(entry.name.startswith(".partial-") for entry in Path(trial["checkpoint_dir"]).iterdir())
 
 
+def test_a_checkpoint_file_system_turned_read_only_fails_clearly_and_resumes_once_writable(
+    det, context, helpers, tmp_path
+):
+    with small_tmpfs(tmp_path / "small-fs", "8m") as storage:
+        raw = helpers.fault_config(context, 40, None, max_restarts=0)
+        raw["hyperparameters"]["seconds_per_batch"] = 0.2
+        raw["checkpoint_storage"] = {"type": "shared_fs", "host_path": str(storage)}
+        raw["checkpoint_policy"] = "all"
+        config = context.write_config(raw=raw)
+        running = det.start("experiment", "create", config, context.directory)
+        running.wait_for("checkpoint ")
+        subprocess.run(["mount", "-o", "remount,ro", str(storage)], check=True)
+        result = running.finish(timeout=HANG_SECONDS + 60)
+        assert result.returncode == 1, result.stdout + result.stderr
+        assert "CheckpointError: A checkpoint could not be written into" in result.stderr, result.stderr
+        assert "Read-only file system. The checkpoints written before it stay valid." in result.stderr
+        assert "Traceback" not in result.stderr, result.stderr
+        (experiment,) = det.json("experiment", "list")
+        assert_checkpoints_sound(det, experiment["id"], trial_of(det, experiment["id"])["checkpoint_dir"])
+
+        subprocess.run(["mount", "-o", "remount,rw", str(storage)], check=True)
+        resumed = det("experiment", "resume", experiment["id"], timeout=HANG_SECONDS + 60)
+        assert resumed.returncode == 0 and "Experiment 1 COMPLETED after 40 batches." in resumed.stdout, resumed
+
+
 def test_a_store_locked_by_another_writer_makes_the_job_wait_and_go_on(det, context, helpers, analytic, cli):
     raw = helpers.fault_config(context, 20, None, max_restarts=0)
     raw["hyperparameters"]["seconds_per_batch"] = 0.05
