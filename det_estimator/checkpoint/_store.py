@@ -324,10 +324,21 @@ class TrialCheckpoints:
         Raises:
             ValueError: If a count is negative, or ``save_best > 0`` without a metric.
         """
-        doomed = _retention.select_to_delete(self.list(), save_latest, save_best, metric, smaller_is_better, keep)
+        doomed = self.to_prune(save_latest, save_best, metric, smaller_is_better, keep)
         for checkpoint in doomed:
             self.delete(checkpoint)
         return doomed
+
+    def to_prune(
+        self,
+        save_latest: int,
+        save_best: int,
+        metric: Optional[str],
+        smaller_is_better: bool = True,
+        keep: Collection[str] = (),
+    ) -> builtins.list[Checkpoint]:
+        """The checkpoints :meth:`prune` would delete, oldest first, left in place; same arguments."""
+        return _retention.select_to_delete(self.list(), save_latest, save_best, metric, smaller_is_better, keep)
 
 
 def _remove_metadata_temporaries(checkpoint_path: Path) -> list[Path]:

@@ -284,17 +284,14 @@ class CheckpointContext:
         ``save_trial_latest: 0`` lets that one go too, as in the reference system.
         """
         policy = self._retention
-        deleted = self._checkpoints.prune(
+        doomed = self._checkpoints.to_prune(
             save_latest=policy.save_trial_latest if experiment_completed else max(policy.save_trial_latest, 1),
             save_best=policy.save_trial_best if policy.metric else 0,
             metric=policy.metric,
             smaller_is_better=policy.smaller_is_better,
             keep=self._experiment_best(),
         )
-        if deleted and self._recorder is not None:
-            self._recorder.on_checkpoints_deleted([checkpoint.uuid for checkpoint in deleted])
-        for checkpoint in deleted:
-            self._written.pop(checkpoint.steps_completed, None)
+        self._delete(doomed)
 
     def _experiment_best(self) -> set[str]:
         """The uuids of the experiment's ``save_experiment_best`` best checkpoints, over all its trials."""
@@ -449,14 +446,22 @@ class CheckpointContext:
                 f"checkpoint.delete() is for the chief only; process {self._distributed.rank} called it. "
                 "Call it under `if core_context.distributed.rank == 0:`."
             )
-        for storage_id in storage_ids:
-            deleted = read_checkpoint(self._locate(storage_id))
-            self._checkpoints.delete(deleted)
+        doomed = [read_checkpoint(self._locate(storage_id)) for storage_id in storage_ids]
+        self._delete(doomed)
+
+    def _delete(self, doomed: list[Checkpoint]) -> None:
+        """Marks checkpoints deleted in the store, then deletes their files.
+
+        In this order, a store that cannot be written (its disk full, say) leaves the
+        files in place, rather than listing as kept checkpoints that are gone.
+        """
+        if doomed and self._recorder is not None:
+            self._recorder.on_checkpoints_deleted([checkpoint.uuid for checkpoint in doomed])
+        for checkpoint in doomed:
+            self._checkpoints.delete(checkpoint)
             # A validation of its step later must not look for it.
-            if self._written.get(deleted.steps_completed, deleted).uuid == deleted.uuid:
-                self._written.pop(deleted.steps_completed, None)
-        if self._recorder is not None:
-            self._recorder.on_checkpoints_deleted(list(storage_ids))
+            if self._written.get(checkpoint.steps_completed, checkpoint).uuid == checkpoint.uuid:
+                self._written.pop(checkpoint.steps_completed, None)
 
     def _locate(self, storage_id: str) -> Path:
         own = self._checkpoints.directory / storage_id

@@ -124,17 +124,20 @@ def delete_checkpoints_not_kept(store: ExperimentStore, experiment_id: int) -> l
     for trial in store.trials(experiment_id):
         if not Path(trial.checkpoint_dir).is_dir():
             continue
-        try:
-            gone = TrialCheckpoints(trial.checkpoint_dir).prune(
-                save_latest=policy.save_trial_latest,
-                save_best=policy.save_trial_best,
-                metric=metric,
-                smaller_is_better=experiment.smaller_is_better,
-                keep=keep,
-            )
-        except OSError as error:  # the experiment is done and recorded: a leftover checkpoint is no failure
-            logger.warning("Checkpoints of trial %d that checkpoint_storage does not keep remain: %s", trial.id, error)
-            continue
+        checkpoints = TrialCheckpoints(trial.checkpoint_dir)
+        gone = checkpoints.to_prune(
+            save_latest=policy.save_trial_latest,
+            save_best=policy.save_trial_best,
+            metric=metric,
+            smaller_is_better=experiment.smaller_is_better,
+            keep=keep,
+        )
+        # Marked first: a store that cannot be written leaves the files, not a record of files that are gone.
         store.mark_checkpoints_deleted([checkpoint.uuid for checkpoint in gone])
         deleted.extend(checkpoint.uuid for checkpoint in gone)
+        try:
+            for checkpoint in gone:
+                checkpoints.delete(checkpoint)
+        except OSError as error:  # the experiment is done and recorded: a leftover checkpoint is no failure
+            logger.warning("Checkpoints of trial %d that checkpoint_storage does not keep remain: %s", trial.id, error)
     return deleted

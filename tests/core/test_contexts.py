@@ -21,7 +21,7 @@ from det_estimator.core._preempt import PauseWatcher
 from det_estimator.core._searcher import FixedLengths
 from det_estimator.errors import DetEstimatorError, UndefinedHyperparameterError, error_record
 from det_estimator.launcher import free_port
-from det_estimator.store import ExperimentStore, MetricKind, State
+from det_estimator.store import ExperimentStore, MetricKind, State, StoreFullError
 
 _FORK = multiprocessing.get_context("fork")
 
@@ -252,6 +252,21 @@ def test_retention_keeps_the_latest_and_the_best_of_the_trial(info):
         save(core_context, 4, validation_metrics={"loss": 0.3})
         latest = save(core_context, 6, validation_metrics={"loss": 0.2})
     assert {c.uuid for c in TrialCheckpoints(info.checkpoint_dir).list()} == {best, latest}
+
+
+def test_retention_that_cannot_record_a_deletion_leaves_the_checkpoint_in_place(store, info, monkeypatch):
+    with core.build_context(info, core.DummyDistributedContext()) as core_context:
+        first = save(core_context, 2, validation_metrics={"loss": 0.3})
+
+        def store_full(self, uuids):
+            raise StoreFullError(f"The store {self.path} cannot be written: database or disk is full")
+
+        monkeypatch.setattr(ExperimentStore, "mark_checkpoints_deleted", store_full)
+        with pytest.raises(StoreFullError):
+            save(core_context, 4, validation_metrics={"loss": 0.1})  # retention would delete the first
+    # The store still lists the first checkpoint as kept: its files must be there.
+    assert store.checkpoint(first).state == "COMPLETED"
+    assert first in {c.uuid for c in TrialCheckpoints(info.checkpoint_dir).list()}
 
 
 def test_save_experiment_best_keeps_the_best_checkpoint_over_all_trials(store, tmp_path):
