@@ -76,7 +76,10 @@ class WorkloadControlHook(tf.estimator.SessionRunHook):
 
     def begin(self) -> None:
         # The graph is finalized after begin(): anything the hook needs is built now.
-        self._saver = tf.compat.v1.train.Saver(max_to_keep=None, save_relative_paths=True)
+        # Each save is for the validation or checkpoint of one workload, and copied from by
+        # then: keeping only the newest bounds the scratch model_dir at one model's size,
+        # where every workload's would pile up in the temporary directory as long as the trial runs.
+        self._saver = tf.compat.v1.train.Saver(max_to_keep=1, save_relative_paths=True)
         self.input_saver = _input_state.input_saver()
         self._loss_sum, self._loss_batches = self._loss_accumulators()
         self._reset_loss = None

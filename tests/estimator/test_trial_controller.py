@@ -5,6 +5,7 @@ import json
 import logging
 import os
 import signal
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -82,6 +83,24 @@ def test_evaluations_leave_no_graph_alive_in_an_optimizer_with_slots(analytic, t
 
     assert outcome.state == "COMPLETED" and len(live_graphs) == 20
     assert live_graphs[-1] == live_graphs[1], live_graphs
+
+
+def test_the_scratch_model_dir_keeps_one_local_checkpoint_however_many_validations(analytic, tmp_path, monkeypatch):
+    from det_estimator.estimator._controller import EstimatorTrialController
+
+    local_checkpoints = []
+    validate = EstimatorTrialController._validate
+
+    def counting_validate(self, local_checkpoint):
+        local_checkpoints.append(len(list(Path(self._model_dir).glob("model.ckpt-*.index"))))
+        return validate(self, local_checkpoint)
+
+    monkeypatch.setattr(EstimatorTrialController, "_validate", counting_validate)
+    config = analytic.make_config(tmp_path, 20, scheduling_unit=1, min_validation_period={"batches": 1})
+    outcome = det.run_trial(analytic.AnalyticTrial, config)
+
+    assert outcome.state == "COMPLETED" and len(local_checkpoints) == 20
+    assert max(local_checkpoints) == 1, local_checkpoints
 
 
 def test_a_resumed_trial_continues_where_it_stopped(analytic, tmp_path):
