@@ -6,6 +6,7 @@ from typing import Any, Callable, Optional, Union
 import tensorflow as tf
 
 from det_estimator import _dataset_cache, _horovod
+from det_estimator._dataset_lineage import built_from
 from det_estimator.core import DistributedContext, DummyDistributedContext
 from det_estimator.errors import TrialDefinitionError
 from det_estimator.reducers import MetricReducer
@@ -106,7 +107,7 @@ class EstimatorContext:
             raise TrialDefinitionError(
                 f"Argument `dataset` must be a tf.data.Dataset. Received: {type(dataset).__name__}"
             )
-        if shard_dataset and self._is_a_share(dataset):
+        if shard_dataset and built_from(dataset, self._shares):
             raise TrialDefinitionError(
                 "Argument `dataset` must be a dataset that is not yet this process's share. Received one built from "
                 "a dataset that context.wrap_dataset() or a context.experimental.cache_train_dataset / "
@@ -119,17 +120,6 @@ class EstimatorContext:
             dataset = dataset.shard(self.distributed.size, self.distributed.rank)
             self._shares.add(dataset)
         return dataset
-
-    def _is_a_share(self, dataset: tf.data.Dataset) -> bool:
-        seen, pending = set(), [dataset]
-        while pending:
-            current = pending.pop()
-            if current in self._shares:
-                return True
-            if id(current) not in seen:
-                seen.add(id(current))
-                pending.extend(current._inputs())  # the datasets it was built from
-        return False
 
     def make_metric(
         self, metric: Any, reducer: Union[Callable[[list[Any]], Any], MetricReducer], numpy_dtype: Any

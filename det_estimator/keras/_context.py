@@ -8,6 +8,7 @@ from typing import Any, Callable, Optional
 import tensorflow as tf
 
 from det_estimator import _dataset_cache, _horovod
+from det_estimator._dataset_lineage import built_from
 from det_estimator._trial_context_base import TrialContextBase
 from det_estimator.config import ExperimentConfig
 from det_estimator.core import DistributedContext, DummyDistributedContext
@@ -216,15 +217,7 @@ class TFKerasTrialContext(TrialContextBase):
 
     def is_wrapped_dataset(self, dataset: tf.data.Dataset) -> bool:
         """Whether ``dataset`` was built from a dataset :meth:`wrap_dataset` (or a cache) returned."""
-        seen, pending = set(), [dataset]
-        while pending:
-            current = pending.pop()
-            if current in self._wrapped_datasets:
-                return True
-            if id(current) not in seen:
-                seen.add(id(current))
-                pending.extend(current._inputs())  # the datasets it was built from
-        return False
+        return built_from(dataset, self._wrapped_datasets)
 
     def _distributed(self, optimizer: Any) -> Any:
         if self.is_wrapped_optimizer(optimizer):

@@ -26,6 +26,7 @@ from typing import Any, Optional
 import numpy as np
 import tensorflow as tf
 
+from det_estimator._dataset_lineage import built_from
 from det_estimator.core import DistributedContext
 from det_estimator.keras._sequences import as_batch
 
@@ -161,15 +162,7 @@ class Sharder:
 
     def _derived(self, dataset: tf.data.Dataset) -> bool:
         """Whether ``dataset`` was built from one :meth:`wrap` returned (batched, mapped, ...)."""
-        seen, pending = set(), [dataset]
-        while pending:
-            current = pending.pop()
-            if current in self._datasets:
-                return True
-            if id(current) not in seen:
-                seen.add(id(current))
-                pending.extend(current._inputs())
-        return False
+        return built_from(dataset, self._datasets)
 
 
 def in_input_order(
