@@ -6,7 +6,7 @@ from typing import Any, Callable, Optional, Union
 import tensorflow as tf
 
 from det_estimator import _dataset_cache, _horovod
-from det_estimator._dataset_lineage import built_from
+from det_estimator._dataset_lineage import refuse_sharding_a_share
 from det_estimator.core import DistributedContext, DummyDistributedContext
 from det_estimator.errors import TrialDefinitionError
 from det_estimator.reducers import MetricReducer
@@ -107,14 +107,8 @@ class EstimatorContext:
             raise TrialDefinitionError(
                 f"Argument `dataset` must be a tf.data.Dataset. Received: {type(dataset).__name__}"
             )
-        if shard_dataset and built_from(dataset, self._shares):
-            raise TrialDefinitionError(
-                "Argument `dataset` must be a dataset that is not yet this process's share. Received one built from "
-                "a dataset that context.wrap_dataset() or a context.experimental.cache_train_dataset / "
-                "cache_validation_dataset function returned, which each process already reads its own round-robin "
-                "shard of: wrapping it again would shard it again, and the processes would train or validate on a "
-                "fraction of the data. Use it without wrapping it again."
-            )
+        if shard_dataset:
+            refuse_sharding_a_share(dataset, self._shares)
         self.wrapped_datasets += 1
         if shard_dataset and self.distributed.size > 1:
             dataset = dataset.shard(self.distributed.size, self.distributed.rank)

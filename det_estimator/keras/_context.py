@@ -8,7 +8,7 @@ from typing import Any, Callable, Optional
 import tensorflow as tf
 
 from det_estimator import _dataset_cache, _horovod
-from det_estimator._dataset_lineage import built_from
+from det_estimator._dataset_lineage import built_from, refuse_sharding_a_share
 from det_estimator._trial_context_base import TrialContextBase
 from det_estimator.config import ExperimentConfig
 from det_estimator.core import DistributedContext, DummyDistributedContext
@@ -55,6 +55,9 @@ class TFKerasTrialContext(TrialContextBase):
         self._wrapped_models: weakref.WeakSet = weakref.WeakSet()
         self._wrapped_optimizers: weakref.WeakSet = weakref.WeakSet()
         self._wrapped_datasets: weakref.WeakSet = weakref.WeakSet()
+        # The datasets that are already one process's share: those wrap_dataset sharded
+        # and those a dataset cache read (on one process, wrapping twice loses nothing).
+        self._shares: weakref.WeakSet = weakref.WeakSet()
 
     # The wrappers.
 
@@ -140,11 +143,17 @@ class TFKerasTrialContext(TrialContextBase):
 
         Raises:
             TypeError: ``dataset`` is not a ``tf.data.Dataset``.
+            TrialDefinitionError: ``dataset`` was built from one that ``wrap_dataset``
+                sharded or that a dataset cache returned: it is this process's share
+                already, and sharding it again would drop most of its records.
         """
         if not isinstance(dataset, tf.data.Dataset):
             raise TypeError(f"Argument `dataset` must be a tf.data.Dataset. Received: {type(dataset).__name__}")
+        if shard_dataset:
+            refuse_sharding_a_share(dataset, self._shares)
         if shard_dataset and self.distributed.size > 1:
             dataset = dataset.shard(self.distributed.size, self.distributed.rank)
+            self._shares.add(dataset)
         self._wrapped_datasets.add(dataset)
         return dataset
 
@@ -231,6 +240,7 @@ class TFKerasTrialContext(TrialContextBase):
 
     def _mark_wrapped(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
         self._wrapped_datasets.add(dataset)
+        self._shares.add(dataset)
         return dataset
 
 

@@ -1,5 +1,7 @@
 """TFKerasTrialContext: configure_fit, the wrappers on one process, hyperparameters, the cache, the reference names."""
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -112,3 +114,27 @@ def test_the_reference_native_keras_api_is_refused_naming_what_replaces_it():
     with pytest.raises(NotImplementedError, match=r"native Keras API.*det\.keras\.init\(config=\.\.\.\)") as raised:
         det.experimental.keras.init({"hyperparameters": {}}, local=True)
     assert isinstance(raised.value, det.DetEstimatorError)
+
+
+def test_wrap_dataset_does_not_shard_a_share_again(context, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    second = TFKerasTrialContext(
+        load_experiment_config(context.get_experiment_config()),
+        context.get_hparams(),
+        11,
+        distributed=SimpleNamespace(rank=1, size=2),  # rank 1 of 2
+    )
+    share = second.wrap_dataset(tf.data.Dataset.range(10))
+    assert list(share.as_numpy_iterator()) == [1, 3, 5, 7, 9]
+    with pytest.raises(det.errors.TrialDefinitionError, match=r"must be a dataset that is not yet this process's"):
+        second.wrap_dataset(share.map(lambda record: record + 1))
+    # Another dataset is a new share; shard_dataset=False shards nothing.
+    assert list(second.wrap_dataset(tf.data.Dataset.range(4)).as_numpy_iterator()) == [1, 3]
+    assert list(second.wrap_dataset(share, shard_dataset=False).as_numpy_iterator()) == [1, 3, 5, 7, 9]
+
+    @second.experimental.cache_train_dataset("numbers", "v1", shuffle=False)
+    def numbers():
+        return tf.data.Dataset.range(20)
+
+    with pytest.raises(det.errors.TrialDefinitionError, match=r"must be a dataset that is not yet this process's"):
+        second.wrap_dataset(numbers().batch(4))
