@@ -194,7 +194,11 @@ class TrainContext:
         return None if best is None else best.value
 
     def get_tensorboard_path(self) -> Optional[Path]:
-        """The directory of this trial's TensorBoard event files, or None off an experiment."""
+        """The directory of this trial's TensorBoard event files on the chief; None on the other processes.
+
+        Only the chief (rank 0) writes the trial's event files, so only its context
+        knows their directory.
+        """
         return None if self._tensorboard_dir is None else Path(self._tensorboard_dir)
 
 
