@@ -36,7 +36,9 @@ def run_trial(
     Args:
         trial_class: the trial class (an ``EstimatorTrial`` or ``TFKerasTrial`` subclass), importable by
             module name, or defined in a script file.
-        config: an ``ExperimentConfig``, a dict, or the path of a YAML file.
+        config: an ``ExperimentConfig``, a dict, or the path of a YAML file. The
+            current directory is the run's context directory: a relative
+            ``checkpoint_storage.host_path`` is relative to it.
         slots: processes to run (default: ``resources.slots_per_trial``); one runs in
             this process, more run under ``horovodrun --gloo`` on this machine.
         test: one training batch, one validation step and one checkpoint, as a new
