@@ -182,7 +182,8 @@ def get_cluster_info() -> Optional[ClusterInfo]:
 
     A process started for an experiment (by ``det-estimator experiment create``,
     ``experiment resume``, ``run_trial`` or ``det.init()``) has it; a plain
-    ``python train.py`` has none.
+    ``python train.py`` has none, except while the run that ``det.core.init()``
+    records for it lasts (on each of its processes).
 
     Returns:
         A :class:`ClusterInfo` with ``task_type``, ``latest_checkpoint``, ``trial``

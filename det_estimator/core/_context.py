@@ -53,6 +53,7 @@ class Context:
         watcher: PauseWatcher,
         recorder: Optional[StoreRecorder] = None,
         owned_run: Optional[int] = None,
+        by_hand: bool = False,
     ) -> None:
         self.distributed = distributed
         self.train = train
@@ -63,17 +64,19 @@ class Context:
         self._watcher = watcher
         self._recorder = recorder
         self._owned_run = owned_run
+        # A run by hand has no launched info to read: every process is told of it here.
+        self._by_hand = by_hand or owned_run is not None
         self._exits = contextlib.ExitStack()
 
     def start(self) -> "Context":
         """Starts watching for pause requests; SIGTERM and SIGINT ask for a pause while it runs.
 
-        A run this context recorded itself (a plain script's) is, while it lasts, what
-        ``det.get_cluster_info()`` returns.
+        A run recorded by a script run by hand (by its chief, on several processes) is,
+        while it lasts, what ``det.get_cluster_info()`` returns on every process.
         """
         self._watcher.start()
         self._exits.enter_context(self._watcher.on_signals())
-        if self._owned_run is not None:
+        if self._by_hand:
             _info.set_in_process(self.info)
             self._exits.callback(_info.set_in_process, None)
         return self
@@ -179,7 +182,9 @@ def init(
             info = _info.ClusterInfo.from_json(distributed.broadcast(info.to_json() if info else None))
     if distributed is None:
         distributed = DistributedContext.from_environment() if info.slots > 1 else DummyDistributedContext()
-    return build_context(info, distributed, preempt_mode, owned_run=owned_run, strict_metric=not by_hand)
+    return build_context(
+        info, distributed, preempt_mode, owned_run=owned_run, strict_metric=not by_hand, by_hand=by_hand
+    )
 
 
 def build_context(
@@ -188,6 +193,7 @@ def build_context(
     preempt_mode: PreemptMode = PreemptMode.WorkersAskChief,
     owned_run: Optional[int] = None,
     strict_metric: bool = True,
+    by_hand: bool = False,
 ) -> Context:
     """The core context of trial ``info`` for this process (det-estimator's controllers build theirs here)."""
     # A new run: the cause noted for an earlier failure in this process (a run by hand that
@@ -248,7 +254,7 @@ def build_context(
         to_batches=lambda length: _length_in_batches(config, trial.hparams, length),
         report_target=train.report_target,
     )
-    return Context(distributed, train, checkpoint, preempt, searcher, info, watcher, recorder, owned_run)
+    return Context(distributed, train, checkpoint, preempt, searcher, info, watcher, recorder, owned_run, by_hand)
 
 
 def _length_in_batches(config: ExperimentConfig, hparams: dict[str, Any], length: float) -> Optional[int]:

@@ -290,3 +290,24 @@ def test_a_core_script_launched_by_hand_on_two_slots_records_one_experiment(tmp_
         (trial,) = store.trials(experiment.id)
         (report,) = store.metrics(trial.id, MetricKind.TRAINING)
         assert report.metrics == {"loss": 1.0}  # 0 + 1: both ranks took part
+
+
+# As the Iris example does: det.get_cluster_info() on every process of a script run by hand.
+INFO_SCRIPT = textwrap.dedent(
+    """
+    import det_estimator as det
+
+    with det.core.init(config={"name": "by hand", "hyperparameters": {"lr": 0.5}}) as core_context:
+        info = det.get_cluster_info()
+        print(f"RANK {core_context.distributed.rank} TRIAL {info.trial.trial_id} LR {info.trial.hparams['lr']}")
+    print(f"RANK {core_context.distributed.rank} AFTER {det.get_cluster_info()}")
+    """
+)
+
+
+def test_every_process_of_a_core_script_run_by_hand_on_two_slots_sees_the_cluster_info(tmp_path):
+    result = launch(tmp_path, INFO_SCRIPT, "--slots", "2", env={"DET_ESTIMATOR_STORE": str(tmp_path / "s.sqlite")})
+    assert result.returncode == 0, result.stdout + result.stderr
+    for rank in (0, 1):
+        assert f"RANK {rank} TRIAL 1 LR 0.5" in result.stdout, result.stdout + result.stderr
+        assert f"RANK {rank} AFTER None" in result.stdout  # only while the run lasts
