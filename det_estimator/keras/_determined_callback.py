@@ -121,6 +121,11 @@ class DeterminedCallback(tf.keras.callbacks.Callback):
     ) -> None:
         super().__init__()
         if train_metrics_report_period is not None:
+            if train_metrics_report_period != "epoch" and not _is_positive_int(train_metrics_report_period):
+                raise ValueError(
+                    "Argument `train_metrics_report_period` must be 'epoch' or a positive int. "
+                    f"Received: train_metrics_report_period={train_metrics_report_period!r}"
+                )
             report_every_batches = None if train_metrics_report_period == "epoch" else train_metrics_report_period
         if checkpoint_epochs is not None:
             checkpoint_every_epochs = checkpoint_epochs or None
@@ -128,12 +133,14 @@ class DeterminedCallback(tf.keras.callbacks.Callback):
             ("report_every_batches", report_every_batches),
             ("checkpoint_every_epochs", checkpoint_every_epochs),
             ("checkpoint_every_batches", checkpoint_every_batches),
-            ("check_preempt_every_batches", check_preempt_every_batches),
         ):
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            if value is not None and not _is_positive_int(value):
                 raise ValueError(f"Argument `{name}` must be a positive int or None. Received: {name}={value!r}")
-        if check_preempt_every_batches is None:
-            raise ValueError("Argument `check_preempt_every_batches` must be a positive int. Received: None")
+        if not _is_positive_int(check_preempt_every_batches):
+            raise ValueError(
+                "Argument `check_preempt_every_batches` must be a positive int. "
+                f"Received: check_preempt_every_batches={check_preempt_every_batches!r}"
+            )
         self._core = core_context
         self._checkpoint = checkpoint
         self._continue_id = continue_id
@@ -490,3 +497,7 @@ def _searcher_metric(core_context: core.Context) -> Optional[str]:
     trial = getattr(info, "trial", None)
     config = getattr(trial, "config", None) or {}
     return (config.get("searcher") or {}).get("metric")
+
+
+def _is_positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1

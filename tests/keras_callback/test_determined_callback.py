@@ -164,6 +164,20 @@ def test_bad_periods_are_refused(name, value):
         det.keras.DeterminedCallback(core_context, None, None, **{name: value})
 
 
+@pytest.mark.parametrize(
+    "name, value, accepted",
+    [
+        ("check_preempt_every_batches", 0, "must be a positive int. "),  # None is no check period
+        ("check_preempt_every_batches", None, "must be a positive int. "),
+        ("train_metrics_report_period", "daily", "must be 'epoch' or a positive int. "),
+    ],
+)
+def test_a_bad_period_is_refused_naming_the_argument_given_and_what_it_takes(name, value, accepted):
+    with det.core.init() as core_context, pytest.raises(ValueError) as raised:
+        det.keras.DeterminedCallback(core_context, None, None, **{name: value})
+    assert str(raised.value) == f"Argument `{name}` {accepted}Received: {name}={value!r}"
+
+
 def test_tensorboard_writes_into_the_trial_directory():
     with det.core.init() as core_context:
         tensorboard = det.keras.TensorBoard(core_context, log_dir="ignored", update_freq="epoch")
