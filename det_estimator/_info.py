@@ -106,8 +106,9 @@ class ClusterInfo:
     """What a launched process knows about its task; see :func:`get_cluster_info`.
 
     Attributes:
-        task_type: ``"TRIAL"``.
-        trial: the trial this process trains.
+        task_type: ``"TRIAL"``, or ``"BATCH_INFERENCE"`` in a job's processes
+            (``det-estimator job run``).
+        trial: the trial this process trains; None in a job.
         latest_checkpoint: the uuid of the checkpoint to resume from, or None for a new
             trial.
         user_data: the config's ``data`` section.
@@ -117,7 +118,7 @@ class ClusterInfo:
         pause_file: created by the launcher to ask the trial to checkpoint and stop.
         trial_class: the trial class a det-estimator worker runs; None for a script.
         slots: how many processes run the trial.
-        container_addrs: the machines they run on (``["localhost"]`` on one machine).
+        container_addrs: the machines they run on (``("localhost",)`` on one machine).
         search_driven: the trial's operations come from the experiment's search through
             the store (a launched trial); otherwise one operation of ``max_length``.
         launcher: the process that launched the run, ``(pid, host, start time)`` as the
