@@ -25,6 +25,35 @@ def test_env_lists_the_stack_and_horovods_build():
     assert "TensorFlow" in rows["horovod built with"] and "controllers: Gloo" in rows["horovod built with"]
 
 
+CHECK_BUILD = """Horovod v0.28.1:
+
+Available Frameworks:
+    [X] TensorFlow
+    [X] PyTorch
+    [ ] MXNet
+
+Available Controllers:
+    [ ] MPI
+    [X] Gloo
+"""
+
+
+def test_env_lists_only_the_frameworks_whose_horovod_extension_was_built(tmp_path):
+    # Horovod's --check-build marks PyTorch whenever horovod.torch imports, which it does
+    # (with a warning) without its extension, as in a build with HOROVOD_WITHOUT_PYTORCH=1.
+    import sysconfig
+
+    from det_estimator.cli._environment import summarize_check_build
+
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    (tmp_path / "tensorflow").mkdir()
+    (tmp_path / "tensorflow" / f"mpi_lib{suffix}").write_bytes(b"")
+    (tmp_path / "torch").mkdir()
+    assert summarize_check_build(CHECK_BUILD, tmp_path) == "frameworks: TensorFlow; controllers: Gloo"
+    (tmp_path / "torch" / f"mpi_lib_v2{suffix}").write_bytes(b"")
+    assert summarize_check_build(CHECK_BUILD, tmp_path) == "frameworks: TensorFlow, PyTorch; controllers: Gloo"
+
+
 def test_no_command_is_a_usage_error():
     result = subprocess.run([COMMAND], capture_output=True, text=True)
     assert result.returncode == 2
