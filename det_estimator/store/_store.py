@@ -765,7 +765,11 @@ class ExperimentStore(JobTable):
         return {uuid for _, _, uuid in sorted(ranked)[:count]}
 
     def best_validation(self, experiment_id: int, trial_id: Optional[int] = None) -> Optional[BestValidation]:
-        """The best value of the experiment's searcher metric over all its trials' validations (or one trial's)."""
+        """The best value of the experiment's searcher metric over all its trials' validations (or one trial's).
+
+        Between equal values the more recent validation wins, as it does for the checkpoints
+        kept as best (:meth:`best_checkpoints`), so the summary names the one kept.
+        """
         experiment = self.experiment(experiment_id)
         metric, smaller = experiment.searcher_metric, experiment.smaller_is_better
         best: Optional[BestValidation] = None
@@ -780,7 +784,7 @@ class ExperimentStore(JobTable):
             value = json.loads(row["metrics"]).get(metric)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or value != value:  # NaN
                 continue
-            if best is None or (value < best.value if smaller else value > best.value):
+            if best is None or (value <= best.value if smaller else value >= best.value):
                 best = BestValidation(metric, float(value), row["batches"], row["trial_id"])
         return best
 

@@ -71,6 +71,19 @@ def test_the_summary_of_a_search_names_the_trial_of_the_best_validation(tmp_path
     assert "\nBest validation: loss 0.25 after 10 batches (trial 2).\n" in stream.getvalue(), stream.getvalue()
 
 
+def test_between_equal_validations_the_summary_names_the_later_one_which_retention_keeps(tmp_path):
+    config = {"searcher": {"name": "single", "metric": "f1", "smaller_is_better": False}}
+    with ExperimentStore(tmp_path / "store.sqlite") as store:
+        experiment_id = store.create_experiment("one", config, str(tmp_path), "python3 train.py", 1, False)
+        trial_id = store.create_trial(experiment_id, {}, 1, tmp_path / "checkpoints")
+        run_id = store.start_run(trial_id)
+        for batches, f1 in ((100, 0.9), (200, 0.975), (300, 0.975), (400, 0.95)):
+            store.record_metrics(trial_id, MetricKind.VALIDATION, batches, {"f1": f1}, run_id)
+        store.set_state(experiment_id, State.COMPLETED)
+        best = store.best_validation(experiment_id)
+    assert (best.value, best.batches) == (0.975, 300)
+
+
 def test_the_summary_of_a_search_paused_before_any_validation_promises_no_best_trial(tmp_path):
     config = {"searcher": {"name": "random", "metric": "loss", "smaller_is_better": True}}
     with ExperimentStore(tmp_path / "store.sqlite") as store:
