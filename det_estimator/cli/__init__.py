@@ -26,6 +26,21 @@ def _positive_int(text: str) -> int:
     return value
 
 
+# The largest id SQLite's INTEGER holds: a larger one cannot be looked up at all.
+_MAX_ID = 2**63 - 1
+
+
+def _id(text: str) -> int:
+    """An experiment, trial or job id: what the store numbers them with."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= _MAX_ID:
+        raise argparse.ArgumentTypeError(f"must be an id, an integer from 1 to 2**63 - 1, not {text!r}")
+    return value
+
+
 def _seed(text: str) -> int:
     try:
         value = int(text)
@@ -101,14 +116,14 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     ):
         action = actions.add_parser(name, parents=[json_option], help=help_text)
-        action.add_argument("experiment_id", metavar="ID", type=int)
+        action.add_argument("experiment_id", metavar="ID", type=_id)
         action.set_defaults(run=run)
         if name == "pause":
             action.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the checkpoint")
         if name == "resume":
             action.add_argument("--verbose", "-v", action="store_true", help="show all of the trial's output")
     plot = actions.add_parser("plot", parents=[json_option], help="draw learning curves to an image file")
-    plot.add_argument("experiment_id", metavar="ID", type=int)
+    plot.add_argument("experiment_id", metavar="ID", type=_id)
     plot.add_argument("-o", "--output", metavar="FILE", required=True, help="a .png, .svg or .pdf file")
     plot.set_defaults(run=experiments.plot)
     actions.add_parser("list", parents=[json_option], help="every experiment").set_defaults(
@@ -120,20 +135,20 @@ def build_parser() -> argparse.ArgumentParser:
     listing = checkpoint_actions.add_parser(
         "list", parents=[json_option], help="uuid, batches, state, metrics, size, path"
     )
-    listing.add_argument("experiment_id", metavar="ID", type=int)
+    listing.add_argument("experiment_id", metavar="ID", type=_id)
     listing.add_argument("--all", action="store_true", help="also those retention deleted")
     listing.set_defaults(run=experiments.list_checkpoints)
 
     trial = commands.add_parser("trial", aliases=["t"], help="an experiment's trials and their output")
     trial_actions = trial.add_subparsers(dest="action", metavar="ACTION", required=True)
     logs = trial_actions.add_parser("logs", parents=[store_option], help="everything the trial printed")
-    logs.add_argument("trial_id", metavar="ID", type=int)
+    logs.add_argument("trial_id", metavar="ID", type=_id)
     logs.set_defaults(run=experiments.trial_logs, json=False)
     trials = trial_actions.add_parser("list", parents=[json_option], help="an experiment's trials, best first")
-    trials.add_argument("experiment_id", metavar="EXPERIMENT_ID", type=int)
+    trials.add_argument("experiment_id", metavar="EXPERIMENT_ID", type=_id)
     trials.set_defaults(run=experiments.list_trials)
     described = trial_actions.add_parser("describe", parents=[json_option], help="a trial's runs and validations")
-    described.add_argument("trial_id", metavar="ID", type=int)
+    described.add_argument("trial_id", metavar="ID", type=_id)
     described.set_defaults(run=experiments.describe_trial)
 
     job = commands.add_parser("job", aliases=["j"], help="batch-inference jobs: a script on N slots, with its log")
@@ -146,7 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     job_run.set_defaults(run=jobs.run)
     job_actions.add_parser("list", parents=[json_option], help="every job").set_defaults(run=jobs.list_jobs)
     job_log = job_actions.add_parser("logs", parents=[store_option], help="everything the job printed")
-    job_log.add_argument("job_id", metavar="ID", type=int)
+    job_log.add_argument("job_id", metavar="ID", type=_id)
     job_log.set_defaults(run=jobs.job_logs, json=False)
     return parser
 

@@ -177,7 +177,26 @@ CASES: list[BadInput] = [
         "4096 slots asked for, but this machine has",
         files={"big_batch.yaml": config(hyperparameters=hyperparameters(global_batch_size=8192))},
     ),
-    BadInput("a non-integer id", ("experiment", "describe", "one"), "invalid int value: 'one'"),
+    BadInput("a non-integer id", ("experiment", "describe", "one"), "argument ID: must be an id, an integer from 1"),
+    BadInput("an id of 0", ("--store", "{store}", "trial", "describe", "0"), "must be an id, an integer from 1"),
+    BadInput(
+        "an experiment id too large for the store",
+        ("--store", "{store}", "experiment", "describe", "99999999999999999999"),
+        "argument ID: must be an id, an integer from 1 to 2**63 - 1, not '99999999999999999999'",
+    ),
+    BadInput(
+        "a trial id too large for the store",
+        ("--store", "{store}", "trial", "logs", "9223372036854775808"),
+        "argument ID: must be an id, an integer from 1 to 2**63 - 1, not '9223372036854775808'",
+    ),
+    BadInput(
+        "an experiment id too large for the store, to list its trials",
+        ("--store", "{store}", "trial", "list", "9223372036854775808"),
+        "argument EXPERIMENT_ID: must be an id",
+    ),
+    BadInput(
+        "a job id too large for the store", ("--store", "{store}", "job", "logs", "1e30"), "argument ID: must be an id"
+    ),
     # Files and folders.
     BadInput("a CONFIG that does not exist", _create("missing.yaml"), "is not a file"),
     BadInput("a CONFIG that is a folder", _create("folder.yaml"), "is not a file", files={"folder.yaml/x": ""}),
