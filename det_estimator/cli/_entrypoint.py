@@ -9,8 +9,11 @@ recorded, instead of after processes have started.
 import ast
 import os
 import shlex
+import shutil
+from collections.abc import Mapping
 from pathlib import Path
 
+from det_estimator import launcher
 from det_estimator.errors import DetEstimatorError
 
 _EXPECTED = "a class deriving from det.EstimatorTrial or det.keras.TFKerasTrial"
@@ -92,6 +95,40 @@ def check_script_entrypoint(context_dir: Path, command: list[str]) -> None:
                 f"The config's entrypoint {shlex.join(command)!r} runs {script}, which is not in CONTEXT_DIR "
                 f"{context_dir}."
             )
+
+
+def check_program(context_dir: Path, command: list[str], environment: Mapping[str, str], what: str) -> None:
+    """Refuses a command whose program (its first word) this machine cannot start.
+
+    The command runs in ``context_dir`` with this process's environment and the config's
+    variables, so a program named by a path is looked for from ``context_dir``, and a
+    bare name on the ``PATH`` the command gets (``python``/``python3`` is this interpreter).
+
+    Args:
+        context_dir: where the command runs.
+        command: the command's words.
+        environment: the variables the config adds to the command's environment.
+        what: the command, for the message (e.g. "The config's entrypoint").
+
+    Raises:
+        EntrypointError: the program is not an executable file, or not on ``PATH``.
+    """
+    program = launcher.script_command(command)[0]
+    shown = f"{what} {shlex.join(command)!r}"
+    if os.sep in program:
+        path = Path(program) if os.path.isabs(program) else context_dir / program
+        if path.is_file() and os.access(path, os.X_OK):
+            return
+        problem = "is not there" if not path.exists() else "is not an executable file"
+        raise EntrypointError(f"{shown} runs {path}, which {problem}. Expected a program this user can run.")
+    search_path = environment.get("PATH", os.environ.get("PATH", os.defpath))
+    # Relative entries of PATH are taken from the directory the command runs in.
+    directories = [str(context_dir / entry) for entry in search_path.split(os.pathsep)]
+    if shutil.which(program, path=os.pathsep.join(directories)) is None:
+        raise EntrypointError(
+            f"{shown} runs {program!r}, which is not a program on PATH. Expected a command this machine can run, "
+            'e.g. "python3 train.py".'
+        )
 
 
 def _top_level_definition(tree: ast.Module, name: str) -> "ast.AST | None":

@@ -10,11 +10,17 @@ from typing import Any, Optional
 
 from det_estimator import launcher, orchestration
 from det_estimator.cli._config_warnings import config_warnings
-from det_estimator.cli._entrypoint import EntrypointError, check_script_entrypoint, check_trial_entrypoint
+from det_estimator.cli._entrypoint import (
+    EntrypointError,
+    check_program,
+    check_script_entrypoint,
+    check_trial_entrypoint,
+)
 from det_estimator.cli._output import format_size, format_time, print_log, print_table
 from det_estimator.config import ExperimentConfig, grid_size
 from det_estimator.errors import DetEstimatorError
 from det_estimator.orchestration import format_metrics, print_json
+from det_estimator.orchestration._processes import device_type
 from det_estimator.store import ExperimentBusyError, ExperimentStore, MetricKind, State, TrialRecord, to_json_value
 
 
@@ -54,6 +60,9 @@ def create(store: ExperimentStore, args: argparse.Namespace) -> int:
     try:
         if config.is_script:
             check_script_entrypoint(context_dir, list(config.entrypoint_command))
+            if args.hosts is None:  # other hosts may have other programs on their PATH
+                environment = config.environment.variables_for(device_type())
+                check_program(context_dir, list(config.entrypoint_command), environment, "The config's entrypoint")
         else:
             check_trial_entrypoint(context_dir, config.entrypoint_module, config.entrypoint_class)
     except EntrypointError as error:

@@ -4,6 +4,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from det_estimator.cli._entrypoint import EntrypointError, check_program
 from det_estimator.cli._experiments import (
     UsageError,
     check_config_file,
@@ -13,6 +14,7 @@ from det_estimator.cli._experiments import (
 from det_estimator.cli._output import format_time, print_log, print_table
 from det_estimator.orchestration import print_json
 from det_estimator.orchestration._jobs import JobConfigError, load_job_config, run_job
+from det_estimator.orchestration._processes import device_type
 from det_estimator.store import ExperimentStore, State, to_json_value
 
 
@@ -31,6 +33,12 @@ def run(store: ExperimentStore, args: argparse.Namespace) -> int:
     scripts = [word for word in spec.command if word.endswith(".py")]
     if scripts and not (Path(scripts[0]).is_absolute() or (context_dir / scripts[0]).is_file()):
         raise UsageError(f"The job's command runs {scripts[0]}, which is not in CONTEXT_DIR {context_dir}.")
+    try:
+        check_program(
+            context_dir, list(spec.command), spec.environment.variables_for(device_type()), "The job's command"
+        )
+    except EntrypointError as error:
+        raise UsageError(f"{args.config}: {error}") from error
     shown = sys.stderr if args.json else sys.stdout
     print(f"Running job {spec.name!r} on {spec.slots} slot(s): {' '.join(spec.command)}", file=shown, flush=True)
     job = run_job(store, spec, str(context_dir), stream=shown, verbose=args.verbose).job

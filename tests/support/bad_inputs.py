@@ -333,6 +333,29 @@ CASES: list[BadInput] = [
         config(entrypoint="python3 nowhere.py", hyperparameters=None),
         "runs nowhere.py, which is not in CONTEXT_DIR",
     ),
+    _bad_config(
+        "an entrypoint program that is misspelled",
+        config(entrypoint="pyhton3 analytic_trial.py", hyperparameters=None),
+        "The config's entrypoint 'pyhton3 analytic_trial.py' runs 'pyhton3', which is not a program on PATH",
+    ),
+    BadInput(
+        "an entrypoint program that is not executable",
+        _create("bad.yaml"),
+        "run.sh, which is not an executable file",
+        files={"bad.yaml": config(entrypoint="./run.sh --fast", hyperparameters=None), "run.sh": "echo hi\n"},
+    ),
+    BadInput(
+        "an entrypoint program path that is not there",
+        _create("bad.yaml"),
+        "run.sh, which is not there",
+        files={"bad.yaml": config(entrypoint=["bin/run.sh"], hyperparameters=None)},
+    ),
+    BadInput(
+        "a job command whose program is misspelled",
+        ("--store", "{dir}/new.sqlite", "job", "run", "{dir}/job.yaml", "{dir}"),
+        "The job's command 'pyhton3 analytic_trial.py' runs 'pyhton3', which is not a program on PATH",
+        files={"job.yaml": {"entrypoint_script": "pyhton3 analytic_trial.py", "data": {"a": 1}}},
+    ),
     # Experiments, trials and ids.
     BadInput(
         "describe an unknown experiment", ("--store", "{store}", "experiment", "describe", "99"), "no experiment 99"
