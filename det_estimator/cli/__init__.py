@@ -1,6 +1,7 @@
 """The ``det-estimator`` command: run and track experiments on one or many processes."""
 
 import argparse
+import math
 import os
 import sqlite3
 import sys
@@ -48,6 +49,17 @@ def _seed(text: str) -> int:
         value = -1
     if not 0 <= value < 2**31:
         raise argparse.ArgumentTypeError(f"must be an integer from 0 to 2**31 - 1, not {text!r}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    """A time to wait: a number of seconds, 0 or more (``inf`` waits for as long as it takes)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not value >= 0:  # NaN too: it would end the wait at once
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, 0 or more, not {text!r}")
     return value
 
 
@@ -119,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
         action.add_argument("experiment_id", metavar="ID", type=_id)
         action.set_defaults(run=run)
         if name == "pause":
-            action.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the checkpoint")
+            action.add_argument("--timeout", type=_seconds, default=600.0, help="seconds to wait for the checkpoint")
         if name == "resume":
             action.add_argument("--verbose", "-v", action="store_true", help="show all of the trial's output")
     plot = actions.add_parser("plot", parents=[json_option], help="draw learning curves to an image file")

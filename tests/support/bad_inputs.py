@@ -371,6 +371,16 @@ CASES: list[BadInput] = [
         "is COMPLETED: it has completed; nothing to resume",
     ),
     BadInput(
+        "pause with a negative --timeout",
+        ("--store", "{store}", "experiment", "pause", "1", "--timeout", "-5"),
+        "argument --timeout: must be a number of seconds, 0 or more, not '-5'",
+    ),
+    BadInput(
+        "pause with a --timeout of nan",
+        ("--store", "{store}", "experiment", "pause", "1", "--timeout", "nan"),
+        "argument --timeout: must be a number of seconds, 0 or more, not 'nan'",
+    ),
+    BadInput(
         "pause a completed experiment",
         ("--store", "{store}", "experiment", "pause", "1"),
         "only an ACTIVE one can be paused",
