@@ -17,6 +17,7 @@ from det_estimator.config._environment import (
 )
 from det_estimator.config._errors import PREFIX, ConfigError, describe, invalid_value
 from det_estimator.config._fields import (
+    INT64_MAX,
     MAPPING_RULE,
     check_int,
     check_keys,
@@ -314,6 +315,16 @@ def _parse_schedule(raw: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def _check_batches_fit(length: Length, path: str, global_batch_size: int, records_per_epoch: int) -> None:
+    """Refuses a length in epochs that comes to more batches than a 64-bit integer holds."""
+    batches = length.to_batches(global_batch_size, records_per_epoch)
+    if batches > INT64_MAX:
+        raise ConfigError(
+            f"{PREFIX}`{path}` comes to {batches} batches (of {global_batch_size} records, with "
+            f"records_per_epoch {records_per_epoch}); expected at most 2**63 - 1. Received: {length.to_dict()}"
+        )
+
+
 def _check_consistency(config: ExperimentConfig, smallest_global_batch_size: Optional[int]) -> None:
     """Checks the rules that involve more than one key."""
     lengths = {
@@ -324,6 +335,8 @@ def _check_consistency(config: ExperimentConfig, smallest_global_batch_size: Opt
     for path, length in lengths.items():
         if length is not None:
             check_epochs_allowed(length, path, config.records_per_epoch)
+            if smallest_global_batch_size is not None:
+                _check_batches_fit(length, path, smallest_global_batch_size, config.records_per_epoch)
     if smallest_global_batch_size is not None and smallest_global_batch_size < config.resources.slots_per_trial:
         raise _fewer_records_than_slots(smallest_global_batch_size, config.resources.slots_per_trial)
     if config.searcher.name == "grid":

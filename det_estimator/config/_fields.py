@@ -16,6 +16,9 @@ REQUIRED: Any = object()
 
 MAPPING_RULE = "a mapping of keys to values"
 
+# The range of a 64-bit signed integer: SQLite's INTEGER and TensorFlow's int64.
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
 
 def join(path: str, key: Union[str, int]) -> str:
     """Extends a dotted path by a key or a list index.
@@ -140,6 +143,11 @@ def check_int(value: Any, path: str, minimum: Optional[int] = None, maximum: Opt
         raise invalid_value(path, int_rule(minimum, maximum), value)
     if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
         raise invalid_value(path, int_rule(minimum, maximum), value)
+    # Counts, lengths and ids end up in the store's INTEGER columns and in TensorFlow's
+    # int64 tensors, which hold no more: a larger value would fail there, after recording.
+    if not INT64_MIN <= value <= INT64_MAX:
+        bounds = "from -2**63 to 2**63 - 1" if minimum is None else "of at most 2**63 - 1"
+        raise invalid_value(path, f"{int_rule(minimum, maximum)} {bounds}", value)
     return int(value)
 
 

@@ -307,6 +307,36 @@ CASES = [
         "experiment config: `optimizations.gradient_compression` must be a boolean (true or false). "
         "Received: 'yes' (str)",
     ),
+    (
+        "max_length beyond a 64-bit integer",
+        config(searcher=searcher(max_length={"batches": 2**63})),
+        "experiment config: `searcher.max_length.batches` must be a positive integer of at most 2**63 - 1. "
+        "Received: 9223372036854775808 (int)",
+    ),
+    (
+        "global_batch_size beyond a 64-bit integer",
+        config(hyperparameters=hparams(global_batch_size=10**30)),
+        "experiment config: `hyperparameters.global_batch_size` must be a positive integer of at most 2**63 - 1. "
+        "Received: 1000000000000000000000000000000 (int)",
+    ),
+    (
+        "int hyperparameter bound beyond a 64-bit integer",
+        config(hyperparameters=hparams(units={"type": "int", "minval": -(2**64), "maxval": 4})),
+        "experiment config: `hyperparameters.units.minval` must be an integer from -2**63 to 2**63 - 1. "
+        "Received: -18446744073709551616 (int)",
+    ),
+    (
+        "max_trials beyond a 64-bit integer",
+        config(searcher=searcher(name="random", max_trials=2**64)),
+        "experiment config: `searcher.max_trials` must be a positive integer of at most 2**63 - 1. "
+        "Received: 18446744073709551616 (int)",
+    ),
+    (
+        "a length in epochs of more batches than a 64-bit integer",
+        config(records_per_epoch=64, min_validation_period={"epochs": 2**62}),
+        "experiment config: `min_validation_period` comes to 9223372036854775808 batches (of 32 records, with "
+        "records_per_epoch 64); expected at most 2**63 - 1. Received: {'epochs': 4611686018427387904}",
+    ),
 ]
 
 

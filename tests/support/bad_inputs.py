@@ -258,6 +258,16 @@ CASES: list[BadInput] = [
         "max_length in an unknown unit", config(searcher=searcher(max_length={"steps": 5})), "searcher.max_length"
     ),
     _bad_config(
+        "max_length too large for the store",
+        config(searcher=searcher(max_length={"batches": 2**63})),
+        "`searcher.max_length.batches` must be a positive integer of at most 2**63 - 1",
+    ),
+    _bad_config(
+        "global_batch_size too large for TensorFlow",
+        config(hyperparameters=hyperparameters(global_batch_size=2**63)),
+        "`hyperparameters.global_batch_size` must be a positive integer of at most 2**63 - 1",
+    ),
+    _bad_config(
         "max_length in epochs without records_per_epoch",
         config(searcher=searcher(max_length={"epochs": 2})),
         "records_per_epoch",
