@@ -6,11 +6,13 @@ import os
 import sys
 import threading
 import types
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Optional, Union
 
 from det_estimator import _info, _root_cause
 from det_estimator.config import ExperimentConfig, Length, LengthUnit, load_experiment_config
+from det_estimator.config._errors import describe
 from det_estimator.core._checkpoint import CheckpointContext, RetentionPolicy
 from det_estimator.core._distributed import DistributedContext, DummyDistributedContext
 from det_estimator.core._preempt import PauseWatcher, PreemptContext, PreemptMode
@@ -167,7 +169,12 @@ def init(
 
     Returns:
         The context; enter it with ``with``.
+
+    Raises:
+        TypeError: an argument of the wrong type (the message names it).
+        ValueError: a ``preempt_mode`` that is not a :class:`PreemptMode`.
     """
+    _check_init_arguments(distributed, checkpoint_storage, preempt_mode, config)
     info = _info.get_cluster_info()
     owned_run = None
     by_hand = info is None
@@ -185,6 +192,33 @@ def init(
     return build_context(
         info, distributed, preempt_mode, owned_run=owned_run, strict_metric=not by_hand, by_hand=by_hand
     )
+
+
+def _check_init_arguments(distributed: Any, checkpoint_storage: Any, preempt_mode: Any, config: Any) -> None:
+    """Refuses wrong arguments of :func:`init` before anything is recorded, naming the argument."""
+    if distributed is not None and not isinstance(distributed, DistributedContext):
+        raise TypeError(
+            "det.core.init(distributed=...) takes a det.core.DistributedContext (e.g. "
+            f"DistributedContext.from_horovod(hvd)) or None. Received: {describe(distributed)}"
+        )
+    if checkpoint_storage is not None and not isinstance(checkpoint_storage, (str, os.PathLike)):
+        raise TypeError(
+            "det.core.init(checkpoint_storage=...) takes the path of a directory (a str or path-like) or None. "
+            f"Received: {describe(checkpoint_storage)}"
+        )
+    if not isinstance(preempt_mode, PreemptMode):
+        try:
+            PreemptMode(preempt_mode)
+        except ValueError:
+            modes = ", ".join(f"PreemptMode.{mode.name}" for mode in PreemptMode)
+            raise ValueError(
+                f"det.core.init(preempt_mode=...) takes one of: {modes}. Received: {describe(preempt_mode)}"
+            ) from None
+    if config is not None and not isinstance(config, Mapping):
+        raise TypeError(
+            "det.core.init(config=...) takes the experiment config as a dict (e.g. yaml.safe_load of the "
+            f"config file) or None. Received: {describe(config)}"
+        )
 
 
 def build_context(

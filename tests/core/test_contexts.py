@@ -672,3 +672,27 @@ def test_save_trial_latest_0_lets_the_latest_go_once_a_script_run_by_hand_comple
         (experiment,) = store.experiments()
         assert experiment.state == (State.PAUSED if paused else State.COMPLETED)
         assert {c.uuid for c in store.checkpoints(experiment.id)} == {written[name] for name in kept}
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error", "message"),
+    [
+        ({"distributed": "horovod"}, TypeError, "det.core.init(distributed=...) takes a det.core.DistributedContext"),
+        ({"checkpoint_storage": 5}, TypeError, "det.core.init(checkpoint_storage=...) takes the path of a directory"),
+        ({"preempt_mode": "ChiefOnly"}, ValueError, "det.core.init(preempt_mode=...) takes one of: PreemptMode."),
+        ({"config": "const.yaml"}, TypeError, "det.core.init(config=...) takes the experiment config as a dict"),
+        ({"config": [("name", "x")]}, TypeError, "Received: [('name', 'x')] (list)"),
+    ],
+)
+def test_init_refuses_an_argument_of_the_wrong_kind_naming_it_before_recording(
+    arguments, error, message, tmp_path, monkeypatch
+):
+    monkeypatch.delenv(_info.INFO_VARIABLE, raising=False)
+    monkeypatch.setenv("DET_ESTIMATOR_STORE", str(tmp_path / "store.sqlite"))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(error) as raised:
+        core.init(**arguments)
+    assert message in str(raised.value)
+    if (tmp_path / "store.sqlite").exists():
+        with ExperimentStore(tmp_path / "store.sqlite") as store:
+            assert store.experiments() == []
