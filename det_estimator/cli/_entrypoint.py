@@ -7,6 +7,7 @@ recorded, instead of after processes have started.
 """
 
 import ast
+import builtins
 import os
 import shlex
 import shutil
@@ -65,6 +66,11 @@ def check_trial_entrypoint(context_dir: Path, module: str, class_name: str) -> N
             f"trial class. Expected {_EXPECTED}; a training script is given as a command instead, e.g. "
             "`entrypoint: python3 train.py`."
         )
+    if isinstance(definition, ast.Import):
+        raise EntrypointError(
+            f"The config's entrypoint {entrypoint!r} is a module (imported on line {definition.lineno} of {path}), "
+            f"not a trial class. Expected {_EXPECTED}."
+        )
     value = getattr(definition, "value", None)
     if isinstance(value, (ast.Constant, ast.List, ast.Tuple, ast.Dict, ast.Set, ast.JoinedStr)):
         raise EntrypointError(
@@ -83,6 +89,24 @@ def check_trial_entrypoint(context_dir: Path, module: str, class_name: str) -> N
                 f"The config's entrypoint {entrypoint!r} derives from {', '.join(bases)} (line "
                 f"{definition.lineno} of {path}), so it is not a trial. Expected {_EXPECTED}."
             )
+        outside = [_non_trial_origin(tree, base) for base in definition.bases]
+        if all(outside):
+            written = ", ".join(ast.unparse(base) for base in definition.bases)
+            raise EntrypointError(
+                f"The config's entrypoint {entrypoint!r} derives only from classes of "
+                f"{' and '.join(sorted(set(outside)))} ({written}, line {definition.lineno} of {path}), so it is "
+                f"not a trial. Expected {_EXPECTED}: the class whose methods build the model, not the model."
+            )
+    if (
+        isinstance(definition, ast.Assign)
+        and isinstance(value, ast.Name)
+        and value.id in _BUILTIN_CLASSES
+        and _top_level_definition(tree, value.id) is None
+    ):
+        raise EntrypointError(
+            f"The config's entrypoint {entrypoint!r} is Python's {value.id} (line {definition.lineno} of "
+            f"{path}), not a trial class. Expected {_EXPECTED}."
+        )
 
 
 def check_script_entrypoint(context_dir: Path, command: list[str]) -> None:
@@ -166,6 +190,31 @@ def _imports_everything(tree: ast.Module) -> bool:
     return any(
         isinstance(node, ast.ImportFrom) and any(alias.name == "*" for alias in node.names) for node in tree.body
     )
+
+
+# Packages that define no trial: a class all of whose bases come from them is not one.
+_NON_TRIAL_PACKAGES = frozenset({"tensorflow", "keras", "tf_keras", "tensorflow_estimator", "numpy", "builtins"})
+_BUILTIN_CLASSES = frozenset(name for name, value in vars(builtins).items() if isinstance(value, type))
+
+
+def _non_trial_origin(tree: ast.Module, base: ast.expr) -> str:
+    """The package a base class comes from when it is one that defines no trial, else ""."""
+    root = base
+    while isinstance(root, ast.Attribute):
+        root = root.value
+    if not isinstance(root, ast.Name):
+        return ""
+    binding = _top_level_definition(tree, root.id)
+    if binding is None:
+        return "Python's builtins" if root is base and root.id in _BUILTIN_CLASSES else ""
+    if isinstance(binding, ast.Import):
+        module = next(alias.name for alias in binding.names if (alias.asname or alias.name.split(".")[0]) == root.id)
+    elif isinstance(binding, ast.ImportFrom) and binding.level == 0 and binding.module:
+        module = binding.module
+    else:
+        return ""
+    package = module.split(".")[0]
+    return package if package in _NON_TRIAL_PACKAGES else ""
 
 
 def _base_name(base: ast.expr) -> str:

@@ -333,6 +333,36 @@ CASES: list[BadInput] = [
         files={"bad.yaml": config(entrypoint="plain:Plain"), "plain.py": "class Plain:\n    pass\n"},
     ),
     BadInput(
+        "an entrypoint class that is a Keras model",
+        _create("bad.yaml"),
+        "derives only from classes of tensorflow (tf.keras.Model, line 4 of",
+        files={
+            "bad.yaml": config(entrypoint="model:Net"),
+            "model.py": "import tensorflow as tf\n\n\nclass Net(tf.keras.Model):\n    pass\n",
+        },
+    ),
+    BadInput(
+        "an entrypoint class that is a Keras callback imported by name",
+        _create("bad.yaml"),
+        "derives only from classes of keras (Callback, line 4 of",
+        files={
+            "bad.yaml": config(entrypoint="model:Hook"),
+            "model.py": "from keras.callbacks import Callback\n\n\nclass Hook(Callback):\n    pass\n",
+        },
+    ),
+    BadInput(
+        "an entrypoint that names an imported module",
+        _create("bad.yaml"),
+        "The config's entrypoint 'analytic_trial:np' is a module (imported on line",
+        files={"bad.yaml": config(entrypoint="analytic_trial:np")},
+    ),
+    BadInput(
+        "an entrypoint that is a builtin type",
+        _create("bad.yaml"),
+        "The config's entrypoint 'model:Trial' is Python's dict (line 1 of",
+        files={"bad.yaml": config(entrypoint="model:Trial"), "model.py": "Trial = dict\n"},
+    ),
+    BadInput(
         "an entrypoint module with a syntax error",
         _create("bad.yaml"),
         "is not valid Python",
