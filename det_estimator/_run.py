@@ -7,6 +7,7 @@ from typing import Any, Callable, Optional, Union
 
 from det_estimator import _info, orchestration
 from det_estimator.config import ExperimentConfig, load_experiment_config
+from det_estimator.config._errors import describe
 from det_estimator.errors import DetEstimatorError
 from det_estimator.store import ExperimentStore, State
 
@@ -55,6 +56,7 @@ def run_trial(
         TrialFailedError: a worker process failed (its traceback was printed).
         ExperimentBusyError: another process is running the same trial right now.
     """
+    _check_arguments(trial_class, trial_id)
     config = _with_slots(config if isinstance(config, ExperimentConfig) else load_experiment_config(config), slots)
     name = trial_id or config.name or trial_class.__name__
     context_dir = os.getcwd()
@@ -75,6 +77,19 @@ def run_trial(
                 f"The trial failed: a worker exited with status {run.exit_status} (its traceback is above)."
             )
         return orchestration.trial_outcome(store, trial.id, run.id)
+
+
+def _check_arguments(trial_class: Any, trial_id: Any) -> None:
+    """Refuses a ``trial_class`` or ``trial_id`` of the wrong kind before anything is recorded, naming it."""
+    from det_estimator.worker._run import is_trial_class, trial_kinds
+
+    if not is_trial_class(trial_class):
+        raise TypeError(
+            f"run_trial(trial_class=...) takes a trial class: a subclass of one of {trial_kinds()} (the class "
+            f"itself, not an instance or its name). Received: {describe(trial_class)}"
+        )
+    if trial_id is not None and not isinstance(trial_id, str):
+        raise TypeError(f"run_trial(trial_id=...) takes a string or None. Received: {describe(trial_id)}")
 
 
 def _run_here(store: ExperimentStore, experiment_id: int, trial_class: type) -> orchestration.TrialOutcome:

@@ -28,6 +28,16 @@ def _controllers() -> list[tuple[type, Callable[[type, core.Context, Any], State
     return [(EstimatorTrial, _estimator_controller), (TFKerasTrial, _keras_controller)]
 
 
+def is_trial_class(trial_class: Any) -> bool:
+    """Whether ``trial_class`` is a class of a trial type det-estimator runs."""
+    return isinstance(trial_class, type) and any(issubclass(trial_class, base) for base, _ in _controllers())
+
+
+def trial_kinds() -> str:
+    """The trial base classes, for messages."""
+    return ", ".join(base.__qualname__ for base, _ in _controllers())
+
+
 def run_trial_class(trial_class: type, core_context: core.Context, context: Optional[Any] = None) -> State:
     """Runs ``trial_class`` with the controller of its type; returns the state it ended in.
 

@@ -126,6 +126,26 @@ def test_an_estimator_subclass_that_overrides_estimator_methods_is_refused(analy
         det.run_trial(Custom, analytic.make_config(tmp_path, 1))
 
 
+@pytest.mark.parametrize(
+    ("trial_class", "trial_id", "received"),
+    [
+        ("analytic_trial:AnalyticTrial", None, "Received: 'analytic_trial:AnalyticTrial' (str)"),
+        (tf.keras.Model, None, "Model'> (type)"),
+        (None, 7, "run_trial(trial_id=...) takes a string or None. Received: 7 (int)"),
+    ],
+)
+def test_run_trial_refuses_what_is_not_a_trial_class_or_a_trial_id_before_recording(
+    analytic, tmp_path, own_store, trial_class, trial_id, received
+):
+    trial_class = trial_class or analytic.AnalyticTrial
+    with pytest.raises(TypeError) as raised:
+        det.run_trial(trial_class, analytic.make_config(tmp_path, 1), trial_id=trial_id)
+    assert received in str(raised.value)
+    if trial_id is None:
+        assert "run_trial(trial_class=...) takes a trial class: a subclass of one of" in str(raised.value)
+    assert not own_store.exists()
+
+
 def test_a_premade_estimator_and_a_subclass_that_only_configures_run(tmp_path):
     from det_estimator.estimator._estimator_setup import overridden_estimator_methods
 
