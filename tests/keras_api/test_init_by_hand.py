@@ -78,3 +78,34 @@ def test_a_run_by_hand_without_a_config_names_the_fix_for_a_hyperparameter_it_re
         result.stderr
     )
     assert "det.keras.init(config='const.yaml')" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error", "message"),
+    [
+        (
+            {"seed": "7"},
+            TypeError,
+            "det.keras.init(seed=...) takes an integer from 0 to 2**32 - 1, or None. Received: '7'",
+        ),
+        ({"seed": 1.5}, TypeError, "det.keras.init(seed=...) takes an integer from 0 to 2**32 - 1"),
+        ({"seed": True}, TypeError, "Received: True (bool)"),
+        (
+            {"seed": -1},
+            ValueError,
+            "det.keras.init(seed=...) takes an integer from 0 to 2**32 - 1, or None. Received: -1",
+        ),
+        ({"checkpoint_storage": 5}, TypeError, "det.keras.init(checkpoint_storage=...) takes the path of a directory"),
+    ],
+)
+def test_init_refuses_an_argument_of_the_wrong_kind_naming_it_before_recording(
+    tmp_path, monkeypatch, arguments, error, message
+):
+    import det_estimator as det
+
+    monkeypatch.delenv("DET_CLUSTER_INFO", raising=False)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(error) as raised:
+        det.keras.init(**arguments)
+    assert message in str(raised.value)
+    assert not (tmp_path / "default-store" / "store.sqlite").exists()

@@ -3,6 +3,7 @@
 import atexit
 import json
 import logging
+import numbers
 import os
 import sys
 from typing import Any, Optional, Union
@@ -11,6 +12,7 @@ import tensorflow as tf
 
 from det_estimator import _horovod, _info, core
 from det_estimator.config import load_experiment_config
+from det_estimator.config._errors import describe
 from det_estimator.config._source import read_source
 from det_estimator.errors import DetEstimatorError, TrialHyperparameters, UndefinedHyperparameterError
 from det_estimator.keras import _random_states
@@ -64,6 +66,7 @@ def init(
         DetEstimatorError: started by ``det_estimator.launch.tensorflow`` on several
             processes (the new Keras API distributes with Horovod; see the message).
     """
+    _check_arguments(seed, checkpoint_storage)
     _refuse_tf_config_workers()
     info = _info.get_cluster_info()
     if _horovod_size() > 1:
@@ -75,6 +78,22 @@ def init(
         context = _trial_context(info, seed, config, checkpoint_storage)
     _close_at_exit(context)
     return context
+
+
+def _check_arguments(seed: Any, checkpoint_storage: Any) -> None:
+    """Refuses a ``seed`` or ``checkpoint_storage`` of the wrong kind before anything is recorded, naming it."""
+    # Keras seeds Python, NumPy and TensorFlow, and NumPy takes 0 to 2**32 - 1 only.
+    if seed is not None:
+        rule = f"det.keras.init(seed=...) takes an integer from 0 to 2**32 - 1, or None. Received: {describe(seed)}"
+        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+            raise TypeError(rule)
+        if not 0 <= seed < 2**32:
+            raise ValueError(rule)
+    if checkpoint_storage is not None and not isinstance(checkpoint_storage, (str, os.PathLike)):
+        raise TypeError(
+            "det.keras.init(checkpoint_storage=...) takes the path of a directory (a str or path-like) or None. "
+            f"Received: {describe(checkpoint_storage)}"
+        )
 
 
 def _trial_context(
