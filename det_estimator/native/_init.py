@@ -8,6 +8,7 @@ from typing import Any, Callable, Optional
 from det_estimator import _info, orchestration
 from det_estimator._run import run_in_this_process
 from det_estimator.config import ExperimentConfig, load_experiment_config
+from det_estimator.config._errors import describe
 from det_estimator.store import ExperimentStore
 
 # A native config needs no entrypoint: the script is the entrypoint.
@@ -67,6 +68,7 @@ def init(
             "in this process, or local=False to run a tracked experiment on this machine's processes "
             "(resources.slots_per_trial; see the README for several machines)."
         )
+    _check_arguments(local, test, context_dir, command)
     launched = _info.get_cluster_info()
     if launched is not None:
         return _context_of_launched_rank(launched)
@@ -80,6 +82,24 @@ def init(
     if local:
         return _local_context(experiment_config, test)
     sys.exit(_run_tracked(experiment_config, test, command))
+
+
+def _check_arguments(local: Any, test: Any, context_dir: Any, command: Any) -> None:
+    """Refuses arguments of the wrong kind before anything is recorded or run, naming them."""
+    for name, value in (("local", local), ("test", test)):
+        if not isinstance(value, bool):
+            raise TypeError(f"det.init({name}=...) takes True or False. Received: {describe(value)}")
+    if not isinstance(context_dir, (str, os.PathLike)):
+        raise TypeError(
+            f"det.init(context_dir=...) takes the path of a directory (a str or path-like). Received: "
+            f"{describe(context_dir)}"
+        )
+    if command is not None and not isinstance(command, (list, tuple)):
+        hint = f" (e.g. {command.split()!r})" if isinstance(command, str) else ""
+        raise TypeError(
+            f"det.init(command=...) takes the command line as a list of strings{hint}, or None. "
+            f"Received: {describe(command)}"
+        )
 
 
 def _native_config(config: Optional[dict[str, Any]], slots: Optional[int]) -> ExperimentConfig:

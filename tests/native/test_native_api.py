@@ -128,6 +128,15 @@ def test_files_the_command_names_from_here_are_the_same_files_from_the_context_d
         ({"local": True, "context_dir": "/no/such/dir"}, ValueError, "not a directory"),
         ({"local": True, "config": "const.yaml"}, TypeError, r"takes a dict. Received: str"),
         ({"local": False, "command": []}, ValueError, "non-empty list of strings"),
+        (
+            {"local": False, "command": "train.py --epochs 3"},
+            TypeError,
+            r"det.init\(command=...\) takes the command line as a list of strings "
+            r"\(e.g. \['train.py', '--epochs', '3'\]\)",
+        ),
+        ({"local": True, "context_dir": 5}, TypeError, r"det.init\(context_dir=...\) takes the path of a directory"),
+        ({"local": "yes"}, TypeError, r"det.init\(local=...\) takes True or False. Received: 'yes' \(str\)"),
+        ({"local": True, "test": "no"}, TypeError, r"det.init\(test=...\) takes True or False. Received: 'no'"),
     ],
 )
 def test_bad_arguments_are_clear_errors(tmp_path, arguments, error, message):
