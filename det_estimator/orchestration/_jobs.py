@@ -28,7 +28,9 @@ from pathlib import Path
 from typing import Any, Optional, TextIO
 
 from det_estimator import _info, launcher
-from det_estimator.config import EnvironmentConfig, load_environment
+from det_estimator.config import ConfigError, EnvironmentConfig, load_environment
+from det_estimator.config._errors import PREFIX
+from det_estimator.config._json_values import freeze_mapping, thaw
 from det_estimator.errors import DetEstimatorError
 from det_estimator.orchestration._processes import device_type, first_traceback
 from det_estimator.store import BATCH_INFERENCE, ExperimentStore, JobRecord, State
@@ -96,8 +98,15 @@ def load_job_config(raw: Any, default_name: str = "job", slots: Optional[int] = 
     if isinstance(configured, bool) or not isinstance(configured, int) or configured < 1:
         raise JobConfigError(f"`resources.slots` must be a positive integer. Received: {configured!r}")
     name = raw.get("name") or default_name
+    if not isinstance(name, str):
+        raise JobConfigError(f"`name` of a job config must be a string. Received: {name!r}")
+    # What the store cannot hold as JSON (a date, a set) is refused now, naming its key.
+    try:
+        data = thaw(freeze_mapping(data, "data"))
+    except ConfigError as error:
+        raise JobConfigError("job config: " + str(error).removeprefix(PREFIX)) from None
     environment = load_environment(raw.get("environment"))
-    return JobSpec(str(name), command, dict(data), slots or configured, dict(raw), environment)
+    return JobSpec(name, command, data, slots or configured, dict(raw), environment)
 
 
 def _command(raw: Mapping) -> tuple[str, ...]:
@@ -106,7 +115,13 @@ def _command(raw: Mapping) -> tuple[str, ...]:
     key = "entrypoint_script" if "entrypoint_script" in raw else "entrypoint"
     value = raw.get(key)
     if isinstance(value, str):
-        words = tuple(shlex.split(value))
+        try:
+            words = tuple(shlex.split(value))
+        except ValueError as error:  # an unbalanced quote
+            raise JobConfigError(
+                f"The job config's {key} {value!r} cannot be split into words: {error}. Expected a command as a "
+                "shell would read it, e.g. `entrypoint_script: python3 batch_inference.py`."
+            ) from None
     elif isinstance(value, (list, tuple)) and all(isinstance(word, str) for word in value):
         words = tuple(value)
     else:

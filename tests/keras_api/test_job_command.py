@@ -1,5 +1,6 @@
 """det-estimator job run/list/logs: bad input is refused with a message and exit status 2; a job records its end."""
 
+import datetime
 import json
 
 import pytest
@@ -27,6 +28,15 @@ def write(path, raw) -> str:
         ),
         ({"entrypoint_script": "python3 job.py", "data": {}, "resources": {"slots": 0}}, "positive integer"),
         ({"entrypoint": "python3 job.py", "entrypoint_script": "python3 job.py", "data": {}}, "not both"),
+        (
+            {"entrypoint_script": "python3 'job.py", "data": {}},
+            "The job config's entrypoint_script \"python3 'job.py\" cannot be split into words: No closing quotation",
+        ),
+        (
+            {"entrypoint_script": "python3 job.py", "data": {"since": datetime.date(2024, 1, 31)}},
+            "job config: `data.since` must be a JSON value (null, a boolean, a number, a string, a list or a mapping)",
+        ),
+        ({"entrypoint_script": "python3 job.py", "data": {}, "name": [1, 2]}, "`name` of a job config must be"),
     ],
 )
 def test_a_bad_job_config_is_refused_with_exit_status_2(tmp_path, det, raw, message):
