@@ -63,6 +63,15 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _store(text: str) -> str:
+    """``--store``: a path; an empty one would silently mean the default store."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            f"must name the store's database file, not {text!r} (leave --store out for the default store)"
+        )
+    return text
+
+
 def _hosts(text: str) -> str:
     """Horovod's host list: ``host:slots`` entries separated by commas."""
     for entry in text.split(","):
@@ -83,11 +92,11 @@ def build_parser() -> argparse.ArgumentParser:
         "the experiment store's database file (default: $DET_ESTIMATOR_STORE, else "
         "$XDG_DATA_HOME/det-estimator/store.sqlite)"
     )
-    parser.add_argument("--store", metavar="PATH", help=store_help)
+    parser.add_argument("--store", metavar="PATH", type=_store, help=store_help)
     # Also taken after the command (`experiment list --store PATH`), where a user puts it as
     # often as before; SUPPRESS keeps a --store given before the command when none comes after.
     store_option = argparse.ArgumentParser(add_help=False)
-    store_option.add_argument("--store", metavar="PATH", default=argparse.SUPPRESS, help=store_help)
+    store_option.add_argument("--store", metavar="PATH", type=_store, default=argparse.SUPPRESS, help=store_help)
     json_option = argparse.ArgumentParser(add_help=False, parents=[store_option])
     json_option.add_argument("--json", action="store_true", help="print JSON for scripts")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")

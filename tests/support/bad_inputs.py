@@ -462,6 +462,16 @@ CASES: list[BadInput] = [
         files={"empty.sqlite": ""},
     ),
     BadInput(
+        "an empty --store",
+        ("--store", "", "experiment", "list"),
+        "argument --store: must name the store's database file, not ''",
+    ),
+    BadInput(
+        "a blank --store after the action",
+        ("experiment", "create", "{ok}", "{dir}", "--store", " "),
+        "argument --store: must name the store's database file, not ' '",
+    ),
+    BadInput(
         "a store that is a folder",
         ("--store", "{dir}/folder.sqlite", "experiment", "list"),
         "it is a directory",
