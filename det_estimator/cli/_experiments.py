@@ -149,8 +149,33 @@ def resume(store: ExperimentStore, args: argparse.Namespace) -> int:
                 f"Experiment {args.experiment_id} runs on --hosts {experiment.hosts}: {error} Resume it once every "
                 "host is back."
             ) from None
+    _check_code_is_there(experiment)
     _tell(args.json, f"Resuming experiment {args.experiment_id} from its latest checkpoint")
     return _run(store, args.experiment_id, args)
+
+
+def _check_code_is_there(experiment: Any) -> None:
+    """Refuses to resume an experiment whose CONTEXT_DIR, or entrypoint module in it, is gone.
+
+    Its processes would start there and fail on every restart, and the experiment would
+    end as ERROR; moving the code back lets it resume as it was.
+    """
+    context_dir = Path(experiment.context_dir)
+    where = f"Experiment {experiment.id} runs its code in {context_dir}"
+    if not context_dir.is_dir():
+        raise UsageError(
+            f"{where}, which is no longer a directory. Put its code back there to resume it (or create a new "
+            "experiment from where the code is now)."
+        )
+    entrypoint = experiment.config.get("entrypoint")
+    # A trial class named by the config (run_trial's and det.init's runs have a run_key: they resume by running again).
+    created_by_command = experiment.trial_class is None and experiment.command is None and experiment.run_key is None
+    if created_by_command and isinstance(entrypoint, str):
+        module, _, class_name = entrypoint.partition(":")
+        try:
+            check_trial_entrypoint(context_dir, module, class_name)
+        except EntrypointError as error:
+            raise UsageError(f"{where}: {error} Put its code back there to resume it.") from error
 
 
 def _run(store: ExperimentStore, experiment_id: int, args: argparse.Namespace) -> int:

@@ -72,6 +72,32 @@ def test_resume_refuses_an_experiment_whose_host_cannot_be_reached(tmp_path):
         assert store.trial_runs(trial.id) == [] and trial.restarts == 0
 
 
+@pytest.mark.parametrize("gone", ["the context dir", "the entrypoint module"])
+def test_resume_refuses_an_experiment_whose_code_is_gone(tmp_path, gone):
+    context = tmp_path / "context"
+    bad_inputs.BadInput("", (), "").set_up(context)
+    path = tmp_path / "store.sqlite"
+    with ExperimentStore(path) as store:
+        config = load_experiment_config(bad_inputs.OK_CONFIG)
+        experiment_id = orchestration.record_experiment(store, config, str(context))
+        store.set_state(experiment_id, State.PAUSED)
+    if gone == "the context dir":
+        shutil.rmtree(context)
+        said = f"Experiment {experiment_id} runs its code in {context}, which is no longer a directory."
+    else:
+        (context / "analytic_trial.py").unlink()
+        said = f"The config's entrypoint module 'analytic_trial' is not in CONTEXT_DIR {context}"
+
+    status, output = run_command(["--store", str(path), "experiment", "resume", str(experiment_id)])
+
+    assert status == 2, output
+    assert said in output and "Put its code back there to resume it" in output, output
+    with ExperimentStore(path) as store:
+        assert store.experiment(experiment_id).state == State.PAUSED
+        (trial,) = store.trials(experiment_id)
+        assert store.trial_runs(trial.id) == [] and trial.restarts == 0
+
+
 def test_json_output_writes_a_nan_metric_as_null(store_with_one_experiment, tmp_path):
     path = tmp_path / "store.sqlite"
     shutil.copy(store_with_one_experiment, path)
