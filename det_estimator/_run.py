@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any, Callable, Optional, Union
 
 from det_estimator import _info, orchestration
+from det_estimator.checkpoint import check_checkpoint_storage
 from det_estimator.config import ExperimentConfig, load_experiment_config
 from det_estimator.config._errors import describe
 from det_estimator.errors import DetEstimatorError
@@ -61,6 +62,7 @@ def run_trial(
     name = trial_id or config.name or trial_class.__name__
     context_dir = os.getcwd()
     root = orchestration.checkpoint_storage_root(config, context_dir).resolve()
+    check_checkpoint_storage(root)
     spec = _info.TrialClassSpec.of(trial_class)
     with ExperimentStore() as store:
         experiment_id = orchestration.find_or_record_experiment(

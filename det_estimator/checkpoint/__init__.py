@@ -20,11 +20,14 @@ Typical use::
 """
 
 from det_estimator.checkpoint._checkpoint import Checkpoint, read_checkpoint
+from det_estimator.checkpoint._storage_check import CheckpointStorageError, check_checkpoint_storage
 from det_estimator.checkpoint._store import PendingCheckpoint, TrialCheckpoints
 
 __all__ = [
     "Checkpoint",
+    "CheckpointStorageError",
     "PendingCheckpoint",
     "TrialCheckpoints",
+    "check_checkpoint_storage",
     "read_checkpoint",
 ]

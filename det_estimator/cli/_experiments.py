@@ -528,21 +528,12 @@ def _cpus() -> int:
 
 def _check_checkpoint_storage(root: Path, config_path: str) -> None:
     """Refuses a checkpoint_storage.host_path that cannot be created or written, before anything is recorded."""
-    if root.exists() and not root.is_dir():
-        raise UsageError(
-            f"{config_path}: checkpoint_storage.host_path {root} is a file. Expected a directory (it is created if "
-            "missing) that this user can write."
-        )
+    from det_estimator.checkpoint import CheckpointStorageError, check_checkpoint_storage
+
     try:
-        root.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=root, prefix=".det-estimator-probe-"):
-            pass
-    except OSError as error:
-        raise UsageError(
-            f"{config_path}: checkpoint_storage.host_path {root} cannot hold checkpoints: "
-            f"{error.strerror or error}. Expected a directory this user can create and write (on a file system "
-            "every host shares, with --hosts)."
-        ) from None
+        check_checkpoint_storage(root)
+    except CheckpointStorageError as error:
+        raise UsageError(f"{config_path}: {error}") from None
 
 
 def _tell(json_output: bool, message: str, stream: Optional[Any] = None) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 from det_estimator import _info, _root_cause
+from det_estimator.checkpoint import check_checkpoint_storage
 from det_estimator.config import ExperimentConfig, Length, LengthUnit, load_experiment_config
 from det_estimator.config._errors import describe
 from det_estimator.core._checkpoint import CheckpointContext, RetentionPolicy
@@ -348,6 +349,7 @@ def _record_script_run(
     experiment_config = load_experiment_config(raw)
     seed = experiment_config.reproducibility.experiment_seed
     hparams = experiment_config.sample_hyperparameters(seed)
+    check_checkpoint_storage(Path(experiment_config.checkpoint_storage.checkpoint_directory).resolve())
     with ExperimentStore() as store:
         experiment_id = store.create_experiment(
             name=experiment_config.name,

@@ -7,6 +7,7 @@ from typing import Any, Callable, Optional
 
 from det_estimator import _info, orchestration
 from det_estimator._run import run_in_this_process
+from det_estimator.checkpoint import check_checkpoint_storage
 from det_estimator.config import ExperimentConfig, load_experiment_config
 from det_estimator.config._errors import describe
 from det_estimator.store import ExperimentStore
@@ -79,6 +80,7 @@ def init(
             raise ValueError(f"det.init(context_dir={context_dir!r}): not a directory.")
         os.chdir(context_dir)
     experiment_config = _native_config(config, slots=1 if local else None)
+    check_checkpoint_storage(orchestration.checkpoint_storage_root(experiment_config, os.getcwd()).resolve())
     if local:
         return _local_context(experiment_config, test)
     sys.exit(_run_tracked(experiment_config, test, command))

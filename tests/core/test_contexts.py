@@ -696,3 +696,12 @@ def test_init_refuses_an_argument_of_the_wrong_kind_naming_it_before_recording(
     if (tmp_path / "store.sqlite").exists():
         with ExperimentStore(tmp_path / "store.sqlite") as store:
             assert store.experiments() == []
+
+
+def test_init_refuses_checkpoint_storage_that_is_a_file_before_recording(tmp_path, monkeypatch):
+    monkeypatch.delenv(_info.INFO_VARIABLE, raising=False)
+    monkeypatch.setenv("DET_ESTIMATOR_STORE", str(tmp_path / "store.sqlite"))
+    (tmp_path / "a-file").write_text("not a directory\n")
+    with pytest.raises(ValueError, match=r"checkpoint_storage.host_path .*a-file is a file. Expected a directory"):
+        core.init(checkpoint_storage=tmp_path / "a-file")
+    assert not (tmp_path / "store.sqlite").exists()

@@ -146,6 +146,15 @@ def test_run_trial_refuses_what_is_not_a_trial_class_or_a_trial_id_before_record
     assert not own_store.exists()
 
 
+def test_run_trial_refuses_checkpoint_storage_that_is_a_file_before_recording(analytic, tmp_path, own_store):
+    (tmp_path / "a-file").write_text("not a directory\n")
+    config = analytic.make_config(tmp_path, 1)
+    config["checkpoint_storage"]["host_path"] = str(tmp_path / "a-file")
+    with pytest.raises(ValueError, match=r"checkpoint_storage.host_path .*a-file is a file. Expected a directory"):
+        det.run_trial(analytic.AnalyticTrial, config)
+    assert not own_store.exists()
+
+
 def test_a_premade_estimator_and_a_subclass_that_only_configures_run(tmp_path):
     from det_estimator.estimator._estimator_setup import overridden_estimator_methods
 

@@ -186,3 +186,12 @@ def test_serving_functions_that_are_not_a_dict_are_a_clear_error(tmp_path, on_co
     context.serving_input_receiver_fns = on_context
     with pytest.raises(TypeError, match=message):
         context.train_and_evaluate(*linear_run(context), serving_input_receiver_fns=passed)
+
+
+def test_checkpoint_storage_that_is_a_file_is_refused_before_recording(tmp_path, own_store):
+    (tmp_path / "a-file").write_text("not a directory\n")
+    broken = config(tmp_path)
+    broken["checkpoint_storage"]["host_path"] = str(tmp_path / "a-file")
+    with pytest.raises(ValueError, match=r"checkpoint_storage.host_path .*a-file is a file. Expected a directory"):
+        det.init(broken, local=True)
+    assert not own_store.exists()
