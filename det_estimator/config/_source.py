@@ -15,6 +15,7 @@ ConfigSource = Union[str, "os.PathLike[str]", Mapping[str, Any]]
 # exhaust memory or time, and keep the store (which holds every config) small.
 MAX_CONFIG_BYTES = 1024 * 1024
 MAX_CONFIG_NODES = 100_000
+MAX_CONFIG_DEPTH = 100
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -66,8 +67,18 @@ def _read_yaml(path: Path) -> Any:
         return loader.construct_document(node)
     except yaml.YAMLError as error:
         raise ConfigError(f"{PREFIX}{path} is not valid YAML: {error}") from None
+    except RecursionError:
+        # PyYAML parses nested lists and mappings recursively: a few hundred levels exhaust the stack.
+        raise _too_deep(path) from None
     finally:
         loader.dispose()
+
+
+def _too_deep(path: Path) -> ConfigError:
+    return ConfigError(
+        f"{PREFIX}{path} nests lists and mappings more than {MAX_CONFIG_DEPTH} levels deep. Expected a config of "
+        "ordinary shape; keep deeply nested data in files that the trial reads."
+    )
 
 
 def _check_expansion(root: yaml.Node, path: Path) -> None:
@@ -80,7 +91,9 @@ def _check_expansion(root: yaml.Node, path: Path) -> None:
     expanded: dict[int, int] = {}
     in_progress: set[int] = set()
 
-    def count(node: yaml.Node) -> int:
+    def count(node: yaml.Node, depth: int = 1) -> int:
+        if depth > MAX_CONFIG_DEPTH:
+            raise _too_deep(path)
         key = id(node)
         if key in expanded:
             return expanded[key]
@@ -93,9 +106,9 @@ def _check_expansion(root: yaml.Node, path: Path) -> None:
         in_progress.add(key)
         total = 1
         if isinstance(node, yaml.SequenceNode):
-            total += sum(count(item) for item in node.value)
+            total += sum(count(item, depth + 1) for item in node.value)
         elif isinstance(node, yaml.MappingNode):
-            total += sum(count(name) + count(value) for name, value in node.value)
+            total += sum(count(name, depth + 1) + count(value, depth + 1) for name, value in node.value)
         in_progress.discard(key)
         if total > MAX_CONFIG_NODES:
             raise ConfigError(

@@ -61,3 +61,16 @@ def test_merge_keys_may_be_overridden(tmp_path):
         load_experiment_config(path)
     path.write_text(path.read_text().replace("base: &base", "data: &base"), encoding="utf-8")
     assert load_experiment_config(path).searcher.metric == "loss"
+
+
+@pytest.mark.parametrize("levels", [150, 5000])
+def test_values_nested_too_deeply_are_refused(tmp_path, levels):
+    # 5000 levels exhaust PyYAML's recursive parser; 150 parse, and would go on to every recursive walk.
+    path = tmp_path / "deep.yaml"
+    path.write_text("name: x\ndata: {x: " + "[" * levels + "]" * levels + "}\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as error:
+        load_experiment_config(path)
+    assert str(error.value) == (
+        f"experiment config: {path} nests lists and mappings more than 100 levels deep. Expected a config of "
+        "ordinary shape; keep deeply nested data in files that the trial reads."
+    )

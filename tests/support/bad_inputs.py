@@ -210,6 +210,11 @@ CASES: list[BadInput] = [
     _bad_config("invalid YAML", "name: [unclosed\n", "is not valid YAML"),
     _bad_config("a key given twice", "name: a\nname: b\n", "found duplicate key 'name'"),
     _bad_config("a YAML alias bomb", _alias_bomb(), "expands to more than 100,000 values"),
+    _bad_config(
+        "values nested thousands of levels deep",
+        yaml.safe_dump(OK_CONFIG) + "data: {x: " + "[" * 3000 + "]" * 3000 + "}\n",
+        "nests lists and mappings more than 100 levels deep",
+    ),
     _bad_config("an alias inside its own anchor", "data: &d\n  x: *d\n", "alias inside its own anchor"),
     _bad_config("a config of 2 MB", "data: " + "x" * 2_000_000 + "\n", "a config is at most"),
     BadInput("a config that is not text", _create("bad.yaml"), "is not UTF-8 text", files={"bad.yaml": b"\xff\xfe"}),
