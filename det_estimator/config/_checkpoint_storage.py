@@ -67,7 +67,8 @@ def _read_type(section: Mapping[str, Any], path: str) -> None:
 def _read_storage_path(section: Mapping[str, Any], path: str) -> str:
     storage_path = read_str(section, "storage_path", path, default="")
     # Checkpoints must stay inside host_path, where retention and clean-up look for them.
-    if os.path.isabs(storage_path) or os.path.normpath(storage_path).split(os.sep)[0] == os.pardir:
+    outside = os.path.isabs(storage_path) or os.path.normpath(storage_path).split(os.sep)[0] == os.pardir
+    if outside or "\0" in storage_path:
         raise invalid_value(join(path, "storage_path"), "a relative path inside `host_path`", storage_path)
     return storage_path
 
@@ -94,8 +95,11 @@ def parse_checkpoint_storage(value: Any, path: str) -> CheckpointStorageConfig:
     # The type decides which keys are valid, so it is checked first.
     _read_type(value, path)
     check_keys(value, path, _KEYS, _NOT_SUPPORTED)
+    host_path = read_str(value, "host_path", path, non_empty=True)
+    if "\0" in host_path:  # no file system path can hold it
+        raise invalid_value(join(path, "host_path"), "a path without NUL characters", host_path)
     return CheckpointStorageConfig(
-        host_path=os.path.expanduser(read_str(value, "host_path", path, non_empty=True)),
+        host_path=os.path.expanduser(host_path),
         storage_path=_read_storage_path(value, path),
         save_trial_latest=read_int(value, "save_trial_latest", path, minimum=0, default=1),
         save_trial_best=read_int(value, "save_trial_best", path, minimum=0, default=1),

@@ -165,6 +165,8 @@ def _parse_variables(value: Any, path: str) -> tuple[tuple[str, str], ...]:
             item = "true" if item else "false"
         if item is None or isinstance(item, (Mapping, list, tuple)):
             raise invalid_value(join(path, name), "a string or a number", item)
+        if "\0" in str(item):  # no process environment can hold it
+            raise invalid_value(join(path, name), "a string without NUL characters", item)
         checked.append((name, str(item)))
     return tuple(checked)
 

@@ -269,15 +269,18 @@ def _parse_entrypoint(raw: Mapping[str, Any]) -> tuple[str, str, tuple[str, ...]
 
 
 def _parse_command(value: Any, path: str, rule: str) -> tuple[str, ...]:
+    words: list[str] = []
     if isinstance(value, list) and value and all(isinstance(word, str) and word for word in value):
-        return tuple(value)
-    if isinstance(value, str):
+        words = value
+    elif isinstance(value, str):
         try:
             words = shlex.split(value)
         except ValueError:
             words = []
-        if words:
-            return tuple(words)
+    if any("\0" in word for word in words):  # no command line can hold it
+        raise invalid_value(path, f"{rule}, without NUL characters", value)
+    if words:
+        return tuple(words)
     raise invalid_value(path, rule, value)
 
 

@@ -126,6 +126,8 @@ def _command(raw: Mapping) -> tuple[str, ...]:
         words = tuple(value)
     else:
         words = ()
+    if any("\0" in word for word in words):
+        raise JobConfigError(f"The job config's {key} {value!r} has a NUL character, which no command line can hold.")
     if not words or (len(words) == 1 and ":" in words[0] and not words[0].endswith(".py")):
         raise JobConfigError(
             f"A job config needs the command to run: `entrypoint_script: python3 batch_inference.py`. "

@@ -308,6 +308,30 @@ CASES = [
         "Received: 'yes' (str)",
     ),
     (
+        "entrypoint command with a NUL character",
+        config(entrypoint="python3 train.py --tag a\0b"),
+        'experiment config: `entrypoint` must be "module:TrialClass" (e.g. "model_def:MyTrial") or a command '
+        "(e.g. \"python3 train.py\"), without NUL characters. Received: 'python3 train.py --tag a\\x00b' (str)",
+    ),
+    (
+        "environment variable with a NUL character",
+        config(environment={"environment_variables": ["TAG=a\0b"]}),
+        "experiment config: `environment.environment_variables.TAG` must be a string without NUL characters. "
+        "Received: 'a\\x00b' (str)",
+    ),
+    (
+        "host_path with a NUL character",
+        config(checkpoint_storage={"type": "shared_fs", "host_path": "ck\0x"}),
+        "experiment config: `checkpoint_storage.host_path` must be a path without NUL characters. "
+        "Received: 'ck\\x00x' (str)",
+    ),
+    (
+        "storage_path with a NUL character",
+        config(checkpoint_storage={"type": "shared_fs", "host_path": "ck", "storage_path": "a\0b"}),
+        "experiment config: `checkpoint_storage.storage_path` must be a relative path inside `host_path`. "
+        "Received: 'a\\x00b' (str)",
+    ),
+    (
         "max_length beyond a 64-bit integer",
         config(searcher=searcher(max_length={"batches": 2**63})),
         "experiment config: `searcher.max_length.batches` must be a positive integer of at most 2**63 - 1. "

@@ -37,6 +37,7 @@ def write(path, raw) -> str:
             "job config: `data.since` must be a JSON value (null, a boolean, a number, a string, a list or a mapping)",
         ),
         ({"entrypoint_script": "python3 job.py", "data": {}, "name": [1, 2]}, "`name` of a job config must be"),
+        ({"entrypoint_script": "python3 job.py a\0b", "data": {}}, "has a NUL character, which no command line"),
     ],
 )
 def test_a_bad_job_config_is_refused_with_exit_status_2(tmp_path, det, raw, message):
