@@ -74,3 +74,13 @@ def test_values_nested_too_deeply_are_refused(tmp_path, levels):
         f"experiment config: {path} nests lists and mappings more than 100 levels deep. Expected a config of "
         "ordinary shape; keep deeply nested data in files that the trial reads."
     )
+
+
+@pytest.mark.parametrize("text", ["name: x\n[a, b]: 1\n", "data:\n  ? {a: 1}\n  : 1\n"])
+def test_a_list_or_mapping_as_a_key_is_invalid_yaml(tmp_path, text):
+    path = tmp_path / "keys.yaml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError) as error:
+        load_experiment_config(path)
+    assert str(error.value).startswith(f"experiment config: {path} is not valid YAML: ")
+    assert "found unhashable key" in str(error.value)

@@ -211,6 +211,9 @@ CASES: list[BadInput] = [
     _bad_config("a key given twice", "name: a\nname: b\n", "found duplicate key 'name'"),
     _bad_config("a YAML alias bomb", _alias_bomb(), "expands to more than 100,000 values"),
     _bad_config(
+        "a list as a key", yaml.safe_dump(OK_CONFIG) + "[a, b]: 1\n", "is not valid YAML: while constructing a mapping"
+    ),
+    _bad_config(
         "values nested thousands of levels deep",
         yaml.safe_dump(OK_CONFIG) + "data: {x: " + "[" * 3000 + "]" * 3000 + "}\n",
         "nests lists and mappings more than 100 levels deep",
