@@ -23,7 +23,7 @@ from det_estimator.config._fields import (
     read_int,
     read_number,
 )
-from det_estimator.config._json_values import freeze, thaw
+from det_estimator.config._json_values import MAX_DEPTH, freeze, thaw, too_deep
 
 GLOBAL_BATCH_SIZE = "global_batch_size"
 
@@ -328,21 +328,23 @@ def _parse_spec(spec: Mapping[str, Any], path: str) -> Hyperparameter:
     return parse(spec, path)
 
 
-def _parse_node(value: Any, path: str) -> Union[Hyperparameter, Mapping[str, Any]]:
+def _parse_node(value: Any, path: str, depth: int) -> Union[Hyperparameter, Mapping[str, Any]]:
     if not isinstance(value, Mapping):
-        return ConstHyperparameter(freeze(value, path))
+        return ConstHyperparameter(freeze(value, path, depth))
     # As in the reference format, a `type` key is what tells a spec from a nested group.
     if "type" in value:
         return _parse_spec(value, path)
-    return _parse_group(value, path)
+    return _parse_group(value, path, depth)
 
 
-def _parse_group(group: Mapping[Any, Any], path: str) -> Mapping[str, Any]:
+def _parse_group(group: Mapping[Any, Any], path: str, depth: int = 0) -> Mapping[str, Any]:
+    if depth >= MAX_DEPTH:  # a group that contains itself would never end
+        raise too_deep(path)
     parsed = {}
     for name, value in group.items():
         if not isinstance(name, str):
             raise non_string_key(path, name)
-        parsed[name] = _parse_node(value, join(path, name))
+        parsed[name] = _parse_node(value, join(path, name), depth + 1)
     return MappingProxyType(parsed)
 
 

@@ -379,3 +379,37 @@ def test_the_first_error_in_field_order_is_reported():
     raw = config(entrypoint="bad", scheduling_unit=0)
     with pytest.raises(ConfigError, match="`entrypoint`"):
         load_experiment_config(raw)
+
+
+def _contains_itself():
+    loop = {}
+    loop["again"] = loop
+    return loop
+
+
+def _nested_lists(levels):
+    value = []
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    ("raw", "path"),
+    [
+        (config(data={"loop": _contains_itself()}), "data.loop.again.again.again.again.again.again.again.again..."),
+        (config(data={"deep": _nested_lists(5000)}), "data.deep[0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0]..."),
+        (
+            config(hyperparameters=hparams(group=_contains_itself())),
+            "hyperparameters.group.again.again.again.again.again.again...",
+        ),
+    ],
+    ids=["a mapping that contains itself", "lists nested 5000 deep", "a hyperparameter group that contains itself"],
+)
+def test_a_value_nested_without_end_is_refused_not_a_recursion_error(raw, path):
+    with pytest.raises(ConfigError) as error:
+        load_experiment_config(raw)
+    assert str(error.value) == (
+        f"experiment config: `{path}` nests lists and mappings more than 100 levels deep (or contains itself). "
+        "Expected a value of ordinary shape; keep deeply nested data in files that the trial reads."
+    )
