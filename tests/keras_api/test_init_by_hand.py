@@ -86,15 +86,16 @@ def test_a_run_by_hand_without_a_config_names_the_fix_for_a_hyperparameter_it_re
         (
             {"seed": "7"},
             TypeError,
-            "det.keras.init(seed=...) takes an integer from 0 to 2**32 - 1, or None. Received: '7'",
+            "det.keras.init(seed=...) takes an integer from 0 to 2**31 - 1, or None. Received: '7'",
         ),
-        ({"seed": 1.5}, TypeError, "det.keras.init(seed=...) takes an integer from 0 to 2**32 - 1"),
+        ({"seed": 1.5}, TypeError, "det.keras.init(seed=...) takes an integer from 0 to 2**31 - 1"),
         ({"seed": True}, TypeError, "Received: True (bool)"),
         (
             {"seed": -1},
             ValueError,
-            "det.keras.init(seed=...) takes an integer from 0 to 2**32 - 1, or None. Received: -1",
+            "det.keras.init(seed=...) takes an integer from 0 to 2**31 - 1, or None. Received: -1",
         ),
+        ({"seed": 2**31}, ValueError, "Received: 2147483648"),
         ({"checkpoint_storage": 5}, TypeError, "det.keras.init(checkpoint_storage=...) takes the path of a directory"),
     ],
 )
@@ -109,3 +110,27 @@ def test_init_refuses_an_argument_of_the_wrong_kind_naming_it_before_recording(
         det.keras.init(**arguments)
     assert message in str(raised.value)
     assert not (tmp_path / "default-store" / "store.sqlite").exists()
+
+
+@pytest.mark.parametrize(
+    ("arguments", "seed"),
+    [
+        ("", 0),
+        ("config={'reproducibility': {'experiment_seed': 7}}", 7),
+        ("config={'reproducibility': {'experiment_seed': 7}}, seed=11", 11),
+        ("seed=11", 11),
+    ],
+)
+def test_a_run_by_hand_records_the_seed_it_uses(tmp_path, det, arguments, seed):
+    # `experiment resume` of a run by hand paused by Ctrl-C seeds with the recorded seed.
+    store = tmp_path / "store.sqlite"
+    script = f"import det_estimator as det\ncontext = det.keras.init({arguments})\nprint('SEED', context.seed)\n"
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", DET_ESTIMATOR_STORE=str(store))
+    env.pop("DET_CLUSTER_INFO", None)
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=240, cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"SEED {seed}\n" in result.stdout
+    (trial,) = json.loads(det(store, "experiment", "describe", 1, "--json").stdout)["trials"]
+    assert trial["seed"] == seed

@@ -46,14 +46,16 @@ def init(
       config's ``data``; there is no ``context.training``.
     - **By hand** (``python3 train.py``): the run is recorded as a new experiment of one
       trial in the default store (``DET_ESTIMATOR_STORE``, created if missing), seeded
-      with ``seed`` (default 0), with the hyperparameters of ``config`` if given; ``fit``
+      with ``seed`` (default: the config's ``reproducibility.experiment_seed``, else 0),
+      which is recorded as the trial's seed, with the hyperparameters of ``config`` if given; ``fit``
       honours ``epochs`` and ``initial_epoch``, as ``model.fit`` does.
 
     The run ends, and is recorded as completed, paused or failed, when the script exits
     (or at :meth:`KerasContext.close`).
 
     Args:
-        seed: the seed of a run by hand (default 0) or of a job; a launched trial uses its own.
+        seed: the seed of a run by hand (default: the config's ``experiment_seed``, else 0)
+            or of a job (default 0); a launched trial uses its own.
         config: the experiment config (a dict, or the path of a YAML file) to record a
             run by hand with (``hyperparameters``, ``data``, ...); ignored when launched.
         checkpoint_storage: where a run by hand writes checkpoints (default: the
@@ -82,12 +84,12 @@ def init(
 
 def _check_arguments(seed: Any, checkpoint_storage: Any) -> None:
     """Refuses a ``seed`` or ``checkpoint_storage`` of the wrong kind before anything is recorded, naming it."""
-    # Keras seeds Python, NumPy and TensorFlow, and NumPy takes 0 to 2**32 - 1 only.
+    # A run by hand is recorded with its seed as the experiment's seed, which is below 2**31.
     if seed is not None:
-        rule = f"det.keras.init(seed=...) takes an integer from 0 to 2**32 - 1, or None. Received: {describe(seed)}"
+        rule = f"det.keras.init(seed=...) takes an integer from 0 to 2**31 - 1, or None. Received: {describe(seed)}"
         if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
             raise TypeError(rule)
-        if not 0 <= seed < 2**32:
+        if not 0 <= seed < 2**31:
             raise ValueError(rule)
     if checkpoint_storage is not None and not isinstance(checkpoint_storage, (str, os.PathLike)):
         raise TypeError(
@@ -103,27 +105,26 @@ def _trial_context(
     checkpoint_storage: Optional[Union[str, os.PathLike]],
 ) -> KerasContext:
     launched = info is not None
-    if config is not None and not launched:
-        # The run by hand records the command that started it as its entrypoint.
-        config = {key: value for key, value in read_source(config).items() if key != "entrypoint_script"}
+    by_hand_without_config = not launched and config is None
+    if not launched:
+        config = _by_hand_config(config, seed)
     core_context = core.init(config=config, checkpoint_storage=checkpoint_storage).start()
     run_info = core_context.info
     trial = run_info.trial
     if launched:
         if seed is not None and seed != trial.trial_seed:
             logger.info("det.keras.init(seed=%d) is ignored in an experiment: the trial's seed is used", seed)
-        seed = trial.trial_seed
         # Layers built from now on draw their randomness (dropout, noise) from tf.random.Generator
         # objects, whose states DeterminedCallback checkpoints: a resumed trial draws the masks an
         # uninterrupted one would. (Run by hand, the script keeps plain Keras' draws; it never resumes.)
         _random_states.use_generators_in_layers()
-    elif seed is None:
-        seed = DEFAULT_SEED
+    # By hand too, the seed recorded: `experiment resume` of a run by hand then seeds as it did.
+    seed = trial.trial_seed
     _seed_everything(seed)
     experiment_config = load_experiment_config(trial.config)
     optimizations = experiment_config.optimizations
     training = TrainingContext(
-        hparams=_hyperparameters(trial.hparams, by_hand_without_config=not launched and config is None),
+        hparams=_hyperparameters(trial.hparams, by_hand_without_config=by_hand_without_config),
         trial_id=trial.trial_id,
         experiment_id=trial.experiment_id,
         seed=seed,
@@ -146,6 +147,22 @@ def _trial_context(
         run_info.store_path,
         run_info.task_type,
     )
+
+
+def _by_hand_config(config: Union[dict[str, Any], str, os.PathLike, None], seed: Optional[int]) -> dict[str, Any]:
+    """The config a run by hand is recorded with: the user's, with the seed the run uses.
+
+    That seed is ``seed`` if given, else the config's ``reproducibility.experiment_seed``,
+    else :data:`DEFAULT_SEED`. The run records the command that started it as its
+    entrypoint, so the config's ``entrypoint_script`` is left out.
+    """
+    recorded = {} if config is None else {k: v for k, v in read_source(config).items() if k != "entrypoint_script"}
+    reproducibility = recorded.get("reproducibility") or {}
+    if isinstance(reproducibility, dict):  # anything else is left for the config's own checks to word
+        if seed is not None:
+            reproducibility = {**reproducibility, "experiment_seed": seed}
+        recorded["reproducibility"] = {"experiment_seed": DEFAULT_SEED, **reproducibility}
+    return recorded
 
 
 class _NoConfigHyperparameters(TrialHyperparameters):
