@@ -106,9 +106,9 @@ def _trial_context(
 ) -> KerasContext:
     launched = info is not None
     by_hand_without_config = not launched and config is None
-    if not launched:
-        config = _by_hand_config(config, seed)
-    core_context = core.init(config=config, checkpoint_storage=checkpoint_storage).start()
+    # A launched trial has its experiment's config; the one given here is for a run by hand.
+    recorded_config = None if launched else _by_hand_config(config, seed)
+    core_context = core.init(config=recorded_config, checkpoint_storage=checkpoint_storage).start()
     run_info = core_context.info
     trial = run_info.trial
     if launched:
