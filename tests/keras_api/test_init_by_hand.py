@@ -66,6 +66,38 @@ def test_a_run_by_hand_paused_by_ctrl_c_ends_inside_fit(tmp_path, det):
     assert experiment["state"] == "PAUSED" and 5 <= experiment["batches_trained"] < 20
 
 
+def test_a_run_by_hand_paused_mid_epoch_and_resumed_ends_as_an_uninterrupted_one(tmp_path, det):
+    # The script has dropout: the resumed trial must go on with the masks the paused run
+    # would have drawn, which a checkpoint holds only when the run by hand drew them from
+    # generators. Its weights come from the checkpoint, its Python and NumPy states too.
+    uninterrupted = tmp_path / "uninterrupted.sqlite"
+    run("--unshuffled", store=uninterrupted, cwd=tmp_path)
+    store = tmp_path / "store.sqlite"
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", DET_ESTIMATOR_STORE=str(store), BY_HAND_PAUSE_AT="5")
+    paused = subprocess.run(
+        [sys.executable, str(WORKERS / "by_hand.py"), "--unshuffled"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=240,
+        cwd=tmp_path,
+    )
+    assert paused.returncode == 0, paused.stdout[-3000:] + paused.stderr[-3000:]
+    (experiment,) = json.loads(det(store, "experiment", "list", "--json").stdout)
+    assert experiment["state"] == "PAUSED" and 0 < experiment["batches_trained"] < 20  # before the end
+
+    det(store, "experiment", "resume", experiment["id"])
+
+    def validations(store_path):
+        described = json.loads(det(store_path, "experiment", "describe", 1, "--json").stdout)
+        assert described["state"] == "COMPLETED"
+        return [(v["batches"], v["metrics"]["loss"]) for v in described["trials"][0]["validations"]]
+
+    expected = validations(uninterrupted)
+    assert [batches for batches, _ in validations(store)] == [batches for batches, _ in expected] == [10, 20]
+    assert [loss for _, loss in validations(store)] == pytest.approx([loss for _, loss in expected], rel=1e-6)
+
+
 def test_a_run_by_hand_without_a_config_names_the_fix_for_a_hyperparameter_it_reads(tmp_path):
     # The proposal's script reads hparams["dropout"]; by hand, its values come from init(config=...).
     script = "import det_estimator as det\ncontext = det.keras.init()\ncontext.training.hparams['dropout']\n"

@@ -114,12 +114,13 @@ def _trial_context(
     if launched:
         if seed is not None and seed != trial.trial_seed:
             logger.info("det.keras.init(seed=%d) is ignored in an experiment: the trial's seed is used", seed)
-        # Layers built from now on draw their randomness (dropout, noise) from tf.random.Generator
-        # objects, whose states DeterminedCallback checkpoints: a resumed trial draws the masks an
-        # uninterrupted one would. (Run by hand, the script keeps plain Keras' draws; it never resumes.)
-        _random_states.use_generators_in_layers()
     # By hand too, the seed recorded: `experiment resume` of a run by hand then seeds as it did.
     seed = trial.trial_seed
+    # Layers built from now on draw their randomness (dropout, noise) from tf.random.Generator
+    # objects, whose states DeterminedCallback checkpoints: a resumed trial draws the masks an
+    # uninterrupted one would. A run by hand too: paused by Ctrl-C, `experiment resume` runs
+    # it again as a trial from its checkpoint, which must hold the states of its draws.
+    _random_states.use_generators_in_layers()
     _seed_everything(seed)
     experiment_config = load_experiment_config(trial.config)
     optimizations = experiment_config.optimizations

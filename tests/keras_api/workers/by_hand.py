@@ -1,7 +1,10 @@
 """A Keras script run by hand: ``--plain`` is plain Keras, otherwise the same with the new Keras API.
 
+``--unshuffled`` trains on the records in their order (``shuffle=False``).
 Prints ``RESULT <json>``: the history, the epochs trained and the final weights.
-``--pause-at=N`` sends the process SIGINT (Ctrl-C) after N batches.
+``--pause-at=N`` (or ``BY_HAND_PAUSE_AT=N``, which a later ``experiment resume`` does not
+see when it is left out of that command's environment) sends the process SIGINT (Ctrl-C)
+after N batches.
 """
 
 import json
@@ -44,11 +47,13 @@ class CtrlCAt(tf.keras.callbacks.Callback):
             os.kill(os.getpid(), signal.SIGINT)
 
 
-def main(plain: bool, pause_at: int) -> None:
+def main(plain: bool, pause_at: int, shuffle: bool = True) -> None:
     (x, y), validation = data()
-    arguments = dict(batch_size=16, epochs=3, initial_epoch=1, validation_data=validation, verbose=0)
+    arguments = dict(batch_size=16, epochs=3, initial_epoch=1, validation_data=validation, shuffle=shuffle, verbose=0)
     if plain:
         tf.keras.utils.set_random_seed(0)
+        # As det.keras.init() does: dropout draws from generators, whose states a checkpoint holds.
+        tf.keras.backend.experimental.enable_tf_random_generator()
         model = build()
         history = model.fit(x, y, **arguments)
     else:
@@ -65,4 +70,5 @@ def main(plain: bool, pause_at: int) -> None:
 
 if __name__ == "__main__":
     pause_at = [int(arg.split("=")[1]) for arg in sys.argv if arg.startswith("--pause-at=")]
-    main(plain="--plain" in sys.argv, pause_at=pause_at[0] if pause_at else 0)
+    pause_at = pause_at or [int(os.environ.get("BY_HAND_PAUSE_AT", "0"))]
+    main(plain="--plain" in sys.argv, pause_at=pause_at[0], shuffle="--unshuffled" not in sys.argv)
