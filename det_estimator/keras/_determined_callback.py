@@ -58,7 +58,11 @@ class DeterminedCallback(tf.keras.callbacks.Callback):
     Exact resumption assumes an input that Keras reads afresh each epoch in the same
     order (arrays with ``shuffle=False``, a ``Sequence``, or a finite
     ``tf.data.Dataset``); a repeating dataset with ``steps_per_epoch`` starts again from
-    its own beginning. A ``Sequence`` may be shuffled by ``fit`` (its default
+    its own beginning. A finite dataset shuffled anew each epoch (``shuffle(n, seed=...)``)
+    is read in the resumed epoch's order too on one process and under Horovod: the
+    callback makes that epoch's iterator as an uninterrupted ``fit`` would have; under a
+    ``tf.distribute`` strategy of several workers (a distributed dataset) the resumed
+    run's epochs are shuffled afresh. A ``Sequence`` may be shuffled by ``fit`` (its default
     ``shuffle=True``): Keras draws each epoch's order from Python's ``random``, whose
     state (and NumPy's) at the start of the epoch every checkpoint holds per process, so
     the resumed epoch is read in the same order. A ``Sequence`` that reorders its own
@@ -219,8 +223,8 @@ class DeterminedCallback(tf.keras.callbacks.Callback):
         if rank < len(generator_states):
             layer_generators = _random_states.generators(self.model)["layer_generators"]
             _random_states.restore_generator_states(layer_generators, generator_states[rank])
-        if batch:
-            self._skip_batches_on_first_call(batch)
+        if batch or epoch:
+            self._resume_reading_on_first_call(epoch, batch)
         logger.info("continuing from checkpoint %s at epoch %d, batch %d", storage_id, epoch, batch)
 
     def _load_weights(self, prefix: str, with_optimizer: bool) -> None:
@@ -249,18 +253,30 @@ class DeterminedCallback(tf.keras.callbacks.Callback):
         # keep the reading alive until then.
         self._resume_status = (root, status)
 
-    def _skip_batches_on_first_call(self, batches: int) -> None:
-        """Makes the first training step read and drop ``batches`` batches: those the checkpoint already trained."""
+    def _resume_reading_on_first_call(self, epochs: int, batches: int) -> None:
+        """Makes the first training step read the resumed epoch's order and drop the ``batches`` already trained.
+
+        A ``tf.data.Dataset`` shuffled anew each epoch draws each epoch's order from its
+        seed generator when ``fit`` makes the epoch's iterator; the resumed process's
+        dataset starts that generator afresh. The iterators of the ``epochs`` before are
+        made first (and dropped), so that the resumed epoch reads from the iterator an
+        uninterrupted run would, for the whole epoch; the next epochs' follow from it.
+        """
         model = self.model
         train_function = model.train_function
 
-        def skip_then_train(iterator: Any) -> Any:
+        def resume_then_train(iterator: Any) -> Any:
+            epoch_iterator = _iterator_of_epoch(iterator, epochs)
             for _ in range(batches):
-                next(iterator)
-            model.train_function = train_function
-            return train_function(iterator)
+                next(epoch_iterator)
+            if epoch_iterator is iterator:
+                model.train_function = train_function
+            else:
+                # Keras hands over its own iterator at every step of the epoch: read this one instead.
+                model.train_function = lambda _: train_function(epoch_iterator)
+            return train_function(epoch_iterator)
 
-        model.train_function = skip_then_train
+        model.train_function = resume_then_train
         self._train_function = train_function
 
     # ----- epochs and batches -----
@@ -302,6 +318,10 @@ class DeterminedCallback(tf.keras.callbacks.Callback):
         return self._steps_per_epoch is not None and self._batch >= self._steps_per_epoch
 
     def on_epoch_end(self, epoch: int, logs: Optional[dict[str, Any]] = None) -> None:
+        if self._train_function is not None:
+            # The resumed epoch is over: the next epochs read the iterators fit makes.
+            self.model.train_function = self._train_function
+            self._train_function = None
         if self._preempted and not self._at_epoch_end():
             return  # checkpointed at the batch of the pause; this epoch is not over
         logs = dict(logs or {})
@@ -432,6 +452,22 @@ class _ResumePosition:
 
     def delete_backup(self) -> None:
         """Nothing to delete."""
+
+
+def _iterator_of_epoch(iterator: Any, epochs: int) -> Any:
+    """The iterator ``fit`` would read epoch ``epochs`` from in an uninterrupted run, for a dataset's own iterator.
+
+    ``fit`` makes one iterator of the dataset before its first epoch and one per epoch;
+    a resumed ``fit`` gives the resumed epoch the second, where an uninterrupted one
+    gave it the ``epochs + 2``-th. Other iterators (a distributed dataset's, a
+    generator's) are returned as they are.
+    """
+    dataset = getattr(iterator, "_dataset", None)
+    if not epochs or not isinstance(iterator, tf.data.Iterator) or not isinstance(dataset, tf.data.Dataset):
+        return iterator
+    for _ in range(epochs):
+        fresh = iter(dataset)
+    return fresh
 
 
 def _layer_generators(model: tf.keras.Model) -> dict[str, Any]:

@@ -267,6 +267,36 @@ def test_a_shuffled_sequence_resumed_mid_epoch_reads_the_order_of_an_uninterrupt
     assert not np.allclose(flat(other), flat(uninterrupted), rtol=1e-4)
 
 
+def fit_shuffled_dataset(epochs: int, checkpoint=None, extra=(), reshuffle: bool = True):
+    """The linear data as a tf.data.Dataset shuffled with a fixed seed, in a new order each epoch."""
+    x, y = data()
+    training = tf.data.Dataset.from_tensor_slices((x, y))
+    training = training.shuffle(RECORDS, seed=5, reshuffle_each_iteration=reshuffle).batch(GLOBAL_BATCH)
+    with det.core.init() as core_context:
+        model = build_model()
+        callback = det.keras.DeterminedCallback(core_context, checkpoint, "run", check_preempt_every_batches=1)
+        model.fit(training, epochs=epochs, callbacks=[callback, *extra], verbose=0)
+        info = core_context.info
+    return model, info
+
+
+@pytest.mark.parametrize("pause_at", [2 * STEPS_PER_EPOCH + 3, 2 * STEPS_PER_EPOCH])  # mid-epoch, at an epoch's end
+def test_a_reshuffled_dataset_resumed_reads_the_order_of_an_uninterrupted_run(pause_at):
+    # Each epoch's iterator of a shuffled dataset draws its order from the dataset's seed
+    # generator; the resumed process's dataset starts that generator afresh.
+    uninterrupted, _ = fit_shuffled_dataset(4)
+    _, info = fit_shuffled_dataset(4, extra=[SignalAt(pause_at - 1)])  # seen at the next batch
+    paused = latest(info)
+    assert paused.batches == pause_at
+    counter = CountBatches()
+    resumed, _ = fit_shuffled_dataset(4, checkpoint=paused.uuid, extra=[counter])
+    assert counter.batches == 4 * STEPS_PER_EPOCH - pause_at
+    np.testing.assert_allclose(flat(resumed), flat(uninterrupted), rtol=1e-6, atol=1e-7)
+    # The order matters: the same order every epoch ends elsewhere.
+    fixed_order, _ = fit_shuffled_dataset(4, reshuffle=False)
+    assert not np.allclose(flat(fixed_order), flat(uninterrupted), rtol=1e-4)
+
+
 def test_a_resume_warns_of_layers_without_generators(caplog):
     _, info = fit_dropout(2, generators=False, extra=[SignalAt(3)])
     with caplog.at_level("WARNING", logger="det_estimator.keras"):
