@@ -111,9 +111,8 @@ def _trial_context(
     core_context = core.init(config=recorded_config, checkpoint_storage=checkpoint_storage).start()
     run_info = core_context.info
     trial = run_info.trial
-    if launched:
-        if seed is not None and seed != trial.trial_seed:
-            logger.info("det.keras.init(seed=%d) is ignored in an experiment: the trial's seed is used", seed)
+    if launched and seed is not None and seed != trial.trial_seed:
+        logger.info("det.keras.init(seed=%d) is ignored in an experiment: the trial's seed is used", seed)
     # By hand too, the seed recorded: `experiment resume` of a run by hand then seeds as it did.
     seed = trial.trial_seed
     # Layers built from now on draw their randomness (dropout, noise) from tf.random.Generator
