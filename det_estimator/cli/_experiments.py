@@ -41,6 +41,10 @@ def create(store: ExperimentStore, args: argparse.Namespace) -> int:
             raw["reproducibility"] = {**(raw.get("reproducibility") or {}), "experiment_seed": args.seed}
         config = load_experiment_config(raw)
         slots = args.slots
+        if slots is not None and args.hosts is None:
+            # Before the config is checked with them: more slots than the global batch size is
+            # refused there too, which says less about what is wrong.
+            check_slots_fit_this_machine(slots, "resources.slots_per_trial")
         if args.hosts is not None:
             on_hosts = sum(entry.slots for entry in launcher.parse_hosts(args.hosts))
             if slots is not None and slots != on_hosts:

@@ -177,6 +177,11 @@ CASES: list[BadInput] = [
         "4096 slots asked for, but this machine has",
         files={"big_batch.yaml": config(hyperparameters=hyperparameters(global_batch_size=8192))},
     ),
+    BadInput(
+        "more slots than CPUs, and than the global batch size",
+        ("--store", "{dir}/new.sqlite", "experiment", "create", "{ok}", "{dir}", "--slots", "99999999999999999999"),
+        "99999999999999999999 slots asked for, but this machine has",
+    ),
     BadInput("a non-integer id", ("experiment", "describe", "one"), "argument ID: must be an id, an integer from 1"),
     BadInput("an id of 0", ("--store", "{store}", "trial", "describe", "0"), "must be an id, an integer from 1"),
     BadInput(
