@@ -41,11 +41,13 @@ def create(store: ExperimentStore, args: argparse.Namespace) -> int:
             raw["reproducibility"] = {**(raw.get("reproducibility") or {}), "experiment_seed": args.seed}
         config = load_experiment_config(raw)
         slots = args.slots
-        if slots is not None and args.hosts is None:
-            # Before the config is checked with them: more slots than the global batch size is
-            # refused there too, which says less about what is wrong.
-            check_slots_fit_this_machine(slots, "resources.slots_per_trial")
-        if args.hosts is not None:
+        if args.hosts is None:
+            # Before the config is checked with --slots: more slots than the global batch size
+            # is refused there too, which says less about what is wrong.
+            check_slots_fit_this_machine(
+                config.resources.slots_per_trial if slots is None else slots, "resources.slots_per_trial"
+            )
+        else:
             on_hosts = sum(entry.slots for entry in launcher.parse_hosts(args.hosts))
             if slots is not None and slots != on_hosts:
                 raise UsageError(f"--slots {slots} differs from the {on_hosts} slots of --hosts {args.hosts}.")
@@ -71,9 +73,7 @@ def create(store: ExperimentStore, args: argparse.Namespace) -> int:
             check_trial_entrypoint(context_dir, config.entrypoint_module, config.entrypoint_class)
     except EntrypointError as error:
         raise UsageError(f"{args.config}: {error}") from error
-    if args.hosts is None:
-        check_slots_fit_this_machine(slots or config.resources.slots_per_trial, "resources.slots_per_trial")
-    else:
+    if args.hosts is not None:
         try:
             launcher.check_hosts(args.hosts)
         except ValueError as error:

@@ -68,7 +68,7 @@ class Context:
         self._recorder = recorder
         self._owned_run = owned_run
         # A run by hand has no launched info to read: every process is told of it here.
-        self._by_hand = by_hand or owned_run is not None
+        self._by_hand = by_hand
         self._exits = contextlib.ExitStack()
 
     def start(self) -> "Context":
