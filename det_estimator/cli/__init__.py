@@ -1,13 +1,14 @@
 """The ``det-estimator`` command: run and track experiments on one or many processes."""
 
 import argparse
+import functools
 import math
 import os
 import sqlite3
 import sys
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Optional, TextIO
+from typing import TYPE_CHECKING, Any, Callable, Optional, TextIO
 
 from det_estimator import __version__
 from det_estimator.cli import _experiments as experiments
@@ -15,6 +16,9 @@ from det_estimator.cli import _jobs as jobs
 from det_estimator.cli._environment import show_environment
 from det_estimator.cli._experiments import UsageError
 from det_estimator.config import ClusterKeysIgnoredWarning
+
+if TYPE_CHECKING:
+    from det_estimator.store import ExperimentStore
 
 
 def _positive_int(text: str) -> int:
@@ -233,6 +237,20 @@ def _store_to_open(args: argparse.Namespace) -> Optional[str]:
     )
 
 
+def _open_store(path: str, writing: bool) -> "ExperimentStore":
+    """The store at ``path`` (made there if missing); checked writable for a command that writes."""
+    from det_estimator.store import ExperimentStore
+
+    store = ExperimentStore(path)
+    if writing:
+        try:
+            store.check_writable()
+        except BaseException:
+            store.close()
+            raise
+    return store
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     """Runs the command line; returns the exit status (2 for a bad command line or config)."""
     with warnings.catch_warnings():
@@ -254,7 +272,7 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 def _main(argv: Optional[list[str]]) -> int:
     from det_estimator.errors import DetEstimatorError
-    from det_estimator.store import ExperimentStore, StoreUnusableError, UnknownIdError, damaged_store_error
+    from det_estimator.store import StoreUnusableError, UnknownIdError, damaged_store_error
 
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -268,9 +286,14 @@ def _main(argv: Optional[list[str]]) -> int:
         store_path = _store_to_open(args)
         if store_path is None:
             return 0
-        with ExperimentStore(store_path) as store:
-            if (args.command, args.action) in _WRITING_COMMANDS:
-                store.check_writable()
+        if (args.command, args.action) in _CREATING_COMMANDS:
+            # The command checks its input first, and opens the store only once it has
+            # accepted it: a refused command leaves no new store file or folder behind.
+            # An existing store that cannot be used is refused before anything else.
+            if Path(store_path).exists():
+                _open_store(store_path, writing=True).close()
+            return run(functools.partial(_open_store, store_path, writing=True), args)
+        with _open_store(store_path, writing=(args.command, args.action) in _WRITING_COMMANDS) as store:
             return run(store, args)
     except (UsageError, UnknownIdError, StoreUnusableError) as error:
         print(f"det-estimator: error: {error}", file=sys.stderr)

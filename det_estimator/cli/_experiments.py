@@ -6,7 +6,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from det_estimator import launcher, orchestration
 from det_estimator.cli._config_warnings import config_warnings
@@ -28,8 +28,12 @@ class UsageError(DetEstimatorError):
     """A bad command line or config: the command prints the message and exits with 2."""
 
 
-def create(store: ExperimentStore, args: argparse.Namespace) -> int:
-    """Records a new experiment from a config and runs it in the foreground."""
+def create(open_store: Callable[[], ExperimentStore], args: argparse.Namespace) -> int:
+    """Records a new experiment from a config and runs it in the foreground.
+
+    The store is opened (made, at a new path) only once the command line and the config
+    are accepted, so that a refused command leaves nothing behind.
+    """
     from det_estimator.config import ConfigError, load_experiment_config
     from det_estimator.config._source import read_source
 
@@ -85,23 +89,54 @@ def create(store: ExperimentStore, args: argparse.Namespace) -> int:
                 f"--hosts {args.hosts} gives this machine {here} slots, but it has {cpus} CPUs: each slot is a "
                 f"process of its own, and more processes than CPUs cannot start together. Give it {cpus} or fewer."
             )
-    _check_checkpoint_storage(orchestration.checkpoint_storage_root(config, str(context_dir)), args.config)
+    storage = orchestration.checkpoint_storage_root(config, str(context_dir))
+    made = _missing_from(storage)
+    _check_checkpoint_storage(storage, args.config)
     for warning in config_warnings(config):
         print(f"det-estimator: warning: {warning}", file=sys.stderr, flush=True)
     if args.test:
         config = _test_mode_config(raw, config)
-    experiment_id = orchestration.record_experiment(
-        store,
-        config,
-        str(context_dir),
-        name=config.name or Path(args.config).stem,
-        test=args.test,
-        hosts=args.hosts,
-        slots=slots,
-    )
-    trial_id = store.trials(experiment_id)[0].id
-    _tell(args.json, f"Created experiment {experiment_id} ({_what_it_runs(config, trial_id)}) in {store.path}")
-    return _run(store, experiment_id, args)
+    try:
+        store = open_store()
+    except BaseException:
+        _remove_empty_folders(storage, made)  # what the check of the checkpoint storage made
+        raise
+    with store:
+        experiment_id = orchestration.record_experiment(
+            store,
+            config,
+            str(context_dir),
+            name=config.name or Path(args.config).stem,
+            test=args.test,
+            hosts=args.hosts,
+            slots=slots,
+        )
+        trial_id = store.trials(experiment_id)[0].id
+        _tell(args.json, f"Created experiment {experiment_id} ({_what_it_runs(config, trial_id)}) in {store.path}")
+        return _run(store, experiment_id, args)
+
+
+def _missing_from(path: Path) -> Optional[Path]:
+    """The outermost folder of ``path`` that does not exist yet; None when ``path`` exists."""
+    missing = None
+    for folder in (path, *path.parents):
+        if folder.exists():
+            break
+        missing = folder
+    return missing
+
+
+def _remove_empty_folders(path: Path, up_to: Optional[Path]) -> None:
+    """Removes ``path`` and its parents up to ``up_to`` (folders made for a command then refused), while empty."""
+    if up_to is None:
+        return
+    for folder in (path, *path.parents):
+        try:
+            folder.rmdir()
+        except OSError:
+            return
+        if folder == up_to:
+            return
 
 
 def _what_it_runs(config: ExperimentConfig, first_trial_id: int) -> str:

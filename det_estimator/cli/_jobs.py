@@ -3,6 +3,7 @@
 import argparse
 import sys
 from pathlib import Path
+from typing import Callable
 
 from det_estimator.cli._entrypoint import EntrypointError, check_program
 from det_estimator.cli._experiments import (
@@ -18,8 +19,11 @@ from det_estimator.orchestration._processes import device_type
 from det_estimator.store import ExperimentStore, State, to_json_value
 
 
-def run(store: ExperimentStore, args: argparse.Namespace) -> int:
-    """Runs a job config's script on its slots in the foreground, recorded in the store."""
+def run(open_store: Callable[[], ExperimentStore], args: argparse.Namespace) -> int:
+    """Runs a job config's script on its slots in the foreground, recorded in the store.
+
+    The store is opened (made, at a new path) only once the job config is accepted.
+    """
     from det_estimator.config import ConfigError
     from det_estimator.config._source import read_source
 
@@ -40,8 +44,9 @@ def run(store: ExperimentStore, args: argparse.Namespace) -> int:
     except EntrypointError as error:
         raise UsageError(f"{args.config}: {error}") from error
     shown = sys.stderr if args.json else sys.stdout
-    print(f"Running job {spec.name!r} on {spec.slots} slot(s): {' '.join(spec.command)}", file=shown, flush=True)
-    job = run_job(store, spec, str(context_dir), stream=shown, verbose=args.verbose).job
+    with open_store() as store:
+        print(f"Running job {spec.name!r} on {spec.slots} slot(s): {' '.join(spec.command)}", file=shown, flush=True)
+        job = run_job(store, spec, str(context_dir), stream=shown, verbose=args.verbose).job
     if args.json:
         print_json(job, sys.stdout)
     else:

@@ -45,10 +45,8 @@ def test_a_bad_input_gets_a_clear_error_and_changes_nothing(case, tmp_path, stor
     assert status == case.status, output
     assert case.message in output, output
     assert "Traceback" not in output, output
-    new_store = tmp_path / "new.sqlite"
-    if new_store.exists():  # a refused experiment is never recorded
-        with ExperimentStore(new_store) as store:
-            assert store.experiments() == []
+    # A refused experiment or job is never recorded, and no store is made for it.
+    assert not (tmp_path / "new.sqlite").exists() and not (tmp_path / "new-files").exists()
     with ExperimentStore(store_with_one_experiment) as store:
         (experiment,) = store.experiments()
         assert experiment.state == State.COMPLETED
@@ -136,6 +134,42 @@ def test_listing_an_experiments_trials_or_checkpoints_without_a_store_is_a_usage
     status, output = run_command(argv)
     assert status == 2 and f"There is no experiment store at {no_default_store}." in output, output
     assert not no_default_store.exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["experiment", "create", "{dir}/bad.yaml", "{dir}"], "unknown key `bogus`"),
+        (["experiment", "create", "{dir}/ok.yaml", "{dir}/nowhere"], "CONTEXT_DIR {dir}/nowhere is not a directory"),
+        (["job", "run", "{dir}/bad.yaml", "{dir}"], "bogus"),
+    ],
+)
+def test_a_refused_create_or_job_makes_no_store_nor_its_folders(tmp_path, monkeypatch, no_default_store, argv, said):
+    case = tmp_path / "case"
+    bad_inputs.BadInput("", (), "", files={"bad.yaml": bad_inputs.config(bogus=1)}).set_up(case)
+    argv = [part.format(dir=case) for part in argv]
+    new = tmp_path / "new" / "folders" / "store.sqlite"
+    for command_line in (["--store", str(new), *argv], argv):  # a store named, and the default one
+        status, output = run_command(command_line)
+        assert status == 2 and said.format(dir=case) in output, output
+    assert not (tmp_path / "new").exists()
+    assert not (tmp_path / "data").exists() and not no_default_store.exists()
+    monkeypatch.setenv("DET_ESTIMATOR_STORE", str(new))
+    assert run_command(argv)[0] == 2
+    assert not (tmp_path / "new").exists()
+
+
+def test_a_store_that_cannot_be_made_leaves_no_checkpoint_storage_made_for_the_experiment(tmp_path):
+    bad_inputs.BadInput("", (), "").set_up(tmp_path)  # ok.yaml keeps its checkpoints in {dir}/checkpoints
+    (tmp_path / "a-file").write_text("not a folder\n")
+    store = tmp_path / "a-file" / "store.sqlite"
+
+    status, output = run_command(
+        ["--store", str(store), "experiment", "create", str(tmp_path / "ok.yaml"), str(tmp_path)]
+    )
+
+    assert status == 2 and f"Cannot make a store at {store}: its folder cannot be created" in output, output
+    assert not (tmp_path / "checkpoints").exists()
 
 
 def test_a_store_on_a_read_only_file_system_is_said_to_be_unwritable(store_with_one_experiment, tmp_path):

@@ -7,6 +7,7 @@ import pytest
 import yaml
 
 from det_estimator.orchestration._jobs import JobConfigError, load_job_config
+from det_estimator.store import ExperimentStore
 
 
 def write(path, raw) -> str:
@@ -56,13 +57,15 @@ def test_a_missing_config_context_or_script_is_refused_with_exit_status_2(tmp_pa
     assert no_dir.returncode == 2 and "is not a directory" in no_dir.stderr
     no_script = det(store, "job", "run", config, tmp_path, check=False)
     assert no_script.returncode == 2 and "absent.py" in no_script.stderr
-    unknown = det(store, "job", "logs", 42, check=False)
-    assert unknown.returncode == 2 and "There is no job 42" in unknown.stderr
     (tmp_path / "present.py").write_text("print('never run')\n")
     present = write(tmp_path / "present.yaml", {"entrypoint_script": "python3 present.py", "data": {}})
     too_many = det(store, "job", "run", present, tmp_path, "--slots", 4096, check=False)
     assert too_many.returncode == 2 and "4096 slots asked for, but this machine has" in too_many.stderr
     assert "--hosts" not in too_many.stderr and "never run" not in too_many.stdout
+    assert not store.exists()  # a refused job makes no store
+    ExperimentStore(store).close()
+    unknown = det(store, "job", "logs", 42, check=False)
+    assert unknown.returncode == 2 and "There is no job 42" in unknown.stderr
     assert det(store, "job", "list").stdout.startswith("No jobs yet")
 
 
