@@ -281,7 +281,23 @@ def _progress(experiment: Any) -> str:
     """Batches done of the length, for one trial; the batches of all trials, for a search."""
     if experiment.num_trials > 1:
         return str(experiment.batches_trained)
-    return f"{experiment.batches_trained}/{experiment.max_batches or '?'}"
+    return batches_of(experiment.batches_trained, experiment.max_batches, short=True)
+
+
+def batches_of(batches: int, length: Optional[int], short: bool = False) -> str:
+    """``10/20`` batches trained of the length, as ``list`` and ``describe`` show them.
+
+    A trial learns its length when its training starts: one that has not started is
+    said to be so (``0 (not started)``), and a script that trains to a length of its
+    own, without the searcher's operations, shows the batches it has trained.
+    """
+    if length:
+        shown = f"{batches}/{length}"
+    elif batches:
+        shown = str(batches)
+    else:
+        return "0 (not started)" if short else "0 batches (training not started)"
+    return shown if short else f"{shown} batches"
 
 
 def _ranked(store: ExperimentStore, experiment_id: int) -> list[tuple[TrialRecord, Any]]:
@@ -387,8 +403,8 @@ def describe_trial(store: ExperimentStore, args: argparse.Namespace) -> int:
 def _describe_trial(store: ExperimentStore, trial: TrialRecord) -> None:
     search = "" if trial.search_state is None else f" ({trial.search_state} in the search)"
     print(
-        f"\nTrial {trial.id}: {trial.state}{search}, {trial.batches_trained}/{trial.max_batches or '?'} "
-        f"batches, seed {trial.seed}"
+        f"\nTrial {trial.id}: {trial.state}{search}, {batches_of(trial.batches_trained, trial.max_batches)}, "
+        f"seed {trial.seed}"
     )
     print(f"  hyperparameters: {format_metrics(trial.hparams) or '-'}")
     print(f"  checkpoints in:  {trial.checkpoint_dir}")

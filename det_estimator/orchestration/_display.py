@@ -172,6 +172,12 @@ def _bar_columns(stream: TextIO) -> Optional[int]:
     return max(columns - _ECHO_MARGIN, 10)
 
 
+# A bar towards the trial's length; and, while the length is not known (a script that trains
+# to a length of its own), the batches trained alone, not "5/?" beside a bar stuck at 0%.
+_BAR_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}]{postfix}"
+_COUNT_FORMAT = "{desc}: {n_fmt} [{elapsed}, {rate_fmt}]{postfix}"
+
+
 class BarDisplay:
     """A progress bar per running trial, redrawn in place, with validations and checkpoints printed above it.
 
@@ -207,11 +213,11 @@ class BarDisplay:
                 # Several trials' bars: a finished trial's line is written above them instead.
                 leave=not self._multi_trial,
                 position=self._lines.get(trial_id),
-                bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}, "
-                "{rate_fmt}]{postfix}",
+                bar_format=_BAR_FORMAT if total else _COUNT_FORMAT,
             )
         elif total is not None and bar.total != total:
             bar.total = total
+            bar.bar_format = _BAR_FORMAT
             bar.refresh()
         return bar
 

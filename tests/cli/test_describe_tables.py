@@ -28,3 +28,27 @@ def test_the_batches_a_callback_also_reports_as_a_metric_are_not_a_second_batche
         header = lines[lines.index("Validations:") + 1]
         assert header.split() == ["BATCHES", "EPOCHS", "LOSS"], output
         assert lines[lines.index("Validations:") + 3].split() == ["8", "2", "0.125"], output
+
+
+def test_a_trial_that_never_started_is_said_to_be_not_started_not_0_of_a_question_mark(tmp_path):
+    store = record_one_experiment(tmp_path)  # its trial has no run yet: no length is known
+
+    def shown(*command: str) -> str:
+        result = subprocess.run([COMMAND, "--store", str(store), *command], capture_output=True, text=True)
+        assert result.returncode == 0, result.stderr
+        assert "/?" not in result.stdout, result.stdout
+        return result.stdout
+
+    assert "0 (not started)" in shown("experiment", "list")
+    for command in (["experiment", "describe", "1"], ["trial", "describe", "1"]):
+        assert "), 0 batches (training not started), seed " in shown(*command)
+
+    with ExperimentStore(store) as opened:  # a script training to a length of its own: its batches alone
+        opened.start_run(1)
+        opened.set_progress(1, 7)
+    assert "), 7 batches, seed " in shown("trial", "describe", "1")
+    (row,) = [line for line in shown("experiment", "list").splitlines() if line.split()[0] == "1"]
+    assert row.split()[4] == "7", row
+    with ExperimentStore(store) as opened:
+        opened.set_progress(1, 7, 20)
+    assert "), 7/20 batches, seed " in shown("trial", "describe", "1")

@@ -8,7 +8,7 @@ import termios
 from typing import Optional
 
 from det_estimator.orchestration._display import BarDisplay, PlainDisplay
-from det_estimator.orchestration._follow import MetricsReported, StoreFollower, TrialEnded, TrialStarted
+from det_estimator.orchestration._follow import MetricsReported, Progress, StoreFollower, TrialEnded, TrialStarted
 from det_estimator.store import ExperimentStore, MetricKind, State
 
 
@@ -122,6 +122,19 @@ def test_a_bar_shows_the_training_loss_not_every_summary_beside_it():
     assert "fraction_of_zero_values" not in bar and "average_loss" not in bar, bar
     display.show(MetricsReported(1, MetricKind.TRAINING, 400, {"mse": 0.25}, 2.0))
     assert screen(stream.getvalue())[-1].endswith(", mse 0.25")  # no loss: what there is
+    display.close()
+
+
+def test_a_bar_without_a_length_shows_the_batches_trained_not_a_question_mark():
+    # A script that trains to a length of its own reports batches with no length to reach.
+    stream = io.StringIO()
+    display = BarDisplay(stream)
+    display.show(MetricsReported(1, MetricKind.TRAINING, 5, {"loss": 0.5}, 1.0))
+    bar = screen(stream.getvalue())[-1]
+    assert bar.startswith("batches: 5 [") and bar.endswith(", loss 0.5"), bar
+    assert "?" not in bar and "%" not in bar, bar
+    display.show(Progress(1, 10, 40, 2.0))  # a length, once known, is shown as usual
+    assert "/40 [" in screen(stream.getvalue())[-1] and "%|" in screen(stream.getvalue())[-1]
     display.close()
 
 
