@@ -4,6 +4,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -259,6 +260,33 @@ def test_a_paused_experiment_resumes_without_losing_anything(det, context, analy
     headers = [line for line in log.splitlines() if line.startswith("--- det-estimator: run ")]
     assert len(headers) == 2 and "from the start" in headers[0]
     assert headers[1].endswith(f"from checkpoint {pause_checkpoint['uuid']} ---")
+
+
+def test_a_resume_whose_latest_checkpoint_was_deleted_by_hand_says_so_and_where_it_goes_on_from(det, context):
+    config = context.write_config(
+        20,
+        hparams={"crash": {"rank": 0, "batch": 12}},  # each run fails at its 12th batch
+        min_checkpoint_period={"batches": 5},
+        checkpoint_storage={"type": "shared_fs", "host_path": "checkpoints", "save_trial_latest": 5},
+    )
+    created = det("experiment", "create", config, context.directory)
+    assert created.returncode == 1, created.stdout + created.stderr
+    experiment_id = created_id(created.stdout)
+    first, latest = det.json("checkpoint", "list", experiment_id)
+    assert (first["batches"], latest["batches"]) == (5, 10)
+    shutil.rmtree(latest["path"])
+
+    resumed = det("experiment", "resume", experiment_id)
+
+    assert resumed.returncode == 1, resumed.stdout + resumed.stderr  # its run fails at its 12th batch again
+    assert (
+        f"The latest checkpoint of trial {latest['trial_id']}, {latest['uuid']} after 10 batches, is gone: "
+        f"{latest['path']} no longer exists. Trial {latest['trial_id']} resumes from checkpoint {first['uuid']} "
+        "after 5 batches instead" in resumed.stderr
+    ), resumed.stderr
+    assert "resumed after 5 batches" in resumed.stdout
+    listed = det.json("checkpoint", "list", experiment_id, "--all")
+    assert [(c["batches"], c["state"]) for c in listed if c["uuid"] == latest["uuid"]] == [(10, "DELETED")]
 
 
 def test_save_trial_latest_0_keeps_the_latest_checkpoint_until_the_experiment_completes(det, context):
