@@ -21,7 +21,7 @@ Nothing here imports TensorFlow, except ``DistributedContext.from_tf_config()``.
 """
 
 from det_estimator.core._checkpoint import CheckpointContext, CheckpointError, DownloadMode, RetentionPolicy
-from det_estimator.core._context import Context, build_context, init
+from det_estimator.core._context import Context, RefusedOnAnotherProcessError, build_context, init
 from det_estimator.core._distributed import DistributedContext, DummyDistributedContext
 from det_estimator.core._preempt import PreemptContext, PreemptMode
 from det_estimator.core._searcher import (
@@ -46,6 +46,7 @@ __all__ = [
     "PeerGoneError",
     "PreemptContext",
     "PreemptMode",
+    "RefusedOnAnotherProcessError",
     "RetentionPolicy",
     "SearcherContext",
     "SearcherMetricError",

@@ -173,26 +173,111 @@ def init(
 
     Raises:
         TypeError: an argument of the wrong type (the message names it).
-        ValueError: a ``preempt_mode`` that is not a :class:`PreemptMode`.
+        ValueError: a ``preempt_mode`` that is not a :class:`PreemptMode`; off an
+            experiment, an invalid ``config`` or checkpoint storage that cannot hold
+            checkpoints.
+        RefusedOnAnotherProcessError: off an experiment on several processes, another
+            process refused its arguments or could not record the run (its rank and
+            message are given); every process raises, none waits for the others.
     """
-    _check_init_arguments(distributed, checkpoint_storage, preempt_mode, config)
     info = _info.get_cluster_info()
     owned_run = None
     by_hand = info is None
     if by_hand:
         # A script started by hand, on one process or several (a launcher run without an
         # experiment): the chief records one experiment and tells the others about it.
-        if distributed is None:
-            distributed = DistributedContext.from_environment()
-        if distributed.rank == 0:
-            info, owned_run = _record_script_run(config, checkpoint_storage, slots=distributed.size)
-        if distributed.size > 1:
-            info = _info.ClusterInfo.from_json(distributed.broadcast(info.to_json() if info else None))
+        info, owned_run, distributed = _init_by_hand(distributed, checkpoint_storage, preempt_mode, config)
+    else:
+        _check_init_arguments(distributed, checkpoint_storage, preempt_mode, config)
     if distributed is None:
         distributed = DistributedContext.from_environment() if info.slots > 1 else DummyDistributedContext()
     return build_context(
         info, distributed, preempt_mode, owned_run=owned_run, strict_metric=not by_hand, by_hand=by_hand
     )
+
+
+class RefusedOnAnotherProcessError(DetEstimatorError):
+    """``core.init()`` of a script run by hand was refused on another process of the job.
+
+    Every process raises: the one that refused its arguments (or could not record the
+    run) its own error, the others this one, with that process's rank and message, so
+    that none waits for the others forever.
+    """
+
+
+def _init_by_hand(
+    distributed: Any, checkpoint_storage: Any, preempt_mode: Any, config: Any
+) -> tuple[_info.ClusterInfo, Optional[int], DistributedContext]:
+    """Records the run of a script started by hand (by its chief) and tells every process of it.
+
+    On several processes, each checks its own arguments, and the chief the config, before
+    anything is recorded; what one of them refuses, or the chief fails to record, is told
+    to all, and every process raises at once, instead of waiting for the others forever.
+
+    Returns:
+        ``(info, owned_run, distributed)``: the run's info on every process, the run this
+        process owns (the chief's), and the distributed context (built from the launch
+        when none was given).
+    """
+    refused: Optional[BaseException] = None
+    try:
+        _check_init_arguments(distributed, checkpoint_storage, preempt_mode, config)
+    except (TypeError, ValueError) as error:
+        refused = error
+    made_here = not isinstance(distributed, DistributedContext)
+    if made_here:
+        # Also when `distributed` was refused: the others must still hear of it.
+        distributed = DistributedContext.from_environment()
+    try:
+        experiment_config = None
+        if refused is None and distributed.rank == 0:
+            try:
+                experiment_config = _script_run_config(config, checkpoint_storage)
+            except Exception as error:  # an invalid config or checkpoint storage, above all
+                refused = error
+        _raise_if_refused(distributed, refused, distributed.allgather(_refusal(refused)))
+        info, owned_run, failure = None, None, None
+        if distributed.rank == 0:
+            try:
+                info, owned_run = _record_script_run(experiment_config, slots=distributed.size)
+            except Exception as error:  # the store cannot be used, say
+                failure = error
+        if distributed.size > 1:
+            shared = distributed.broadcast(
+                {"refused": _refusal(failure), "info": None if info is None else info.to_json()}
+            )
+            _raise_if_refused(distributed, failure, [shared["refused"]])
+            info = _info.ClusterInfo.from_json(shared["info"])
+        elif failure is not None:
+            raise failure
+    except BaseException:
+        if made_here:
+            distributed.close()
+        raise
+    return info, owned_run, distributed
+
+
+def _refusal(error: Optional[BaseException]) -> Optional[tuple[str, str]]:
+    """What the other processes are told of this process's error: its type's name and its message."""
+    return None if error is None else (type(error).__name__, str(error))
+
+
+def _raise_if_refused(
+    distributed: DistributedContext, own: Optional[BaseException], refusals: list[Optional[tuple[str, str]]]
+) -> None:
+    """Raises this process's own error, else the first refusal of another process (``refusals`` in rank order).
+
+    ``refusals`` holds one entry per process (an allgather's), or the chief's alone.
+    """
+    if own is not None:
+        raise own
+    for rank, refusal in enumerate(refusals):
+        if refusal is not None:
+            kind, message = refusal
+            raise RefusedOnAnotherProcessError(
+                f"det.core.init() failed on process {rank} of the {distributed.size} of this job, so every "
+                f"process stops here: {kind}: {message}"
+            )
 
 
 def _check_init_arguments(distributed: Any, checkpoint_storage: Any, preempt_mode: Any, config: Any) -> None:
@@ -332,11 +417,21 @@ class _LauncherGone:
         return not launcher_alive(*self._launcher)
 
 
-def _record_script_run(
-    config: Optional[dict[str, Any]], checkpoint_storage: Optional[Union[str, os.PathLike]], slots: int = 1
-) -> tuple[_info.ClusterInfo, int]:
-    """Records a script's run (on ``slots`` processes) as a new experiment of one trial; returns its info and run."""
-    command = [os.path.basename(sys.executable), *sys.argv] if sys.argv and sys.argv[0] else None
+def _script_command() -> Optional[list[str]]:
+    """The command that ran this script, to run it again on a resume."""
+    return [os.path.basename(sys.executable), *sys.argv] if sys.argv and sys.argv[0] else None
+
+
+def _script_run_config(
+    config: Optional[Mapping[str, Any]], checkpoint_storage: Optional[Union[str, os.PathLike]]
+) -> ExperimentConfig:
+    """The config a script's run by hand is recorded with, checked (its checkpoint storage too); nothing recorded.
+
+    Raises:
+        ConfigError: an invalid config.
+        CheckpointStorageError: checkpoint storage that cannot hold checkpoints.
+    """
+    command = _script_command()
     script = Path(sys.argv[0]).stem if sys.argv and sys.argv[0] else "script"
     raw = dict(config or {})
     raw.setdefault("name", script)
@@ -347,9 +442,15 @@ def _record_script_run(
         raw["checkpoint_storage"] = {"type": "shared_fs", "host_path": str(Path(checkpoint_storage).resolve())}
     raw.setdefault("checkpoint_storage", {"type": "shared_fs", "host_path": str(Path("checkpoints").resolve())})
     experiment_config = load_experiment_config(raw)
+    check_checkpoint_storage(Path(experiment_config.checkpoint_storage.checkpoint_directory).resolve())
+    return experiment_config
+
+
+def _record_script_run(experiment_config: ExperimentConfig, slots: int = 1) -> tuple[_info.ClusterInfo, int]:
+    """Records a script's run (on ``slots`` processes) as a new experiment of one trial; returns its info and run."""
+    command = _script_command()
     seed = experiment_config.reproducibility.experiment_seed
     hparams = experiment_config.sample_hyperparameters(seed)
-    check_checkpoint_storage(Path(experiment_config.checkpoint_storage.checkpoint_directory).resolve())
     with ExperimentStore() as store:
         experiment_id = store.create_experiment(
             name=experiment_config.name,
