@@ -9,10 +9,14 @@ them out. Checkpoints written by det-estimator 0.1 kept them under
 from pathlib import Path
 from typing import Union
 
+from det_estimator.checkpoint._metadata import METADATA_FILE
+
 # The TensorFlow checkpoint files' directory in a checkpoint.
 MODEL_DIR = "model"
+# Each process's training input position: input/rank-<r>/.
+INPUT_DIR = "input"
 # Names a serving function cannot take: other parts of the checkpoint live there.
-RESERVED_NAMES = (MODEL_DIR, "code", "saved_models")
+RESERVED_NAMES = (MODEL_DIR, INPUT_DIR, "code", "saved_models", METADATA_FILE)
 _OLD_EXPORTS_DIR = "saved_models"
 
 

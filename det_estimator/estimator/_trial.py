@@ -70,7 +70,8 @@ class EstimatorTrial(abc.ABC):
         Each ``{name: serving_input_receiver_fn}`` entry becomes a SavedModel in the
         checkpoint's ``<name>`` directory, loadable with
         ``det.estimator.load_estimator_from_checkpoint_path(path, serving_name=name)``.
-        A name may not be ``model`` (the checkpoint's TensorFlow checkpoint files) or
-        ``code``.
+        A name may not be one that another part of the checkpoint takes: ``model`` (the
+        TensorFlow checkpoint files), ``input`` (each process's input position),
+        ``code``, ``saved_models`` or ``metadata.json``.
         """
         return {}

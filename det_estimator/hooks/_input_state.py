@@ -20,10 +20,11 @@ import tensorflow as tf
 from tensorflow.python.data.ops import iterator_ops
 from tensorflow.python.data.ops.options import ExternalStatePolicy
 
+from det_estimator._saved_models import INPUT_DIR
+
 logger = logging.getLogger("det_estimator")
 
-# A checkpoint holds one directory per process: input/rank-<r>/input.ckpt.*
-INPUT_DIR = "input"
+# A checkpoint holds one directory per process: <INPUT_DIR>/rank-<r>/input.ckpt.*
 _PREFIX = "input.ckpt"
 
 

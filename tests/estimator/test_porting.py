@@ -195,13 +195,19 @@ def test_eval_spec_settings_that_would_be_ignored_are_refused(analytic, tmp_path
         det.run_trial(Throttled, analytic.make_config(tmp_path, 1))
 
 
-def test_a_serving_name_that_would_overwrite_part_of_the_checkpoint_is_refused(analytic, tmp_path):
+@pytest.mark.parametrize("name", ["model", "input", "metadata.json"])
+def test_a_serving_name_that_would_overwrite_part_of_the_checkpoint_is_refused(analytic, tmp_path, name):
+    # input/ holds each process's input position and metadata.json the checkpoint's record:
+    # an export under either name made every checkpoint fail after training had run.
     class Clashing(analytic.AnalyticTrial):
         def build_serving_input_receiver_fns(self):
-            return {"model": super().build_serving_input_receiver_fns()["raw"]}
+            return {name: super().build_serving_input_receiver_fns()["raw"]}
 
-    with pytest.raises(ValueError, match=r"not be one of model, code, saved_models .*Received: 'model'"):
+    with pytest.raises(
+        ValueError, match=rf"not be one of model, input, code, saved_models, metadata.json .*Received: '{name}'"
+    ):
         det.run_trial(Clashing, analytic.make_config(tmp_path, 1))
+    assert not list((tmp_path / "checkpoints").glob("**/metadata.json"))
 
 
 def test_in_this_process_tensorflow_keeps_its_v2_behaviour(analytic, tmp_path):
