@@ -3,6 +3,7 @@
 import logging
 from typing import Any, Optional
 
+from det_estimator._checkpoint_kind import CheckpointKind, checkpoint_kind, refuse_other_kind
 from det_estimator._saved_models import saved_models_of
 
 # What TensorFlow logs for every variable of a SavedModel exported from a graph (as every
@@ -31,16 +32,24 @@ def load_estimator_from_checkpoint_path(
         The loaded SavedModel (``tf.saved_model.load``); call its ``signatures``.
 
     Raises:
-        ValueError: the checkpoint has no export, or several and no ``serving_name``,
-            or none of that name.
+        FileNotFoundError: there is nothing at ``path``.
+        NotADirectoryError: ``path`` is a file.
+        ValueError: ``path`` is a Keras checkpoint (the message names its loader), or
+            holds no export, or several and no ``serving_name``, or none of that name.
     """
     import tensorflow as tf
 
+    refuse_other_kind(path, CheckpointKind.ESTIMATOR)
     exports = saved_models_of(path)
     if not exports:
+        if checkpoint_kind(path) is CheckpointKind.ESTIMATOR:
+            raise ValueError(
+                f"Checkpoint {path} has no SavedModel: the trial's build_serving_input_receiver_fns() returned no "
+                "serving function when it was written."
+            )
         raise ValueError(
-            f"Checkpoint {path} has no SavedModel: the trial's build_serving_input_receiver_fns() returned no "
-            "serving function when it was written (or the path is not a det-estimator checkpoint)."
+            f"{path} is not a checkpoint of an EstimatorTrial: it holds no model/ directory and no SavedModel. "
+            "Pass the directory of one checkpoint, as `det-estimator checkpoint list` shows it."
         )
     if serving_name is None:
         if len(exports) > 1:

@@ -16,11 +16,12 @@ from typing import Any
 
 import tensorflow as tf
 
+from det_estimator._checkpoint_kind import KERAS_TRIAL_STATE
 from det_estimator.errors import DetEstimatorError
 from det_estimator.keras._random_states import generators
 
 MODEL_DIR = "model"
-_STATE = "state"
+_STATE = KERAS_TRIAL_STATE
 
 
 class CheckpointMismatchError(DetEstimatorError, ValueError):

@@ -11,13 +11,14 @@ import numpy as np
 import tensorflow as tf
 
 from det_estimator import core
+from det_estimator._checkpoint_kind import CALLBACK_WEIGHTS
 from det_estimator._process_random_state import python_and_numpy_state, restore_python_and_numpy_state
 from det_estimator.keras import _random_states
 
 logger = logging.getLogger("det_estimator.keras")
 
 # Files of a checkpoint written by the callback.
-WEIGHTS_PREFIX = "model_checkpoint"
+WEIGHTS_PREFIX = CALLBACK_WEIGHTS
 STATE_FILE = "callback_state.json"
 # Keys of the state, also copied into the checkpoint's metadata.
 _STATE_VERSION = 1

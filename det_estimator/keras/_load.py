@@ -3,6 +3,8 @@
 from pathlib import Path
 from typing import Any, Optional, Union
 
+from det_estimator._checkpoint_kind import CheckpointKind, refuse_other_kind
+
 
 def load_model_from_checkpoint_path(path: Union[str, Path], tags: Optional[list[str]] = None) -> Any:
     """Loads the SavedModel of a checkpoint written by a ``TFKerasTrial``.
@@ -21,7 +23,11 @@ def load_model_from_checkpoint_path(path: Union[str, Path], tags: Optional[list[
         The loaded SavedModel.
 
     Raises:
-        ValueError: there is no SavedModel under ``path``, or more than one.
+        FileNotFoundError: there is nothing at ``path``.
+        NotADirectoryError: ``path`` is a file.
+        ValueError: ``path`` is (or holds) a checkpoint of an ``EstimatorTrial`` or of
+            ``DeterminedCallback`` (the message names its loader), or there is no
+            SavedModel under it, or more than one.
 
     Example:
         ::
@@ -31,10 +37,15 @@ def load_model_from_checkpoint_path(path: Union[str, Path], tags: Optional[list[
     """
     import tensorflow as tf
 
+    refuse_other_kind(path, CheckpointKind.KERAS_TRIAL)
     found = sorted(Path(path).glob("**/saved_model.pb"))
     if not found:
         raise ValueError(f"There is no SavedModel (saved_model.pb) under {path}: it is not a Keras trial's checkpoint.")
     if len(found) > 1:
         listed = ", ".join(str(item.parent) for item in found)
         raise ValueError(f"There are {len(found)} SavedModels under {path}: {listed}. Pass the path of one of them.")
+    checkpoint = found[0].parent.parent  # the checkpoint that holds it: path itself, or one under it
+    if checkpoint.name == "saved_models":  # an estimator checkpoint of det-estimator 0.1
+        checkpoint = checkpoint.parent
+    refuse_other_kind(checkpoint, CheckpointKind.KERAS_TRIAL)
     return tf.saved_model.load(str(found[0].parent), tags=tags or ["serve"])

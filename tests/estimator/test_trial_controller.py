@@ -138,7 +138,7 @@ def test_the_saved_model_predicts_what_the_estimator_predicts(analytic, tmp_path
     assert "serving_default" in same.signatures
     with pytest.raises(ValueError, match=r"has no SavedModel named 'parsing'; its SavedModels are: raw\."):
         det.load_estimator_from_checkpoint_path(path, serving_name="parsing")
-    with pytest.raises(ValueError, match="has no SavedModel"):
+    with pytest.raises(ValueError, match="is not a checkpoint of an EstimatorTrial: it holds no model/ directory"):
         det.load_estimator_from_checkpoint_path(str(tmp_path))
 
 
