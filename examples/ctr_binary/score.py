@@ -41,7 +41,10 @@ def main() -> None:
     except LookupError as error:
         parser.error(str(error))
 
-    model = det.estimator.load_estimator_from_checkpoint_path(checkpoint, serving_name="raw")
+    try:
+        model = det.estimator.load_estimator_from_checkpoint_path(checkpoint, serving_name="raw")
+    except (OSError, ValueError) as error:  # no such directory, not a checkpoint of this trial, no "raw" export
+        parser.error(str(error))
     score = model.signatures["serving_default"]
     features, labels = synthetic_clicks(args.rows, seed=3)  # rows the model never saw
     probabilities = np.concatenate(

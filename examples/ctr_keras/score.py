@@ -20,7 +20,10 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=100_000)
     args = parser.parse_args()
 
-    model = det.keras.load_model_from_checkpoint_path(args.checkpoint)
+    try:
+        model = det.keras.load_model_from_checkpoint_path(args.checkpoint)
+    except (OSError, ValueError) as error:  # no such directory, or not a checkpoint of a Keras trial
+        parser.error(str(error))
     serve = model.signatures["serving_default"]
     features, labels = synthetic_clicks(args.rows, seed=3)
     started = time.perf_counter()

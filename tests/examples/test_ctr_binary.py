@@ -54,3 +54,14 @@ def test_score_says_why_it_has_no_checkpoint_to_score(tmp_path):
     )
     unknown = run(score, "--experiment", "7", "--store", str(store), cwd=tmp_path)
     assert unknown.returncode == 2 and "There is no experiment 7 in the store" in unknown.stderr
+
+
+def test_score_says_why_a_checkpoint_directory_cannot_be_scored(tmp_path):
+    score = str(EXAMPLE / "score.py")
+    missing = run(score, str(tmp_path / "missing"), cwd=tmp_path)
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr, missing.stderr[-3000:]
+    assert f"error: There is no checkpoint at {tmp_path / 'missing'}: no such file or directory." in missing.stderr
+    (tmp_path / "logs").mkdir()
+    not_one = run(score, str(tmp_path / "logs"), cwd=tmp_path)
+    assert not_one.returncode == 2 and "Traceback" not in not_one.stderr, not_one.stderr[-3000:]
+    assert "is not a checkpoint of an EstimatorTrial" in not_one.stderr
