@@ -16,8 +16,8 @@ def main() -> None:
     context = det.keras.init()
     settings = context.config_data
 
-    # The model of the trial's best checkpoint, rebuilt from the checkpoint alone.
-    model = context.load_checkpoint_model(trial_id=settings["trial_id"])
+    # The model of the trial's best checkpoint (its last without best=True), rebuilt from the checkpoint alone.
+    model = context.load_checkpoint_model(trial_id=settings["trial_id"], best=True)
 
     x = (load_digits().data / 16.0).astype("float32")
     # Each process predicts its share; predict() gathers them back in the input's order.

@@ -523,18 +523,18 @@ class KerasContext:
         *,
         model: Optional[tf.keras.Model] = None,
         custom_objects: Optional[dict[str, Any]] = None,
-        best: bool = True,
+        best: bool = False,
     ) -> tf.keras.Model:
         """A Keras model (architecture and weights) from a checkpoint that :meth:`fit` wrote.
 
         Args:
-            trial_id: load the best checkpoint of this trial (by its experiment's
-                ``searcher.metric``), or its latest with ``best=False``.
+            trial_id: load the last checkpoint of this trial (the one of the most
+                batches), or its best by its experiment's ``searcher.metric`` with ``best=True``.
             checkpoint_uuid: load this checkpoint.
             model: a model built as in training, to load the weights into (for
                 subclassed models, whose architecture checkpoints cannot hold).
             custom_objects: your own layers and functions the architecture names.
-            best: with ``trial_id``, the best checkpoint rather than the latest.
+            best: with ``trial_id``, the best checkpoint rather than the last.
 
         Returns:
             The model, not compiled.

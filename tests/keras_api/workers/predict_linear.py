@@ -15,7 +15,7 @@ def inputs() -> np.ndarray:
 def main() -> None:
     context = det.keras.init()
     settings = context.config_data
-    model = context.load_checkpoint_model(trial_id=settings["trial_id"])
+    model = context.load_checkpoint_model(trial_id=settings["trial_id"], best=True)
     x = context.wrap_data(inputs())
     predictions = context.predict(model, x, batch_size=settings["batch_size"], verbose=0)
     if context.distributed.rank == 0:

@@ -1,0 +1,41 @@
+"""context.load_checkpoint_model(trial_id=...) loads the trial's last checkpoint, as the proposal has it."""
+
+import numpy as np
+import tensorflow as tf
+
+from det_estimator import core
+from det_estimator.keras._api._context import KerasContext, Optimizations
+from det_estimator.store import ExperimentStore
+
+
+def write_checkpoint(path, kernel: float) -> None:
+    """A checkpoint as context.fit writes it: the architecture and the weights of y = kernel * x."""
+    model = tf.keras.Sequential([tf.keras.layers.Dense(1, use_bias=False, input_shape=(1,))])
+    model.layers[0].kernel.assign([[kernel]])
+    path.mkdir()
+    (path / "model_architecture.json").write_text(model.to_json())
+    tf.train.Checkpoint(model=model).write(str(path / "model_checkpoint"))
+
+
+def test_a_trial_s_last_checkpoint_is_loaded_unless_its_best_is_asked_for(tmp_path):
+    store_path = tmp_path / "store.sqlite"
+    with ExperimentStore(store_path) as store:
+        config = {"searcher": {"name": "single", "metric": "val_loss", "smaller_is_better": True}}
+        experiment_id = store.create_experiment("fit", config, str(tmp_path), "python3 train.py", 1, False)
+        trial_id = store.create_trial(experiment_id, {}, 0, tmp_path / "checkpoints")
+        # The first checkpoint validated best; the last is the second.
+        for batches, kernel, loss in ((10, 1.0, 0.1), (20, 2.0, 0.5)):
+            path = tmp_path / f"checkpoint-{batches}"
+            write_checkpoint(path, kernel)
+            metadata = {"validation_metrics": {"val_loss": loss}}
+            store.record_checkpoint(trial_id, f"uuid-{batches}", batches, str(path), 0, metadata)
+    context = KerasContext(
+        core.DummyDistributedContext(), None, {}, 0, Optimizations(), str(store_path), "BATCH_INFERENCE"
+    )
+
+    def kernel_of(model) -> float:
+        return float(np.squeeze(model.layers[0].kernel.numpy()))
+
+    assert kernel_of(context.load_checkpoint_model(trial_id=trial_id)) == 2.0
+    assert kernel_of(context.load_checkpoint_model(trial_id=trial_id, best=True)) == 1.0
+    assert kernel_of(context.load_checkpoint_model(checkpoint_uuid="uuid-10")) == 1.0
