@@ -1,10 +1,12 @@
-"""context.load_checkpoint_model(trial_id=...) loads the trial's last checkpoint, as the proposal has it."""
+"""context.load_checkpoint_model: the trial's last checkpoint, as the proposal has it; another type's, refused."""
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from det_estimator import core
 from det_estimator.keras._api._context import KerasContext, Optimizations
+from det_estimator.keras._api._model_files import CheckpointLoadError
 from det_estimator.store import ExperimentStore
 
 
@@ -39,3 +41,37 @@ def test_a_trial_s_last_checkpoint_is_loaded_unless_its_best_is_asked_for(tmp_pa
     assert kernel_of(context.load_checkpoint_model(trial_id=trial_id)) == 2.0
     assert kernel_of(context.load_checkpoint_model(trial_id=trial_id, best=True)) == 1.0
     assert kernel_of(context.load_checkpoint_model(checkpoint_uuid="uuid-10")) == 1.0
+
+
+@pytest.mark.parametrize(
+    ("files", "message"),
+    [
+        (
+            {"model/checkpoint": 'model_checkpoint_path: "model.ckpt-1"\n', "raw/saved_model.pb": ""},
+            r"not written by context\.fit\(\) or det\.keras\.DeterminedCallback, but by an EstimatorTrial: "
+            r"load it with det\.estimator\.load_estimator_from_checkpoint_path\('.*', serving_name=\.\.\.\)\.",
+        ),
+        (
+            {"model/state.index": "", "saved_model/saved_model.pb": ""},
+            r"but by a TFKerasTrial: load it with det\.keras\.load_model_from_checkpoint_path\('.*'\)\.",
+        ),
+        ({"weights.bin": ""}, r"not written by context\.fit\(\) or det\.keras\.DeterminedCallback, but by something"),
+        (None, r"is not there: its directory does not exist\."),
+    ],
+)
+def test_a_checkpoint_of_another_trial_type_names_what_loads_it(tmp_path, files, message):
+    path = tmp_path / "checkpoint"
+    for name, text in (files or {}).items():
+        (path / name).parent.mkdir(parents=True, exist_ok=True)
+        (path / name).write_text(text)
+    store_path = tmp_path / "store.sqlite"
+    with ExperimentStore(store_path) as store:
+        config = {"searcher": {"name": "single", "metric": "loss", "smaller_is_better": True}}
+        experiment_id = store.create_experiment("trial", config, str(tmp_path), "model_def:Trial", 1, False)
+        trial_id = store.create_trial(experiment_id, {}, 0, tmp_path / "checkpoints")
+        store.record_checkpoint(trial_id, "uuid", 1, str(path), 0, {})
+    context = KerasContext(
+        core.DummyDistributedContext(), None, {}, 0, Optimizations(), str(store_path), "BATCH_INFERENCE"
+    )
+    with pytest.raises(CheckpointLoadError, match=message):
+        context.load_checkpoint_model(checkpoint_uuid="uuid")

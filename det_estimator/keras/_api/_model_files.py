@@ -17,6 +17,7 @@ from typing import Any, Optional
 
 import tensorflow as tf
 
+from det_estimator._checkpoint_kind import checkpoint_kind
 from det_estimator.core import CheckpointContext
 from det_estimator.errors import DetEstimatorError
 from det_estimator.keras._determined_callback import STATE_FILE, WEIGHTS_PREFIX
@@ -93,9 +94,13 @@ def load_model(path: Path, model: Optional[tf.keras.Model] = None, custom_object
         CheckpointLoadError: the checkpoint has no Keras weights, or no architecture and no ``model`` was given.
     """
     if not Path(f"{path / WEIGHTS_PREFIX}.index").is_file():
+        if not Path(path).is_dir():
+            raise CheckpointLoadError(f"The checkpoint {path} is not there: its directory does not exist.")
+        kind = checkpoint_kind(path)
+        written_by = f"{kind.value}: load it with {kind.loader(path)}" if kind else "something else"
         raise CheckpointLoadError(
             f"The checkpoint {path} holds no Keras weights ({WEIGHTS_PREFIX}.index): it was not written by "
-            "context.fit() or det.keras.DeterminedCallback."
+            f"context.fit() or det.keras.DeterminedCallback, but by {written_by}."
         )
     if model is None:
         architecture = path / ARCHITECTURE_FILE
