@@ -2,25 +2,27 @@
 SHELL := /bin/bash
 .SHELLFLAGS := -eo pipefail -c
 VENV ?= .venv
-PYTHON := $(VENV)/bin/python
+# The venv's interpreter. PYTHON (in the environment or on the command line) is left to
+# scripts/setup.sh, which builds the venv from the interpreter it names.
+VENV_PYTHON := $(VENV)/bin/python
 
 .PHONY: setup lint format test test-all example
 
 # The tests run on this many pytest processes; most tests start processes of their own.
 TEST_WORKERS ?= 2
-PYTEST := $(PYTHON) -m pytest -n $(TEST_WORKERS) --dist loadgroup
+PYTEST := $(VENV_PYTHON) -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
 setup:
 	DET_VENV=$(VENV) bash scripts/setup.sh
 	bash scripts/setup_system.sh
 
 lint: setup
-	$(PYTHON) -m ruff check .
-	$(PYTHON) -m ruff format --check .
+	$(VENV_PYTHON) -m ruff check .
+	$(VENV_PYTHON) -m ruff format --check .
 
 format: setup
-	$(PYTHON) -m ruff check --fix .
-	$(PYTHON) -m ruff format .
+	$(VENV_PYTHON) -m ruff check --fix .
+	$(VENV_PYTHON) -m ruff format .
 
 # Everything but the few long end-to-end runs marked slow; test-all runs those too.
 test: lint
@@ -31,4 +33,4 @@ test-all: lint
 
 example: setup
 	$(VENV)/bin/det-estimator --store runs/store.sqlite experiment create examples/ctr_binary/distributed.yaml examples/ctr_binary
-	$(PYTHON) examples/ctr_binary/score.py --store runs/store.sqlite --experiment latest
+	$(VENV_PYTHON) examples/ctr_binary/score.py --store runs/store.sqlite --experiment latest

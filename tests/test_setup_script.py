@@ -1,0 +1,56 @@
+"""How `make` and scripts/setup.sh pick the Python the venv is built from (PYTHON), with stand-in interpreters."""
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parent.parent
+
+
+def fake_python(path: Path, version: str, log: Path, runs: str = "") -> Path:
+    """An executable that logs its arguments and answers setup.sh's questions as Python ``version`` would.
+
+    ``python -m <runs>`` succeeds; anything else (making a venv, pip) fails.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        "#!/usr/bin/env bash\n"
+        f'echo "{path} $*" >>"{log}"\n'
+        'if [[ "$1" == "-c" ]]; then\n'
+        f'    if [[ "$2" == *print* ]]; then echo {version}; fi\n'
+        "    exit 0\n"
+        "fi\n"
+        f'if [[ -n "{runs}" && "$1 $2" == "-m {runs}" ]]; then exit 0; fi\n'
+        "exit 1\n"
+    )
+    path.chmod(0o755)
+    return path
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+@pytest.mark.parametrize("given", ["environment", "command line"])
+def test_make_hands_python_to_setup_and_runs_the_tools_with_the_venvs(tmp_path, given):
+    repo = tmp_path / "repo"
+    (repo / "scripts").mkdir(parents=True)
+    shutil.copy(ROOT / "Makefile", repo / "Makefile")
+    seen = tmp_path / "seen"
+    (repo / "scripts" / "setup.sh").write_text(f'echo "PYTHON=${{PYTHON:-}} DET_VENV=$DET_VENV" >"{seen}"\n')
+    (repo / "scripts" / "setup_system.sh").write_text("exit 0\n")
+    log = tmp_path / "calls"
+    venv_python = fake_python(repo / ".venv" / "bin" / "python", "3.11", log, runs="ruff")
+    chosen = str(tmp_path / "bin" / "python3.9")
+
+    env = {key: value for key, value in os.environ.items() if key not in ("PYTHON", "MAKEFLAGS", "MAKELEVEL")}
+    command = ["make", "-s", "lint"]
+    if given == "environment":
+        env["PYTHON"] = chosen
+    else:
+        command.append(f"PYTHON={chosen}")
+    result = subprocess.run(command, cwd=repo, env=env, capture_output=True, text=True, timeout=60)
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert seen.read_text().strip() == f"PYTHON={chosen} DET_VENV=.venv"
+    assert log.read_text().splitlines() == [f"{venv_python} -m ruff check .", f"{venv_python} -m ruff format --check ."]
