@@ -3,7 +3,8 @@
 # with its dev extra) and Horovod 0.28.1 compiled against that TensorFlow with Gloo.
 #
 # Idempotent: on a ready machine it only checks the environment and returns. Environment:
-#   PYTHON      interpreter to build the venv from (default: first of python3.11, 3.10, 3.9, python3)
+#   PYTHON      interpreter to build the venv from (default: first of python3.11, 3.10, 3.9, python3);
+#               a venv of another Python version is recreated with it
 #   DET_VENV    where the virtual environment lives (default: .venv)
 set -euo pipefail
 
@@ -17,6 +18,10 @@ die() { printf '[setup] ERROR: %s\n' "$*" >&2; exit 1; }
 
 python_is_supported() {
     "$1" -c 'import sys; sys.exit(0 if (3, 9) <= sys.version_info[:2] <= (3, 11) else 1)' 2>/dev/null
+}
+
+python_version() {
+    "$1" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null
 }
 
 find_python() {
@@ -42,6 +47,17 @@ horovod_is_ready() {
     report="$("$VENV/bin/horovodrun" --check-build 2>/dev/null)" || return 1
     grep -q '\[X\] TensorFlow' <<<"$report" && grep -q '\[X\] Gloo' <<<"$report"
 }
+
+# The Python PYTHON names wins over the venv's: a venv of another version is rebuilt.
+if [[ -n "${PYTHON:-}" ]]; then
+    python_is_supported "$PYTHON" || die "PYTHON=$PYTHON is not a Python 3.9, 3.10 or 3.11 \
+(TensorFlow 2.15, the last release with tf.estimator, supports no other)."
+    wanted="$(python_version "$PYTHON")"
+    if [[ -x "$VENV/bin/python" ]] && [[ "$(python_version "$VENV/bin/python")" != "$wanted" ]]; then
+        step "$VENV has Python $(python_version "$VENV/bin/python"), PYTHON=$PYTHON is $wanted: recreating it"
+        rm -rf "$VENV"
+    fi
+fi
 
 if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$(setup_fingerprint)" ]] && horovod_is_ready; then
     step "environment in $VENV is up to date"

@@ -54,3 +54,60 @@ def test_make_hands_python_to_setup_and_runs_the_tools_with_the_venvs(tmp_path, 
     assert result.returncode == 0, result.stdout + result.stderr
     assert seen.read_text().strip() == f"PYTHON={chosen} DET_VENV=.venv"
     assert log.read_text().splitlines() == [f"{venv_python} -m ruff check .", f"{venv_python} -m ruff format --check ."]
+
+
+def run_setup(tmp_path: Path, python: Path, venv: Path) -> subprocess.CompletedProcess:
+    env = {key: value for key, value in os.environ.items() if key != "DET_VENV"}
+    env.update(PYTHON=str(python), DET_VENV=str(venv))
+    return subprocess.run(
+        ["bash", str(ROOT / "scripts" / "setup.sh")], env=env, capture_output=True, text=True, timeout=60
+    )
+
+
+def test_setup_recreates_a_venv_of_another_python_than_the_one_python_names(tmp_path):
+    log = tmp_path / "calls"
+    venv = tmp_path / "venv"
+    fake_python(venv / "bin" / "python", "3.11", log)
+    (venv / "kept").write_text("")
+    python = fake_python(tmp_path / "bin" / "python3.9", "3.9", log)
+
+    result = run_setup(tmp_path, python, venv)
+
+    # The stand-in cannot make a venv, so set-up stops there, after recreating.
+    assert result.returncode != 0
+    assert f"{venv} has Python 3.11, PYTHON={python} is 3.9: recreating it" in result.stdout
+    assert f"{python} -m venv {venv}" in log.read_text()
+    assert not (venv / "kept").exists()
+
+
+def test_setup_keeps_a_venv_of_the_python_that_python_names(tmp_path):
+    log = tmp_path / "calls"
+    venv = tmp_path / "venv"
+    venv_python = fake_python(venv / "bin" / "python", "3.9", log)
+    (venv / "kept").write_text("")
+    python = fake_python(tmp_path / "bin" / "python3.9", "3.9", log)
+
+    result = run_setup(tmp_path, python, venv)
+
+    # It goes on to install into the venv, which the stand-in refuses.
+    assert "recreating" not in result.stdout
+    assert f"{venv_python} -m pip" in log.read_text()
+    assert f"{python} -m venv" not in log.read_text()
+    assert (venv / "kept").exists()
+
+
+def test_setup_refuses_a_python_that_is_not_a_supported_one_even_with_a_venv(tmp_path):
+    log = tmp_path / "calls"
+    venv = tmp_path / "venv"
+    fake_python(venv / "bin" / "python", "3.11", log)
+    (venv / "kept").write_text("")
+    python = tmp_path / "bin" / "python3.12"
+    python.parent.mkdir()
+    python.write_text("#!/usr/bin/env bash\nexit 1\n")
+    python.chmod(0o755)
+
+    result = run_setup(tmp_path, python, venv)
+
+    assert result.returncode == 1
+    assert f"PYTHON={python} is not a Python 3.9, 3.10 or 3.11" in result.stderr
+    assert (venv / "kept").exists()
