@@ -14,10 +14,8 @@ Prints four tables:
    default cells split over 2 and over 4 workers (round-robin).
 3. ``estimator.evaluate`` on 1M examples (batch 1024, a small model): no custom metric, a
    per-batch ``py_func`` that does nothing (the bare cost of calling Python per batch),
-   ``make_metric(RocAuc)`` and ``make_metric`` of a function calling scikit-learn, both fed
-   as the trial controllers feed them (by one hook that fetches their tensors with each
-   step), ``make_metric(RocAuc)`` in a plain ``tf.estimator`` (fed by its own per-batch
-   ``py_func``), and ``tf.compat.v1.metrics.auc``, interleaved over 21 rounds: the median run of each, the
+   ``make_metric(RocAuc)``, ``make_metric`` of a function calling scikit-learn, and
+   ``tf.compat.v1.metrics.auc``, interleaved over 21 rounds: the median run of each, the
    median of the per-round ratios to the plain evaluate with its 95% interval, and the
    median step (a batch), which bursts of load on the machine barely move, and the time
    outside the steps (graph, restore, final reduction) against the plain run's; then the bare
@@ -302,15 +300,10 @@ def median_interval(values: list[float], confidence: float = 0.95) -> tuple[floa
     return ordered[k - 1], ordered[count - k]
 
 
-# make_metric in a plain tf.estimator, which no trial controller builds: fed by its own py_func.
-PLAIN_ESTIMATOR_ROC_AUC = "make_metric(RocAuc), plain tf.estimator"
-
-
 def evaluate_overhead(num_examples: int, rounds: int) -> None:
     import tensorflow as tf
 
     from det_estimator.reducers import make_metric
-    from det_estimator.reducers._make_metric import fed_by_hook
 
     # Keep the tables readable: TensorFlow's deprecation notices say nothing about speed.
     tf.get_logger().setLevel("ERROR")
@@ -348,7 +341,7 @@ def evaluate_overhead(num_examples: int, rounds: int) -> None:
         if params["metric"] == "per-batch py_func doing nothing":
             update = tf.compat.v1.py_func(lambda *arrays: np.int64(0), [labels, probabilities], tf.int64)
             metrics["nothing"] = (tf.constant(0.0), update)
-        elif params["metric"].startswith("make_metric(RocAuc)"):
+        elif params["metric"] == "make_metric(RocAuc)":
             metrics["auc"] = make_metric(
                 {"labels": labels, "predictions": probabilities}, reducers.RocAuc(), np.float64
             )
@@ -356,12 +349,7 @@ def evaluate_overhead(num_examples: int, rounds: int) -> None:
             metrics["auc"] = make_metric([labels, probabilities], recording_function, np.float64)
         elif params["metric"] == "tf.compat.v1.metrics.auc":
             metrics["auc"] = tf.compat.v1.metrics.auc(labels, probabilities)
-        hooks = []
-        if params["metric"] != PLAIN_ESTIMATOR_ROC_AUC:
-            # As the trial controllers feed make_metric: by one hook, not by its per-batch py_func.
-            metrics, feeding_hook = fed_by_hook(metrics)
-            hooks = [feeding_hook] if feeding_hook else []
-        return tf.estimator.EstimatorSpec(mode, loss=loss, eval_metric_ops=metrics, evaluation_hooks=hooks)
+        return tf.estimator.EstimatorSpec(mode, loss=loss, eval_metric_ops=metrics)
 
     def input_fn():
         dataset = tf.data.Dataset.from_tensor_slices((features, labels.astype(np.float32))).batch(1024)
@@ -378,7 +366,6 @@ def evaluate_overhead(num_examples: int, rounds: int) -> None:
         "no custom metric",
         "per-batch py_func doing nothing",
         "make_metric(RocAuc)",
-        PLAIN_ESTIMATOR_ROC_AUC,
         "make_metric(sklearn function)",
         "tf.compat.v1.metrics.auc",
     ]

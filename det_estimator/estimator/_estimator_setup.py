@@ -18,7 +18,7 @@ from det_estimator.core import DistributedContext
 from det_estimator.errors import TrialDefinitionError
 from det_estimator.estimator._random_streams import restorable_random_ops, unrestorable_random_ops
 from det_estimator.estimator._user_calls import call_with_accepted_arguments
-from det_estimator.reducers._make_metric import accumulator_of, fed_by_hook
+from det_estimator.reducers._make_metric import accumulator_of
 
 # eval_metric_ops key under which each rank counts the examples it evaluated; the
 # controller removes it from the results after weighting the other metrics by it.
@@ -167,9 +167,7 @@ def _wrap_model_fn(model_fn: Callable[..., tf.estimator.EstimatorSpec], recorder
             return spec
         spec = call_user_model_fn()
         if mode == tf.estimator.ModeKeys.EVAL:
-            metric_ops, feeding_hook = fed_by_hook(_eval_metric_ops(spec, features, labels, recorder))
-            hooks = list(spec.evaluation_hooks or []) + ([feeding_hook] if feeding_hook else [])
-            spec = spec._replace(eval_metric_ops=metric_ops, evaluation_hooks=hooks)
+            spec = spec._replace(eval_metric_ops=_eval_metric_ops(spec, features, labels, recorder))
         return spec
 
     return model_fn_with_bookkeeping
