@@ -116,5 +116,8 @@ def test_the_help_of_resume_and_checkpoint_list_says_what_they_do():
     parser = build_parser()
     # experiment resume takes an INTERRUPTED or failed single-trial experiment too (README).
     assert _help_of(parser, "experiment", "resume").startswith("continue a paused, interrupted or failed experiment")
-    # The columns checkpoint list prints: UUID BATCHES STATE VALIDATION METRICS SIZE PATH.
-    assert _help_of(parser, "checkpoint", "list") == "uuid, batches, state, metrics, size, path"
+    # The columns checkpoint list prints: UUID TRIAL BATCHES STATE KEPT AS VALIDATION METRICS SIZE PATH.
+    assert (
+        _help_of(parser, "checkpoint", "list")
+        == "uuid, trial, batches, state, kept as best or latest, metrics, size, path"
+    )

@@ -158,7 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
     checkpoint = commands.add_parser("checkpoint", aliases=["c"], help="an experiment's checkpoints")
     checkpoint_actions = checkpoint.add_subparsers(dest="action", metavar="ACTION", required=True)
     listing = checkpoint_actions.add_parser(
-        "list", parents=[json_option], help="uuid, batches, state, metrics, size, path"
+        "list", parents=[json_option], help="uuid, trial, batches, state, kept as best or latest, metrics, size, path"
     )
     listing.add_argument("experiment_id", metavar="ID", type=_id)
     listing.add_argument("--all", action="store_true", help="also those retention deleted")

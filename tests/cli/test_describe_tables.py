@@ -1,5 +1,6 @@
 """The tables ``experiment describe`` and ``trial describe`` print."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -52,3 +53,33 @@ def test_a_trial_that_never_started_is_said_to_be_not_started_not_0_of_a_questio
     with ExperimentStore(store) as opened:
         opened.set_progress(1, 7, 20)
     assert "), 7/20 batches, seed " in shown("trial", "describe", "1")
+
+
+def test_checkpoint_list_shows_the_trial_and_which_checkpoints_are_the_best_and_the_latest(tmp_path):
+    store = record_one_experiment(tmp_path)  # searcher metric: loss, smaller is better
+    losses = {"early": (2, 0.5), "best": (4, 0.1), "last": (6, 0.3), "gone": (3, 0.05)}
+    with ExperimentStore(store) as opened:
+        (trial,) = opened.trials(1)
+        for uuid, (batches, loss) in losses.items():
+            opened.record_checkpoint(trial.id, uuid, batches, str(tmp_path / uuid), 10, {})
+            opened.record_checkpoint_validation(uuid, {"loss": loss})
+        opened.mark_checkpoints_deleted(["gone"])  # the best value, but no longer on disk
+
+    def listed(*options: str) -> str:
+        result = subprocess.run(
+            [COMMAND, "--store", str(store), "checkpoint", "list", "1", *options], capture_output=True, text=True
+        )
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    lines = listed("--all").splitlines()
+    assert lines[0].split()[:6] == ["UUID", "TRIAL", "BATCHES", "STATE", "KEPT", "AS"], lines[0]
+    kept_as = {line.split()[0]: (line.split()[1], line.split()[4]) for line in lines[1:]}
+    assert kept_as == {
+        "early": (str(trial.id), "-"),
+        "gone": (str(trial.id), "-"),
+        "best": (str(trial.id), "best"),
+        "last": (str(trial.id), "latest"),
+    }
+    as_json = {entry["uuid"]: entry["kept_as"] for entry in json.loads(listed("--json"))}
+    assert as_json == {"early": [], "best": ["best"], "last": ["latest"]}

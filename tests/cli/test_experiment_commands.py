@@ -155,7 +155,8 @@ def test_checkpoint_list_gives_the_kept_checkpoints_and_all_shows_the_deleted(co
         assert deleted["size_bytes"] > 0
 
     table = det.ok("checkpoint", "list", experiment_id, "--all").stdout
-    assert table.splitlines()[0].split() == ["UUID", "BATCHES", "STATE", "VALIDATION", "METRICS", "SIZE", "PATH"]
+    header = ["UUID", "TRIAL", "BATCHES", "STATE", "KEPT", "AS", "VALIDATION", "METRICS", "SIZE", "PATH"]
+    assert table.splitlines()[0].split() == header
     assert table.count("DELETED") == 3 and kept["uuid"] in table
 
 
