@@ -78,14 +78,14 @@ def best_checkpoint(store_path, experiment: str) -> str:
         except UnknownIdError as error:
             raise LookupError(str(error)) from None
         metric = record.searcher_metric
-        validated = [c for c in store.checkpoints(record.id) if (c.validation_metrics or {}).get(metric) is not None]
-        if not validated:
+        # Ranked as save_experiment_best ranks them (the later of equal values first).
+        best_uuids = store.best_checkpoints(record.id, metric, record.smaller_is_better, 1)
+        if not best_uuids:
             raise LookupError(
                 f"experiment {record.id} has no kept checkpoint with a validation of {metric} yet "
                 f"(it is {record.state}); score a CHECKPOINT directory instead"
             )
-        sign = 1 if record.smaller_is_better else -1
-        best = min(validated, key=lambda c: sign * c.validation_metrics[metric])
+        best = store.checkpoint(best_uuids.pop())
     print(f"experiment {record.id}: best checkpoint {best.uuid} (after {best.batches} batches)")
     return best.path
 

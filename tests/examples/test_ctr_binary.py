@@ -65,3 +65,23 @@ def test_score_says_why_a_checkpoint_directory_cannot_be_scored(tmp_path):
     not_one = run(score, str(tmp_path / "logs"), cwd=tmp_path)
     assert not_one.returncode == 2 and "Traceback" not in not_one.stderr, not_one.stderr[-3000:]
     assert "is not a checkpoint of an EstimatorTrial" in not_one.stderr
+
+
+def test_score_takes_the_checkpoint_that_checkpoint_list_calls_best_the_later_of_equal_values(tmp_path):
+    store = tmp_path / "store.sqlite"
+    with ExperimentStore(store) as opened:
+        config = {"searcher": {"name": "single", "metric": "auc", "smaller_is_better": False}}
+        experiment_id = opened.create_experiment("ctr", config, str(tmp_path), "model_def:Trial", 1, False)
+        trial_id = opened.create_trial(experiment_id, {}, 0, tmp_path / "checkpoints")
+        for uuid, batches, auc in [("first", 2, 0.9), ("tied", 4, 0.9), ("worse", 6, 0.8), ("nan", 8, float("nan"))]:
+            opened.record_checkpoint(trial_id, uuid, batches, str(tmp_path / uuid), 1, {})
+            opened.record_checkpoint_validation(uuid, {"auc": auc})
+    # Scores the checkpoint it names, which does not exist here: only the choice is looked at.
+    scored = run(str(EXAMPLE / "score.py"), "--experiment", "1", "--store", str(store), cwd=tmp_path)
+    assert "experiment 1: best checkpoint tied (after 4 batches)" in scored.stdout, scored.stderr[-3000:]
+    listed = subprocess.run(
+        [str(Path(sys.executable).with_name("det-estimator")), "--store", str(store), "checkpoint", "list", "1"],
+        capture_output=True,
+        text=True,
+    )
+    assert [line.split()[0] for line in listed.stdout.splitlines() if " best" in line] == ["tied"], listed.stdout
