@@ -100,6 +100,19 @@ def test_a_random_search_runs_its_trials_two_at_a_time_and_ranks_them(det, searc
     assert det.json("trial", "describe", described["trials"][0]["id"])["hparams"]["x"] == ranked[0]
 
 
+def test_a_search_run_one_trial_at_a_time_says_which_trial_each_line_is_of(det, search_dir):
+    # Its display starts when only the first trial is recorded: the search is what says
+    # that several trials will run, not the trials recorded so far.
+    config = write_config(search_dir, {"name": "random", "max_trials": 2, "max_concurrent_trials": 1})
+    result = det.ok("experiment", "create", config, search_dir)
+    ids = sorted(trial["id"] for trial in trials_of(det, 1).values())
+    progress = result.stdout.split("\n", 1)[1].split("\n\nExperiment 1 COMPLETED", 1)[0].splitlines()
+    assert progress and all(line.startswith(("trial 1: ", "trial 2: ")) for line in progress), result.stdout
+    for trial_id in ids:
+        assert f"trial {trial_id}: validation after {BATCHES} batches: loss " in result.stdout
+        assert f"trial {trial_id}: done after {BATCHES} batches" in progress
+
+
 def test_a_grid_search_visits_every_point(det, search_dir):
     hparams = {
         "x": {"type": "double", "minval": 0.1, "maxval": 0.5, "count": 3},
