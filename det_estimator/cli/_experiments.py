@@ -288,7 +288,7 @@ def list_experiments(store: ExperimentStore, args: argparse.Namespace) -> int:
 
 def _progress(experiment: Any) -> str:
     """Batches done of the length, for one trial; the batches of all trials, for a search."""
-    if experiment.num_trials > 1:
+    if experiment.is_search:
         return str(experiment.batches_trained)
     return batches_of(experiment.batches_trained, experiment.max_batches, short=True)
 

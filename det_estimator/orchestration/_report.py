@@ -11,7 +11,7 @@ from typing import Any, Optional, TextIO
 from det_estimator.orchestration._display import display_for
 from det_estimator.orchestration._experiment import CONFIG_ERRORS, run_experiment
 from det_estimator.orchestration._outcome import ExperimentSummary, summarize
-from det_estimator.store import ExperimentRecord, ExperimentStore, State, TrialRecord, default_store_path, to_json_value
+from det_estimator.store import ExperimentStore, State, TrialRecord, default_store_path, to_json_value
 
 # A number in an error's text: a search's trials differ in their hyperparameters, which an
 # error often quotes (a learning rate, a layer's shape), so errors are alike without them.
@@ -40,7 +40,7 @@ def run_and_report(
     """
     stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
     shown = _UntilTheReaderLeaves(stderr if json_output else stdout)
-    display = display_for(shown, multi_trial=_runs_several_trials(store.experiment(experiment_id)))
+    display = display_for(shown, multi_trial=store.experiment(experiment_id).is_search)
     try:
         state = run_experiment(store, experiment_id, display, verbose)
     finally:
@@ -59,17 +59,6 @@ def run_and_report(
     print_trial_failures(store, failed, stderr)
     stderr.flush()
     return 1 if summary.trials and len(failed) == len(summary.trials) else 0
-
-
-def _runs_several_trials(experiment: ExperimentRecord) -> bool:
-    """Whether the experiment is a search, whose progress must say which trial each line is of.
-
-    Its searcher says so, not the trials recorded so far: a search that runs one trial at a
-    time has recorded only its first when the display starts, and its next ones would show
-    unnamed, their ends (done, waiting for a promotion, exited early) not at all.
-    """
-    searcher = experiment.config.get("searcher") or {}
-    return searcher.get("name", "single") != "single" or experiment.num_trials > 1
 
 
 class _UntilTheReaderLeaves:

@@ -153,6 +153,15 @@ class ExperimentRecord:
         """Whether a smaller ``searcher_metric`` is better."""
         return bool(self.config["searcher"].get("smaller_is_better", True))
 
+    @property
+    def is_search(self) -> bool:
+        """Whether the experiment runs several trials, or may: any searcher but ``single``.
+
+        Its searcher says so, not the trials recorded so far: a search that runs one trial
+        at a time has recorded only its first for a while.
+        """
+        return (self.config.get("searcher") or {}).get("name", "single") != "single" or self.num_trials > 1
+
 
 @dataclass(frozen=True)
 class MetricRecord:

@@ -83,3 +83,17 @@ def test_checkpoint_list_shows_the_trial_and_which_checkpoints_are_the_best_and_
     }
     as_json = {entry["uuid"]: entry["kept_as"] for entry in json.loads(listed("--json"))}
     assert as_json == {"early": [], "best": ["best"], "last": ["latest"]}
+
+
+def test_a_search_of_one_trial_so_far_lists_the_batches_of_all_its_trials_not_that_trial_s_length(tmp_path):
+    store = tmp_path / "store.sqlite"
+    with ExperimentStore(store) as opened:  # one trial at a time: only the first is recorded yet
+        config = {"searcher": {"name": "random", "metric": "loss", "max_trials": 4, "max_concurrent_trials": 1}}
+        experiment_id = opened.create_experiment("search", config, str(tmp_path), "model_def:Trial", 1, False)
+        trial_id = opened.create_trial(experiment_id, {}, 0, tmp_path / "checkpoints")
+        opened.start_run(trial_id)
+        opened.set_progress(trial_id, 7, 20)
+    result = subprocess.run([COMMAND, "--store", str(store), "experiment", "list"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    (row,) = [line for line in result.stdout.splitlines() if line.split()[0] == str(experiment_id)]
+    assert row.split()[4] == "7", result.stdout
