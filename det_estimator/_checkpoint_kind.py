@@ -22,6 +22,8 @@ from det_estimator._saved_models import MODEL_DIR, saved_models_of
 KERAS_TRIAL_STATE = "state"
 # The prefix of DeterminedCallback's tf.train.Checkpoint of the weights.
 CALLBACK_WEIGHTS = "model_checkpoint"
+# A TFKerasTrial's SavedModel.
+KERAS_TRIAL_SAVED_MODEL = "saved_model"
 
 
 class CheckpointKind(enum.Enum):
@@ -31,17 +33,41 @@ class CheckpointKind(enum.Enum):
     KERAS_TRIAL = "a TFKerasTrial"
     KERAS_CALLBACK = "det.keras.DeterminedCallback (or context.fit)"
 
-    def loader(self, path: Union[str, Path]) -> str:
-        """What loads the checkpoint at ``path`` of this kind, as a message names it."""
+    @property
+    def trial_type(self) -> str:
+        """What wrote the checkpoint, as ``checkpoint describe`` names it: a trial class, or the callback."""
+        return {
+            CheckpointKind.ESTIMATOR: "EstimatorTrial",
+            CheckpointKind.KERAS_TRIAL: "TFKerasTrial",
+            CheckpointKind.KERAS_CALLBACK: "DeterminedCallback",
+        }[self]
+
+    def loader(self, path: Union[str, Path], uuid: Optional[str] = None, serving_name: Optional[str] = None) -> str:
+        """What loads the checkpoint at ``path`` of this kind, as a message names it.
+
+        Args:
+            path: the checkpoint's directory.
+            uuid: its uuid, when known (the callback's checkpoints load by uuid from the store).
+            serving_name: the SavedModel an estimator checkpoint's call loads, when known.
+        """
         if self is CheckpointKind.ESTIMATOR:
-            return f"det.estimator.load_estimator_from_checkpoint_path({str(path)!r}, serving_name=...)"
+            serving = "..." if serving_name is None else repr(serving_name)
+            return f"det.estimator.load_estimator_from_checkpoint_path({str(path)!r}, serving_name={serving})"
         if self is CheckpointKind.KERAS_TRIAL:
             return f"det.keras.load_model_from_checkpoint_path({str(path)!r})"
         return (
-            "context.load_checkpoint_model(checkpoint_uuid=...) of det.keras.init(), or "
-            f"tf.train.Checkpoint(model=model).read({str(Path(path) / CALLBACK_WEIGHTS)!r}) into a model "
-            "built as in training (it holds the weights, not a SavedModel)"
+            f"context.load_checkpoint_model(checkpoint_uuid={'...' if uuid is None else repr(uuid)}) of "
+            f"det.keras.init(), or tf.train.Checkpoint(model=model).read({str(Path(path) / CALLBACK_WEIGHTS)!r}) "
+            "into a model built as in training (it holds the weights, not a SavedModel)"
         )
+
+    def saved_models(self, path: Union[str, Path]) -> dict[str, Path]:
+        """The SavedModels of the checkpoint at ``path``, by serving name (a TFKerasTrial's one by its directory)."""
+        if self is CheckpointKind.ESTIMATOR:
+            return saved_models_of(path)
+        if self is CheckpointKind.KERAS_TRIAL and (Path(path) / KERAS_TRIAL_SAVED_MODEL / "saved_model.pb").is_file():
+            return {KERAS_TRIAL_SAVED_MODEL: Path(path) / KERAS_TRIAL_SAVED_MODEL}
+        return {}
 
 
 def checkpoint_kind(path: Union[str, Path]) -> Optional[CheckpointKind]:

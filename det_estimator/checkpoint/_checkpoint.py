@@ -43,12 +43,16 @@ class Checkpoint:
         """The metrics recorded for this checkpoint; empty if it was never validated."""
         return types.MappingProxyType(self.metadata.get(_metadata.VALIDATION_METRICS, {}))
 
-    def verify(self) -> list[str]:
+    def verify(self, checksums: bool = True) -> list[str]:
         """Checks the checkpoint on disk against its manifest.
 
         ``metadata.json`` is read again, so the result reflects the disk now. Every
         file in the manifest must exist with its recorded size and sha256, and no
         other file may be present (``metadata.json`` aside).
+
+        Args:
+            checksums: Also compare every file's sha256 (reading every file); without,
+                the check reads no file, only their sizes.
 
         Returns:
             One line per problem, e.g. ``model/model.ckpt-5.index: sha256 mismatch (...)``
@@ -58,7 +62,7 @@ class Checkpoint:
             metadata = _metadata.load(self.path)
         except _metadata.InvalidCheckpointError as error:
             return [error.problem]
-        return _manifest.check_manifest(self.path, metadata["files"])
+        return _manifest.check_manifest(self.path, metadata["files"], checksums)
 
 
 def checkpoint_from_metadata(path: pathlib.Path, metadata: dict[str, Any]) -> Checkpoint:

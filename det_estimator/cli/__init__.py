@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional, TextIO
 
 from det_estimator import __version__
+from det_estimator.cli import _checkpoints as checkpoints
 from det_estimator.cli import _experiments as experiments
 from det_estimator.cli import _jobs as jobs
 from det_estimator.cli._environment import show_environment
@@ -44,6 +45,13 @@ def _id(text: str) -> int:
     if not 1 <= value <= _MAX_ID:
         raise argparse.ArgumentTypeError(f"must be an id, an integer from 1 to 2**63 - 1, not {text!r}")
     return value
+
+
+def _uuid(text: str) -> str:
+    """A checkpoint's uuid, or its first characters."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"must be a checkpoint's uuid, or its first characters, not {text!r}")
+    return text.strip()
 
 
 def _seed(text: str) -> int:
@@ -162,7 +170,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     listing.add_argument("experiment_id", metavar="ID", type=_id)
     listing.add_argument("--all", action="store_true", help="also those retention deleted")
-    listing.set_defaults(run=experiments.list_checkpoints)
+    listing.set_defaults(run=checkpoints.list_checkpoints)
+    described_checkpoint = checkpoint_actions.add_parser(
+        "describe",
+        parents=[json_option],
+        help="experiment, trial, state, kept as, metrics, size, path, files, trial type, the call that loads it",
+    )
+    described_checkpoint.add_argument(
+        "uuid", metavar="UUID", type=_uuid, help="the checkpoint's uuid, or enough of its start to tell it apart"
+    )
+    described_checkpoint.set_defaults(run=checkpoints.describe_checkpoint)
 
     trial = commands.add_parser("trial", aliases=["t"], help="an experiment's trials and their output")
     trial_actions = trial.add_subparsers(dest="action", metavar="ACTION", required=True)

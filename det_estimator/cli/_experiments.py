@@ -16,15 +16,13 @@ from det_estimator.cli._entrypoint import (
     check_script_entrypoint,
     check_trial_entrypoint,
 )
-from det_estimator.cli._output import format_size, format_time, print_log, print_table
+from det_estimator.cli._output import format_time, print_log, print_table
 from det_estimator.config import ExperimentConfig, grid_size
 from det_estimator.errors import DetEstimatorError
 from det_estimator.orchestration import format_metrics, print_json
 from det_estimator.orchestration._processes import device_type
 from det_estimator.store import (
-    CheckpointRecord,
     ExperimentBusyError,
-    ExperimentRecord,
     ExperimentStore,
     MetricKind,
     State,
@@ -491,55 +489,6 @@ def plot(store: ExperimentStore, args: argparse.Namespace) -> int:
         curves = "a learning curve" if len(panels) == 1 else f"{len(panels)} learning curves"
         print(f"Wrote {curves} ({', '.join(panels)}) to {output}")
     return 0
-
-
-def list_checkpoints(store: ExperimentStore, args: argparse.Namespace) -> int:
-    """An experiment's checkpoints: uuid, trial, batches, state, what it is kept as, metrics, size, path."""
-    experiment = store.experiment(args.experiment_id)  # an unknown id is a usage error, not an empty list
-    checkpoints = store.checkpoints(args.experiment_id, include_deleted=args.all)
-    kept_as = _kept_as(store, experiment, checkpoints)
-    if args.json:
-        print_json([{**to_json_value(c), "kept_as": kept_as.get(c.uuid, [])} for c in checkpoints], sys.stdout)
-        return 0
-    if not checkpoints:
-        print(f"Experiment {args.experiment_id} has no checkpoints.")
-        return 0
-    rows = [
-        [
-            c.uuid,
-            c.trial_id,
-            c.batches,
-            c.state,
-            ", ".join(kept_as.get(c.uuid, [])) or "-",
-            format_metrics(c.validation_metrics or {}) or "-",
-            format_size(c.size_bytes),
-            c.path,
-        ]
-        for c in checkpoints
-    ]
-    print_table(["UUID", "TRIAL", "BATCHES", "STATE", "KEPT AS", "VALIDATION METRICS", "SIZE", "PATH"], rows)
-    return 0
-
-
-def _kept_as(
-    store: ExperimentStore, experiment: ExperimentRecord, checkpoints: list[CheckpointRecord]
-) -> dict[str, list[str]]:
-    """What each checkpoint is kept as, by uuid: "best", "latest", both or neither.
-
-    "best": the experiment's best by its searcher metric (as ``save_experiment_best``
-    ranks them); "latest": its trial's latest, which a resume starts from. Only
-    checkpoints still on disk are either.
-    """
-    kept_as: dict[str, list[str]] = {}
-    for uuid in store.best_checkpoints(experiment.id, experiment.searcher_metric, experiment.smaller_is_better, 1):
-        kept_as.setdefault(uuid, []).append("best")
-    latest: dict[int, CheckpointRecord] = {}
-    for checkpoint in checkpoints:  # oldest first
-        if checkpoint.state == "COMPLETED":
-            latest[checkpoint.trial_id] = checkpoint
-    for checkpoint in latest.values():
-        kept_as.setdefault(checkpoint.uuid, []).append("latest")
-    return kept_as
 
 
 def trial_logs(store: ExperimentStore, args: argparse.Namespace) -> int:

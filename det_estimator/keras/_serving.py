@@ -6,10 +6,12 @@ from typing import Any, Optional
 
 import tensorflow as tf
 
+from det_estimator._checkpoint_kind import KERAS_TRIAL_SAVED_MODEL
+
 logger = logging.getLogger("det_estimator.keras")
 
 # The SavedModel's directory in a checkpoint; load_model_from_checkpoint_path finds it.
-SAVED_MODEL_DIR = "saved_model"
+SAVED_MODEL_DIR = KERAS_TRIAL_SAVED_MODEL
 
 
 class ServingExport:

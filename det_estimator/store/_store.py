@@ -751,6 +751,13 @@ class ExperimentStore(JobTable):
             raise UnknownIdError(f"There is no checkpoint {uuid} in the store {self.path}.")
         return _checkpoint_record(row)
 
+    def checkpoints_starting_with(self, prefix: str, limit: int) -> list[CheckpointRecord]:
+        """Up to ``limit`` checkpoints whose uuid starts with ``prefix`` (an exact uuid included), by uuid."""
+        rows = self._connection.execute(
+            "SELECT * FROM checkpoints WHERE substr(uuid, 1, ?) = ? ORDER BY uuid LIMIT ?", (len(prefix), prefix, limit)
+        )
+        return [_checkpoint_record(row) for row in rows.fetchall()]
+
     def best_checkpoints(self, experiment_id: int, metric: str, smaller_is_better: bool, count: int) -> set[str]:
         """The uuids of the experiment's ``count`` best checkpoints still on disk, over all its trials.
 

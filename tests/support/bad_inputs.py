@@ -454,6 +454,16 @@ CASES: list[BadInput] = [
         "cannot write into",
     ),
     BadInput("checkpoints of an unknown experiment", ("--store", "{store}", "checkpoint", "list", "99"), "99"),
+    BadInput(
+        "describe an unknown checkpoint",
+        ("--store", "{store}", "checkpoint", "describe", "0123abcd"),
+        "There is no checkpoint 0123abcd in the store",
+    ),
+    BadInput(
+        "describe a blank checkpoint uuid",
+        ("--store", "{store}", "checkpoint", "describe", " "),
+        "argument UUID: must be a checkpoint's uuid, or its first characters, not ' '",
+    ),
     BadInput("logs of an unknown trial", ("--store", "{store}", "trial", "logs", "99"), "99"),
     BadInput("describe an unknown trial", ("--store", "{store}", "trial", "describe", "99"), "99"),
     BadInput("trials of an unknown experiment", ("--store", "{store}", "trial", "list", "99"), "99"),

@@ -1,0 +1,214 @@
+"""``checkpoint describe``: a checkpoint's record, its files as its manifest lists them, the call that loads it."""
+
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from det_estimator.checkpoint import TrialCheckpoints
+from det_estimator.store import ExperimentStore
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
+from command_in_process import record_one_experiment, run_command  # noqa: E402
+
+# The files each kind of checkpoint holds (their contents do not matter here).
+ESTIMATOR_FILES = {
+    "model/checkpoint": b'model_checkpoint_path: "model.ckpt-4"\n',
+    "model/model.ckpt-4.index": b"index",
+    "model/model.ckpt-4.data-00000-of-00001": b"d" * 2000,
+    "input/rank-0/input.ckpt.index": b"input",
+    "raw/saved_model.pb": b"p" * 300,
+    "raw/variables/variables.index": b"v",
+}
+# Per trial type: its files, and how the call that loads it starts.
+KINDS = {
+    "EstimatorTrial": (
+        ESTIMATOR_FILES,
+        "det.estimator.load_estimator_from_checkpoint_path({path!r}, serving_name='raw')",
+    ),
+    "TFKerasTrial": (
+        {"model/state.index": b"s", "saved_model/saved_model.pb": b"p", "callbacks.json": b"{}"},
+        "det.keras.load_model_from_checkpoint_path({path!r})",
+    ),
+    "DeterminedCallback": (
+        {"model_checkpoint.index": b"w", "callback_state.json": b"{}", "model_architecture.json": b"{}"},
+        "context.load_checkpoint_model(checkpoint_uuid={uuid!r}) of det.keras.init(), or "
+        "tf.train.Checkpoint(model=model).read({weights!r})",
+    ),
+    None: ({"weights.npz": b"w"}, "core.checkpoint.restore_path({uuid!r}) of det.core.init()"),
+}
+FRAMEWORK = {"det_estimator": "0.2.0", "tensorflow": "2.15.1"}
+
+
+def seal(store_path: Path, files: dict[str, bytes], batches: int, **metadata: Any) -> Path:
+    """Writes a checkpoint of trial 1 holding ``files`` and records it in the store, as a trial would."""
+    with TrialCheckpoints(store_path.parent / "checkpoints").write({"steps_completed": batches, **metadata}) as pending:
+        for name, data in files.items():
+            (pending.path / name).parent.mkdir(parents=True, exist_ok=True)
+            (pending.path / name).write_bytes(data)
+    checkpoint = pending.checkpoint
+    with ExperimentStore(store_path) as store:
+        kept = {key: value for key, value in checkpoint.metadata.items() if key != "files"}
+        store.record_checkpoint(1, checkpoint.uuid, batches, str(checkpoint.path), 1234, kept)
+    return checkpoint.path
+
+
+def describe(store_path: Path, uuid: str, *options: str, status: int = 0) -> str:
+    code, output = run_command(["--store", str(store_path), "checkpoint", "describe", uuid, *options])
+    assert code == status, output
+    assert "Traceback" not in output, output
+    return output
+
+
+def fields(output: str) -> dict[str, str]:
+    """The ``Label:   value`` lines of the text output."""
+    return {line[:13].rstrip(" :"): line[13:] for line in output.splitlines() if line[:1] != " " and ":" in line[:13]}
+
+
+@pytest.fixture
+def store_path(tmp_path) -> Path:
+    return record_one_experiment(tmp_path)  # searcher metric: loss, smaller is better
+
+
+def test_describe_shows_the_record_the_files_and_the_call_that_loads_an_estimator_checkpoint(store_path):
+    path = seal(store_path, ESTIMATOR_FILES, 4, framework=FRAMEWORK, validation_metrics={"loss": 0.25})
+    uuid = path.name
+
+    output = describe(store_path, uuid)
+
+    shown = fields(output)
+    assert shown["Checkpoint"] == uuid
+    assert shown["Experiment"] == "1 analytic"
+    assert (shown["Trial"], shown["Batches"], shown["State"]) == ("1", "4", "COMPLETED")
+    assert shown["Kept as"] == "best, latest"
+    assert shown["Validation"] == "loss 0.25"
+    assert shown["Path"] == str(path)
+    assert shown["Trial type"] == "EstimatorTrial"
+    assert shown["Framework"] == "det_estimator 0.2.0, tensorflow 2.15.1"
+    assert shown["Files"].startswith("7, all there")  # the manifest's 6 and metadata.json
+    table = [line.split() for line in output.splitlines() if line.startswith("  ")]
+    assert [row[:3] for row in table] == [
+        ["input/", "1", "file"],
+        ["metadata.json", "1", "file"],
+        ["model/", "3", "files"],
+        ["raw/", "2", "files"],
+    ]
+    assert table[-1][-5:] == ["SavedModel", "of", "serving", "function", "raw"]
+    assert shown["Load with"] == KINDS["EstimatorTrial"][1].format(path=str(path))
+
+    as_json = json.loads(describe(store_path, uuid, "--json"))
+    assert as_json["uuid"] == uuid and as_json["experiment_id"] == 1 and as_json["trial_id"] == 1
+    assert as_json["kept_as"] == ["best", "latest"]
+    assert as_json["trial_type"] == "EstimatorTrial"
+    assert as_json["framework"] == FRAMEWORK
+    assert as_json["validation_metrics"] == {"loss": 0.25}
+    assert sorted(as_json["files"]) == sorted(ESTIMATOR_FILES)
+    assert as_json["files"]["raw/saved_model.pb"]["size"] == 300
+    assert as_json["saved_models"] == {"raw": str(path / "raw")}
+    assert as_json["load_with"] == [shown["Load with"]] and as_json["problems"] == []
+
+
+def test_what_describe_says_a_checkpoint_is_kept_as_is_what_checkpoint_list_says(store_path):
+    best = seal(store_path, ESTIMATOR_FILES, 4, validation_metrics={"loss": 0.1}).name
+    middle = seal(store_path, ESTIMATOR_FILES, 8, validation_metrics={"loss": 0.5}).name
+    last = seal(store_path, ESTIMATOR_FILES, 12, validation_metrics={"loss": 0.3}).name
+    code, listed = run_command(["--store", str(store_path), "checkpoint", "list", "1", "--json"])
+    assert code == 0, listed
+    kept_as = {entry["uuid"]: entry["kept_as"] for entry in json.loads(listed)}
+    assert kept_as == {best: ["best"], middle: [], last: ["latest"]}
+    for uuid, expected in kept_as.items():
+        assert json.loads(describe(store_path, uuid, "--json"))["kept_as"] == expected
+        assert fields(describe(store_path, uuid))["Kept as"] == (", ".join(expected) or "-")
+
+
+@pytest.mark.parametrize("trial_type", list(KINDS), ids=lambda kind: str(kind))
+def test_describe_names_what_wrote_a_checkpoint_and_the_call_that_loads_it(store_path, trial_type):
+    files, load_with = KINDS[trial_type]
+    path = seal(store_path, files, 4)
+
+    as_json = json.loads(describe(store_path, path.name, "--json"))
+
+    assert as_json["trial_type"] == trial_type
+    expected = load_with.format(path=str(path), uuid=path.name, weights=str(path / "model_checkpoint"))
+    assert len(as_json["load_with"]) == 1 and as_json["load_with"][0].startswith(expected)
+    shown = fields(describe(store_path, path.name))
+    assert shown["Trial type"].startswith(trial_type or "none: a Core API script")
+    assert shown["Load with"] == as_json["load_with"][0]
+    if trial_type == "TFKerasTrial":
+        assert as_json["saved_models"] == {"saved_model": str(path / "saved_model")}
+
+
+def test_an_estimator_checkpoint_without_a_serving_function_says_nothing_loads_it(store_path):
+    path = seal(store_path, {name: data for name, data in ESTIMATOR_FILES.items() if not name.startswith("raw/")}, 4)
+    assert json.loads(describe(store_path, path.name, "--json"))["load_with"] == []
+    assert fields(describe(store_path, path.name))["Load with"].startswith("nothing: it holds no SavedModel")
+
+
+def test_the_framework_is_shown_as_recorded_a_dict_of_versions_or_an_older_callback_checkpoints_string(store_path):
+    with_versions = seal(store_path, KINDS["DeterminedCallback"][0], 4, framework=FRAMEWORK).name
+    older = seal(store_path, KINDS["DeterminedCallback"][0], 8, framework="tensorflow-keras").name
+    without = seal(store_path, KINDS[None][0], 12).name
+    assert fields(describe(store_path, with_versions))["Framework"] == "det_estimator 0.2.0, tensorflow 2.15.1"
+    assert fields(describe(store_path, older))["Framework"] == "tensorflow-keras"
+    assert json.loads(describe(store_path, older, "--json"))["framework"] == "tensorflow-keras"
+    assert fields(describe(store_path, without))["Framework"] == "-"
+
+
+def test_a_unique_start_of_a_uuid_names_its_checkpoint_and_an_exact_uuid_wins_over_longer_ones(store_path):
+    with ExperimentStore(store_path) as store:
+        for uuid in ("abc", "abcd", "abd1", "abd2", "b0"):
+            store.record_checkpoint(1, uuid, 1, str(store_path.parent / uuid), 0, {})
+    assert fields(describe(store_path, "b"))["Checkpoint"] == "b0"
+    assert fields(describe(store_path, "abcd"))["Checkpoint"] == "abcd"
+    assert fields(describe(store_path, "abc"))["Checkpoint"] == "abc"  # not ambiguous: it is a uuid
+
+    output = describe(store_path, "ab", status=2)
+    assert "ab starts the uuids of 4 checkpoints (abc, abcd, abd1, abd2). Give more of the uuid" in output, output
+    output = describe(store_path, "x", status=2)
+    assert f"There is no checkpoint x in the store {store_path}. Give a checkpoint's uuid" in output, output
+
+
+def test_an_ambiguous_start_names_five_of_its_checkpoints_at_most(store_path):
+    with ExperimentStore(store_path) as store:
+        for number in range(8):
+            store.record_checkpoint(1, f"f{number}", 1, str(store_path.parent / str(number)), 0, {})
+    output = describe(store_path, "f", status=2)
+    assert "f starts the uuids of more than 5 checkpoints (f0, f1, f2, f3, f4, ...)" in output, output
+
+
+def test_describe_says_which_files_are_gone_or_changed(store_path):
+    path = seal(store_path, ESTIMATOR_FILES, 4)
+    (path / "model" / "model.ckpt-4.index").unlink()
+    (path / "raw" / "saved_model.pb").write_bytes(b"shorter")
+    (path / "notes.txt").write_text("added by hand")
+
+    output = describe(store_path, path.name)
+
+    assert fields(output)["Files"] == "7 in its manifest, and 3 problems:"
+    assert "model/model.ckpt-4.index: missing" in output
+    assert "raw/saved_model.pb: size mismatch (expected 300 bytes, found 7)" in output
+    assert "notes.txt: not in the manifest" in output
+    assert len(json.loads(describe(store_path, path.name, "--json"))["problems"]) == 3
+
+
+def test_describe_of_a_deleted_checkpoint_or_one_whose_directory_is_gone_shows_its_record(store_path):
+    deleted = seal(store_path, ESTIMATOR_FILES, 4, validation_metrics={"loss": 0.5})
+    shutil.rmtree(deleted)
+    removed = seal(store_path, ESTIMATOR_FILES, 8)
+    shutil.rmtree(removed)
+    with ExperimentStore(store_path) as store:
+        store.mark_checkpoints_deleted([deleted.name])
+
+    shown = fields(describe(store_path, deleted.name))
+    assert (shown["State"], shown["Validation"], shown["Trial type"]) == ("DELETED", "loss 0.5", "-")
+    assert shown["Files"] == "none: deleted by checkpoint retention"
+    assert shown["Load with"] == "nothing: its files are gone"
+    as_json = json.loads(describe(store_path, deleted.name, "--json"))
+    assert as_json["files"] is None and as_json["load_with"] == []
+
+    shown = fields(describe(store_path, removed.name))
+    assert shown["State"] == "COMPLETED"
+    assert shown["Files"] == f"none: its directory {removed} is gone (removed outside det-estimator)"
