@@ -20,14 +20,18 @@ Typical use::
 """
 
 from det_estimator.checkpoint._checkpoint import Checkpoint, read_checkpoint
+from det_estimator.checkpoint._copy import CheckpointCopyError, CopiedCheckpoint, copy_checkpoint
 from det_estimator.checkpoint._storage_check import CheckpointStorageError, check_checkpoint_storage
 from det_estimator.checkpoint._store import PendingCheckpoint, TrialCheckpoints
 
 __all__ = [
     "Checkpoint",
+    "CheckpointCopyError",
     "CheckpointStorageError",
+    "CopiedCheckpoint",
     "PendingCheckpoint",
     "TrialCheckpoints",
     "check_checkpoint_storage",
+    "copy_checkpoint",
     "read_checkpoint",
 ]

@@ -131,10 +131,30 @@ def load(directory: Path) -> dict[str, Any]:
         InvalidCheckpointError: If the file is missing, not JSON, or lacks a required entry.
     """
     try:
-        text = (directory / METADATA_FILE).read_text(encoding="utf-8")
+        data = (directory / METADATA_FILE).read_bytes()
     except FileNotFoundError:
         raise InvalidCheckpointError(directory, f"{METADATA_FILE} is missing") from None
-    except (OSError, UnicodeDecodeError) as error:
+    except OSError as error:
+        raise InvalidCheckpointError(directory, f"{METADATA_FILE} cannot be read ({error})") from None
+    return parse(directory, data)
+
+
+def parse(directory: Path, data: bytes) -> dict[str, Any]:
+    """Parses and checks the bytes of a ``metadata.json`` read from ``directory``.
+
+    Args:
+        directory: The checkpoint directory, for messages.
+        data: The file's contents.
+
+    Returns:
+        The parsed metadata.
+
+    Raises:
+        InvalidCheckpointError: If the bytes are not UTF-8 JSON, or lack a required entry.
+    """
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
         raise InvalidCheckpointError(directory, f"{METADATA_FILE} cannot be read ({error})") from None
     try:
         metadata = json.loads(text)

@@ -54,6 +54,13 @@ def _uuid(text: str) -> str:
     return text.strip()
 
 
+def _output_dir(text: str) -> str:
+    """``--output-dir``: a path; an empty one would mean the current directory."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"must name a directory, not {text!r}")
+    return text
+
+
 def _seed(text: str) -> int:
     try:
         value = int(text)
@@ -180,6 +187,20 @@ def build_parser() -> argparse.ArgumentParser:
         "uuid", metavar="UUID", type=_uuid, help="the checkpoint's uuid, or enough of its start to tell it apart"
     )
     described_checkpoint.set_defaults(run=checkpoints.describe_checkpoint)
+    download = checkpoint_actions.add_parser(
+        "download", parents=[json_option], help="copy its files into a new directory, checked against its checksums"
+    )
+    download.add_argument(
+        "uuid", metavar="UUID", type=_uuid, help="the checkpoint's uuid, or enough of its start to tell it apart"
+    )
+    download.add_argument(
+        "-o",
+        "--output-dir",
+        metavar="DIR",
+        type=_output_dir,
+        help="where the copy goes: a directory that does not exist yet, or an empty one (default: checkpoints/UUID)",
+    )
+    download.set_defaults(run=checkpoints.download_checkpoint)
 
     trial = commands.add_parser("trial", aliases=["t"], help="an experiment's trials and their output")
     trial_actions = trial.add_subparsers(dest="action", metavar="ACTION", required=True)

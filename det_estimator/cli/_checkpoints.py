@@ -1,4 +1,4 @@
-"""The checkpoint commands: list an experiment's checkpoints, describe one."""
+"""The checkpoint commands: list an experiment's checkpoints, describe one, download one."""
 
 import argparse
 import sys
@@ -7,9 +7,10 @@ from pathlib import Path
 from typing import Any, Optional
 
 from det_estimator._checkpoint_kind import CheckpointKind, checkpoint_kind
-from det_estimator.checkpoint import read_checkpoint
+from det_estimator.checkpoint import CheckpointCopyError, copy_checkpoint, read_checkpoint
 from det_estimator.cli._experiments import UsageError
 from det_estimator.cli._output import format_size, format_time, print_table
+from det_estimator.errors import DetEstimatorError
 from det_estimator.orchestration import format_metrics, print_json
 from det_estimator.store import CheckpointRecord, ExperimentRecord, ExperimentStore, to_json_value
 
@@ -111,9 +112,9 @@ class _OnDisk:
     saved_models: dict[str, Path] = field(default_factory=dict)
 
 
-def _on_disk(record: CheckpointRecord) -> _OnDisk:
-    """The checkpoint's files, checked against its manifest by their sizes (no file is read)."""
-    path = Path(record.path)
+def _on_disk(record: CheckpointRecord, path: Optional[Path] = None) -> _OnDisk:
+    """The checkpoint's files (or those of its copy at ``path``), checked against its manifest by their sizes."""
+    path = Path(record.path) if path is None else path
     if record.state != "COMPLETED":
         return _OnDisk(path, gone="deleted by checkpoint retention")
     if not path.is_dir():
@@ -132,15 +133,15 @@ def _on_disk(record: CheckpointRecord) -> _OnDisk:
 
 
 def _load_with(record: CheckpointRecord, on_disk: _OnDisk) -> list[str]:
-    """The Python calls that load the checkpoint: one, or one per SavedModel of an estimator checkpoint."""
+    """The Python calls that load the checkpoint at ``on_disk.path``: one, or one per SavedModel of an estimator's."""
     kind = on_disk.kind
     if on_disk.gone and kind is None:
         return []
     if kind is None:
         return [f"core.checkpoint.restore_path({record.uuid!r}) of det.core.init() (its files are the script's own)"]
     if kind is CheckpointKind.ESTIMATOR:
-        return [kind.loader(record.path, serving_name=name) for name in on_disk.saved_models]
-    return [kind.loader(record.path, uuid=record.uuid)]
+        return [kind.loader(on_disk.path, serving_name=name) for name in on_disk.saved_models]
+    return [kind.loader(on_disk.path, uuid=record.uuid)]
 
 
 def _framework(metadata: dict[str, Any]) -> str:
@@ -260,3 +261,50 @@ def _why_nothing_loads(on_disk: _OnDisk) -> str:
     if on_disk.gone:
         return "nothing: its files are gone"
     return "nothing: it holds no SavedModel (the trial's build_serving_input_receiver_fns() returned none)"
+
+
+def download_checkpoint(store: ExperimentStore, args: argparse.Namespace) -> int:
+    """Copies a checkpoint's files into a new directory, each checked against the checkpoint's manifest.
+
+    The copy is made in a hidden sibling of the directory and renamed to it once every
+    file matched, so the directory is either absent or complete.
+    """
+    record = find_checkpoint(store, args.uuid)
+    output = Path(args.output_dir) if args.output_dir is not None else Path("checkpoints") / record.uuid
+    refused = f"Checkpoint {record.uuid} cannot be downloaded"
+    if record.state != "COMPLETED":
+        raise UsageError(
+            f"{refused}: checkpoint retention deleted its files. `det-estimator checkpoint list "
+            f"{store.trial(record.trial_id).experiment_id}` shows the checkpoints its experiment kept."
+        )
+    try:
+        copied = copy_checkpoint(Path(record.path), output)
+    except CheckpointCopyError as error:
+        problems = "".join(f"\n  {problem}" for problem in error.problems)
+        raise UsageError(f"{refused}: {error}{problems}") from None
+    except OSError as error:
+        where = f" ({error.filename})" if error.filename else ""
+        raise DetEstimatorError(
+            f"{refused} to {output}: {error.strerror or error}{where}. Nothing was left there."
+        ) from None
+    load_with = _load_with(record, _on_disk(record, copied.checkpoint.path))
+    if args.json:
+        shown = {
+            "uuid": record.uuid,
+            "output_dir": str(copied.checkpoint.path),
+            "files": copied.files,
+            "size_bytes": copied.size_bytes,
+            "load_with": load_with,
+        }
+        print_json(shown, sys.stdout)
+        return 0
+    files = f"{copied.files} file{'' if copied.files == 1 else 's'}"
+    print(
+        f"Downloaded checkpoint {record.uuid} ({files}, {format_size(copied.size_bytes)}, each checked against "
+        f"its manifest) to {output}"
+    )
+    lines = load_with or [_why_nothing_loads(_on_disk(record, copied.checkpoint.path))]
+    print(f"{'Load with:':<13}{lines[0]}")
+    for line in lines[1:]:
+        print(f"{'':13}{line}")
+    return 0

@@ -4,25 +4,15 @@ import json
 import shutil
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from det_estimator.checkpoint import TrialCheckpoints
 from det_estimator.store import ExperimentStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
 from command_in_process import record_one_experiment, run_command  # noqa: E402
+from sealed_checkpoints import ESTIMATOR_FILES, seal  # noqa: E402
 
-# The files each kind of checkpoint holds (their contents do not matter here).
-ESTIMATOR_FILES = {
-    "model/checkpoint": b'model_checkpoint_path: "model.ckpt-4"\n',
-    "model/model.ckpt-4.index": b"index",
-    "model/model.ckpt-4.data-00000-of-00001": b"d" * 2000,
-    "input/rank-0/input.ckpt.index": b"input",
-    "raw/saved_model.pb": b"p" * 300,
-    "raw/variables/variables.index": b"v",
-}
 # Per trial type: its files, and how the call that loads it starts.
 KINDS = {
     "EstimatorTrial": (
@@ -41,19 +31,6 @@ KINDS = {
     None: ({"weights.npz": b"w"}, "core.checkpoint.restore_path({uuid!r}) of det.core.init()"),
 }
 FRAMEWORK = {"det_estimator": "0.2.0", "tensorflow": "2.15.1"}
-
-
-def seal(store_path: Path, files: dict[str, bytes], batches: int, **metadata: Any) -> Path:
-    """Writes a checkpoint of trial 1 holding ``files`` and records it in the store, as a trial would."""
-    with TrialCheckpoints(store_path.parent / "checkpoints").write({"steps_completed": batches, **metadata}) as pending:
-        for name, data in files.items():
-            (pending.path / name).parent.mkdir(parents=True, exist_ok=True)
-            (pending.path / name).write_bytes(data)
-    checkpoint = pending.checkpoint
-    with ExperimentStore(store_path) as store:
-        kept = {key: value for key, value in checkpoint.metadata.items() if key != "files"}
-        store.record_checkpoint(1, checkpoint.uuid, batches, str(checkpoint.path), 1234, kept)
-    return checkpoint.path
 
 
 def describe(store_path: Path, uuid: str, *options: str, status: int = 0) -> str:

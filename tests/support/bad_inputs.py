@@ -460,6 +460,16 @@ CASES: list[BadInput] = [
         "There is no checkpoint 0123abcd in the store",
     ),
     BadInput(
+        "download an unknown checkpoint",
+        ("--store", "{store}", "checkpoint", "download", "0123abcd", "-o", "{dir}/out"),
+        "There is no checkpoint 0123abcd in the store",
+    ),
+    BadInput(
+        "download into a blank --output-dir",
+        ("--store", "{store}", "checkpoint", "download", "0123abcd", "--output-dir", ""),
+        "argument -o/--output-dir: must name a directory, not ''",
+    ),
+    BadInput(
         "describe a blank checkpoint uuid",
         ("--store", "{store}", "checkpoint", "describe", " "),
         "argument UUID: must be a checkpoint's uuid, or its first characters, not ' '",
