@@ -10,7 +10,7 @@ from typing import Any, Optional, Union
 import numpy as np
 import tensorflow as tf
 
-from det_estimator import core
+from det_estimator import __version__, core
 from det_estimator._checkpoint_kind import CALLBACK_WEIGHTS
 from det_estimator._process_random_state import python_and_numpy_state, restore_python_and_numpy_state
 from det_estimator.keras import _random_states
@@ -417,7 +417,9 @@ class DeterminedCallback(tf.keras.callbacks.Callback):
         # on batches of other sizes (an epoch's last) has drawn another amount from its own.
         layer_generators = _random_states.generators(self.model)["layer_generators"]
         generator_states = self._core.distributed.allgather(_random_states.generator_states(layer_generators))
-        metadata = {"steps_completed": self._steps_completed, "framework": "tensorflow-keras", **state}
+        # The versions, as the trial types' checkpoints record them (the callback's used to say "tensorflow-keras").
+        framework = {"det_estimator": __version__, "tensorflow": tf.__version__}
+        metadata = {"steps_completed": self._steps_completed, "framework": framework, **state}
         if self._writer is None:  # built once: each new one would trace its save functions again
             self._writer = tf.train.Checkpoint(
                 model=self.model, optimizer=self.model.optimizer, **_layer_generators(self.model)

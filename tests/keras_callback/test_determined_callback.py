@@ -16,6 +16,7 @@ import pytest
 import tensorflow as tf
 
 import det_estimator as det
+from det_estimator.checkpoint import read_checkpoint
 from det_estimator.store import ExperimentStore, MetricKind
 
 from .linear_script import FEATURES, GLOBAL_BATCH, RECORDS, build_model, data, dataset
@@ -100,6 +101,23 @@ def test_metrics_and_checkpoints_of_an_uninterrupted_run_match_plain_keras():
     kept = latest(info)
     state = json.loads((Path(kept.path) / "callback_state.json").read_text())
     assert (state["epoch"], state["batch"], state["steps_completed"], state["continue_id"]) == (3, 0, 24, "run")
+
+
+def test_checkpoints_record_the_versions_they_were_written_with_as_the_trial_types_checkpoints_do():
+    _, info, _ = fit(1)
+    kept = latest(info)
+    versions = {"det_estimator": det.__version__, "tensorflow": tf.__version__}  # as EstimatorTrial and TFKerasTrial
+    assert kept.metadata["framework"] == versions  # the store's record
+    assert read_checkpoint(kept.path).metadata["framework"] == versions  # metadata.json
+
+
+def test_a_checkpoint_that_records_its_framework_as_older_callbacks_did_still_resumes():
+    _, info, _ = fit(2, continue_id="same")
+    kept = latest(info)
+    metadata = json.loads((Path(kept.path) / "metadata.json").read_text())
+    (Path(kept.path) / "metadata.json").write_text(json.dumps({**metadata, "framework": "tensorflow-keras"}))
+    resumed, _, _ = fit(4, checkpoint=kept.uuid, continue_id="same")
+    np.testing.assert_allclose(flat(resumed), plain_fit(4), rtol=1e-6, atol=1e-7)
 
 
 @pytest.mark.parametrize("pause_at", [5, STEPS_PER_EPOCH - 1])  # mid-epoch, and at its last batch
