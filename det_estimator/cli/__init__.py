@@ -184,14 +184,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="experiment, trial, state, kept as, metrics, size, path, files, trial type, the call that loads it",
     )
     described_checkpoint.add_argument(
-        "uuid", metavar="UUID", type=_uuid, help="the checkpoint's uuid, or enough of its start to tell it apart"
+        "uuid",
+        metavar="UUID",
+        type=_uuid,
+        help="the checkpoint's uuid, or enough of its start (4 characters or more) to tell it apart",
     )
     described_checkpoint.set_defaults(run=checkpoints.describe_checkpoint)
     download = checkpoint_actions.add_parser(
         "download", parents=[json_option], help="copy its files into a new directory, checked against its checksums"
     )
     download.add_argument(
-        "uuid", metavar="UUID", type=_uuid, help="the checkpoint's uuid, or enough of its start to tell it apart"
+        "uuid",
+        metavar="UUID",
+        type=_uuid,
+        help="the checkpoint's uuid, or enough of its start (4 characters or more) to tell it apart",
     )
     download.add_argument(
         "-o",

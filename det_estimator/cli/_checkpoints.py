@@ -16,6 +16,8 @@ from det_estimator.store import CheckpointRecord, ExperimentRecord, ExperimentSt
 
 # How many of the checkpoints an ambiguous uuid prefix matches are named.
 _AMBIGUOUS_SHOWN = 5
+# The fewest first characters of a uuid that name its checkpoint.
+_SHORTEST_START = 4
 
 
 def list_checkpoints(store: ExperimentStore, args: argparse.Namespace) -> int:
@@ -68,18 +70,24 @@ def _kept_as(
 
 
 def find_checkpoint(store: ExperimentStore, uuid: str) -> CheckpointRecord:
-    """The checkpoint of this uuid, or the one checkpoint whose uuid starts with it.
+    """The checkpoint of this uuid, or the one checkpoint whose uuid starts with it (4 characters at least).
 
     Raises:
         UsageError: no checkpoint's uuid is or starts with ``uuid``, or several start with it.
     """
     found = store.checkpoints_starting_with(uuid, _AMBIGUOUS_SHOWN + 1)
-    if found and (found[0].uuid == uuid or len(found) == 1):  # an exact uuid sorts before those it starts
+    if found and found[0].uuid == uuid:  # an exact uuid sorts before those it starts
+        return found[0]
+    if len(uuid) < _SHORTEST_START:
+        # A few characters name a checkpoint by chance as often as not; an id (`describe 1`) is meant elsewhere.
+        found = []
+    if len(found) == 1:
         return found[0]
     if not found:
+        listing = f"checkpoint list {uuid}" if uuid.isdigit() else "checkpoint list EXPERIMENT_ID"
         raise UsageError(
-            f"There is no checkpoint {uuid} in the store {store.path}. Give a checkpoint's uuid, or its first "
-            "characters, as `det-estimator checkpoint list EXPERIMENT_ID` shows it."
+            f"There is no checkpoint {uuid} in the store {store.path}. Give a checkpoint's uuid, or at least its "
+            f"first {_SHORTEST_START} characters, as `det-estimator {listing}` shows it."
         )
     many = f"more than {_AMBIGUOUS_SHOWN}" if len(found) > _AMBIGUOUS_SHOWN else str(len(found))
     named = ", ".join(c.uuid for c in found[:_AMBIGUOUS_SHOWN])

@@ -136,24 +136,37 @@ def test_the_framework_is_shown_as_recorded_a_dict_of_versions_or_an_older_callb
 
 def test_a_unique_start_of_a_uuid_names_its_checkpoint_and_an_exact_uuid_wins_over_longer_ones(store_path):
     with ExperimentStore(store_path) as store:
-        for uuid in ("abc", "abcd", "abd1", "abd2", "b0"):
+        for uuid in ("abcd", "abcdef", "abce01", "abce02", "b0b0b0", "c1"):
             store.record_checkpoint(1, uuid, 1, str(store_path.parent / uuid), 0, {})
-    assert fields(describe(store_path, "b"))["Checkpoint"] == "b0"
-    assert fields(describe(store_path, "abcd"))["Checkpoint"] == "abcd"
-    assert fields(describe(store_path, "abc"))["Checkpoint"] == "abc"  # not ambiguous: it is a uuid
+    assert fields(describe(store_path, "b0b0"))["Checkpoint"] == "b0b0b0"
+    assert fields(describe(store_path, "abcde"))["Checkpoint"] == "abcdef"
+    assert fields(describe(store_path, "abcd"))["Checkpoint"] == "abcd"  # not ambiguous: it is a uuid
+    assert fields(describe(store_path, "c1"))["Checkpoint"] == "c1"  # a uuid, however short
 
-    output = describe(store_path, "ab", status=2)
-    assert "ab starts the uuids of 4 checkpoints (abc, abcd, abd1, abd2). Give more of the uuid" in output, output
-    output = describe(store_path, "x", status=2)
-    assert f"There is no checkpoint x in the store {store_path}. Give a checkpoint's uuid" in output, output
+    output = describe(store_path, "abce", status=2)
+    assert "abce starts the uuids of 2 checkpoints (abce01, abce02). Give more of the uuid" in output, output
+    output = describe(store_path, "xyzw", status=2)
+    assert f"There is no checkpoint xyzw in the store {store_path}. Give a checkpoint's uuid" in output, output
+
+
+def test_fewer_than_four_characters_name_no_checkpoint_but_their_own(store_path):
+    with ExperimentStore(store_path) as store:
+        store.record_checkpoint(1, "1a2b3c", 1, str(store_path.parent / "1a2b3c"), 0, {})
+    # An experiment's id, given where a uuid is expected, does not pick a checkpoint whose uuid starts with it.
+    output = describe(store_path, "1", status=2)
+    assert (
+        "Give a checkpoint's uuid, or at least its first 4 characters, as `det-estimator checkpoint list 1`" in output
+    )
+    assert "There is no checkpoint 1a2 in the store" in describe(store_path, "1a2", status=2)
+    assert fields(describe(store_path, "1a2b"))["Checkpoint"] == "1a2b3c"
 
 
 def test_an_ambiguous_start_names_five_of_its_checkpoints_at_most(store_path):
     with ExperimentStore(store_path) as store:
         for number in range(8):
-            store.record_checkpoint(1, f"f{number}", 1, str(store_path.parent / str(number)), 0, {})
-    output = describe(store_path, "f", status=2)
-    assert "f starts the uuids of more than 5 checkpoints (f0, f1, f2, f3, f4, ...)" in output, output
+            store.record_checkpoint(1, f"ffff{number}", 1, str(store_path.parent / str(number)), 0, {})
+    output = describe(store_path, "ffff", status=2)
+    assert "ffff starts the uuids of more than 5 checkpoints (ffff0, ffff1, ffff2, ffff3, ffff4, ...)" in output
 
 
 def test_describe_says_which_files_are_gone_or_changed(store_path):

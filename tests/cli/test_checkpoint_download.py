@@ -118,7 +118,8 @@ def test_a_directory_that_holds_anything_is_refused_and_kept_as_it_was(store_pat
 
 def test_an_unknown_or_ambiguous_uuid_is_refused(store_path, tmp_path):
     with ExperimentStore(store_path) as store:
-        for uuid in ("ab1", "ab2"):
+        for uuid in ("abab1", "abab2"):
             store.record_checkpoint(1, uuid, 1, str(tmp_path / uuid), 0, {})
-    assert "ab starts the uuids of 2 checkpoints (ab1, ab2)" in download(store_path, "ab", status=2)
-    assert "There is no checkpoint cd in the store" in download(store_path, "cd", status=2)
+    assert "abab starts the uuids of 2 checkpoints (abab1, abab2)" in download(store_path, "abab", status=2)
+    assert "There is no checkpoint aba in the store" in download(store_path, "aba", status=2)
+    assert "There is no checkpoint cdcd in the store" in download(store_path, "cdcd", status=2)
