@@ -1,6 +1,7 @@
 """The validated experiment config and :func:`load_experiment_config`, its only constructor in practice."""
 
 import keyword
+import math
 import shlex
 import warnings
 from collections.abc import Mapping
@@ -31,7 +32,7 @@ from det_estimator.config._fields import (
 from det_estimator.config._hyperparameters import (
     GLOBAL_BATCH_SIZE,
     check_global_batch_size,
-    grid_size,
+    grid_counts,
     hyperparameters_to_dict,
     parse_hyperparameters,
     sample_hyperparameters,
@@ -50,6 +51,10 @@ from det_estimator.config._sections import (
 from det_estimator.config._source import ConfigSource, read_source
 
 CHECKPOINT_POLICIES = ("best", "all", "none")
+# The most trials a grid search may create, as in the reference system: past a few
+# thousand, a grid is no longer a search anyone finishes on one machine, and a typo in a
+# `count` (or one hyperparameter too many) should be said at once, not found days later.
+MAX_GRID_TRIALS = 2000
 
 _TOP_LEVEL_KEYS = (
     "entrypoint",
@@ -343,7 +348,22 @@ def _check_consistency(config: ExperimentConfig, smallest_global_batch_size: Opt
     if smallest_global_batch_size is not None and smallest_global_batch_size < config.resources.slots_per_trial:
         raise _fewer_records_than_slots(smallest_global_batch_size, config.resources.slots_per_trial)
     if config.searcher.name == "grid":
-        grid_size(config.hyperparameters)  # every range needs a count: refused here, before anything is recorded
+        _check_grid_size(config.hyperparameters)  # refused here, before anything is recorded
+
+
+def _check_grid_size(hyperparameters: Mapping[str, Any]) -> None:
+    """Refuses a grid without a ``count`` for every range, or of more than :data:`MAX_GRID_TRIALS` points."""
+    counts = grid_counts(hyperparameters)  # every range needs a count
+    trials = math.prod(count for _, count in counts)
+    if trials <= MAX_GRID_TRIALS:
+        return
+    factors = " x ".join(f"{count:,} ({path})" for path, count in counts if count > 1)
+    raise ConfigError(
+        f"{PREFIX}the grid search would create {trials:,} trials, one per combination of the hyperparameters' "
+        f"values: {factors}. A grid search may create at most {MAX_GRID_TRIALS:,} trials. Give fewer values (a "
+        "smaller `count`, fewer categorical `vals`), or sample the space with `searcher.name: random` (or "
+        "`adaptive_asha`) and `searcher.max_trials`."
+    )
 
 
 def _parse(raw: Mapping[Any, Any]) -> ExperimentConfig:

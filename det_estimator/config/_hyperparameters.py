@@ -483,6 +483,22 @@ def grid_size(space: Mapping[str, Any], path: str = "hyperparameters") -> int:
     return math.prod(spec.grid_count() for _, spec in _grid_axes(space, path))
 
 
+def grid_counts(space: Mapping[str, Any], path: str = "hyperparameters") -> list[tuple[str, int]]:
+    """Lists every hyperparameter's number of grid points, by dotted path, in the config's order.
+
+    Args:
+        space: A mapping returned by :func:`parse_hyperparameters`.
+        path: Dotted name of ``space``, for the paths and messages.
+
+    Returns:
+        ``(dotted path, number of grid points)`` of every hyperparameter; their product is :func:`grid_size`.
+
+    Raises:
+        ConfigError: If an int, double or log hyperparameter has no ``count``.
+    """
+    return [(join(path, ".".join(names)), spec.grid_count()) for names, spec in _grid_axes(space, path)]
+
+
 def grid_point(space: Mapping[str, Any], index: int, path: str = "hyperparameters") -> dict[str, Any]:
     """Returns the hyperparameter values of one point of a grid search.
 

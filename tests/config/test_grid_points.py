@@ -13,6 +13,7 @@ from det_estimator.config import (
     grid_size,
     load_experiment_config,
 )
+from det_estimator.config._experiment_config import MAX_GRID_TRIALS
 
 
 def space(**hyperparameters):
@@ -131,3 +132,44 @@ def test_a_grid_of_long_axes_gives_its_size_and_points_without_listing_them():
 def test_each_grid_point_alone_is_the_same_as_in_the_list(spec):
     assert spec.grid_count() == len(spec.grid_points())
     assert tuple(spec.grid_point_at(position) for position in range(spec.grid_count())) == spec.grid_points()
+
+
+def grid_config(**hyperparameters):
+    return {
+        "entrypoint": "m:T",
+        "searcher": {"name": "grid", "metric": "auc", "max_length": {"batches": 10}},
+        "hyperparameters": {"global_batch_size": 16, **hyperparameters},
+    }
+
+
+def test_a_grid_of_at_most_the_limit_is_accepted():
+    raw = grid_config(
+        units={"type": "int", "minval": 1, "maxval": 1000, "count": MAX_GRID_TRIALS // 2},
+        act={"type": "categorical", "vals": ["relu", "tanh"]},
+    )
+    assert grid_size(load_experiment_config(raw).hyperparameters) == MAX_GRID_TRIALS
+
+
+@pytest.mark.timeout(20)  # a grid listed or run would take forever: the config must refuse it at once
+def test_a_grid_of_more_trials_than_the_limit_is_refused_saying_how_many_and_what_to_do():
+    raw = grid_config(**{f"h{i}": {"type": "int", "minval": 0, "maxval": 1000, "count": 100} for i in range(10)})
+    raw["hyperparameters"]["optimizer"] = {
+        "name": "adam",
+        "lr": {"type": "log", "minval": -4, "maxval": -1, "base": 10, "count": 3},
+    }
+    with pytest.raises(ConfigError) as error:
+        load_experiment_config(raw)
+    message = str(error.value)
+    assert message.startswith(
+        "experiment config: the grid search would create 300,000,000,000,000,000,000 trials, one per combination "
+        "of the hyperparameters' values: 100 (hyperparameters.h0) x 100 (hyperparameters.h1) x "
+    )
+    assert "x 3 (hyperparameters.optimizer.lr). A grid search may create at most 2,000 trials." in message
+    assert "Give fewer values" in message and "`searcher.name: random`" in message
+    assert "global_batch_size" not in message  # one value: no factor of the product
+
+
+def test_the_grid_limit_counts_an_int_range_as_the_values_it_has():
+    # A count above the range's size tries each integer once: 11 values, not a million.
+    raw = grid_config(units={"type": "int", "minval": 0, "maxval": 10, "count": 10**6})
+    assert grid_size(load_experiment_config(raw).hyperparameters) == 11

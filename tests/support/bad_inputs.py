@@ -303,6 +303,16 @@ CASES: list[BadInput] = [
         ),
         "count",
     ),
+    _bad_config(
+        "a grid of 10 hyperparameters of 100 values each",
+        config(
+            searcher=searcher(name="grid", max_concurrent_trials=0),
+            hyperparameters=hyperparameters(
+                **{f"h{i}": {"type": "int", "minval": 0, "maxval": 1000, "count": 100} for i in range(10)}
+            ),
+        ),
+        "the grid search would create 100,000,000,000,000,000,000 trials",
+    ),
     _bad_config("a scheduling_unit of 0", config(scheduling_unit=0), "scheduling_unit"),
     _bad_config("negative records_per_epoch", config(records_per_epoch=-1), "records_per_epoch"),
     _bad_config(
