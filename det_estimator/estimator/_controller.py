@@ -204,9 +204,10 @@ class EstimatorTrialController(TrialController):
 
     def _validate(self, local_checkpoint: str) -> dict[str, Any]:
         spec = self._eval_spec
+        steps = 1 if self._test else spec.steps
         raw = self._estimator.evaluate(
-            validation_input_fn(spec.input_fn),
-            steps=1 if self._test else spec.steps,
+            validation_input_fn(spec.input_fn, steps),
+            steps=steps,
             hooks=spec.hooks,
             checkpoint_path=local_checkpoint,
             name=spec.name,

@@ -1,6 +1,6 @@
 """The controller's view of the trial's input functions."""
 
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import tensorflow as tf
 
@@ -39,11 +39,45 @@ def training_input_fn(input_fn: InputFn, batches_to_skip: int) -> InputFn:
     return resumable_input_fn
 
 
-def validation_input_fn(input_fn: InputFn) -> InputFn:
-    """The user's validation input, checked to be a ``tf.data.Dataset``."""
+def validation_input_fn(input_fn: InputFn, steps: Optional[int]) -> InputFn:
+    """The user's validation input, checked to be a ``tf.data.Dataset`` that ends when ``steps`` is None.
+
+    Args:
+        input_fn: The ``EvalSpec``'s input_fn.
+        steps: The batches each process evaluates; None to evaluate the whole dataset.
+
+    Raises:
+        TrialDefinitionError: (from the returned function) not a dataset, or, with
+            ``steps`` None, a dataset TensorFlow knows to be infinite (a ``repeat()``
+            without a count), whose evaluation would never end.
+    """
 
     def checked_input_fn(mode: Any, params: Any, config: Any) -> tf.data.Dataset:
         passed = {"mode": mode, "params": params, "config": config}
-        return _call_user_input_fn(input_fn, "build_validation_spec()", passed)
+        dataset = _call_user_input_fn(input_fn, "build_validation_spec()", passed)
+        if steps is None and _cardinality(dataset) == tf.data.INFINITE_CARDINALITY:
+            raise TrialDefinitionError(
+                "The input_fn of build_validation_spec() returns an infinite tf.data.Dataset (a repeat() without "
+                "a count?) and its EvalSpec has steps=None: validation would never end. Do not repeat the "
+                "validation data, or set how many batches each process evaluates with EvalSpec(input_fn, steps=N)."
+            )
+        return dataset
 
     return checked_input_fn
+
+
+def _cardinality(dataset: tf.data.Dataset) -> int:
+    """The dataset's number of elements as TensorFlow knows it (or UNKNOWN_CARDINALITY), without iterating it.
+
+    Input functions run in the Estimator's graph, where the cardinality is a tensor: it is
+    computed in a session of its own, which runs the dataset's definition only.
+    """
+    cardinality = dataset.cardinality()
+    if tf.executing_eagerly():
+        return int(cardinality)
+    config = tf.compat.v1.ConfigProto(device_count={"GPU": 0})
+    try:
+        with tf.compat.v1.Session(graph=cardinality.graph, config=config) as session:
+            return int(session.run(cardinality))
+    except tf.errors.OpError:  # a dataset defined from a placeholder, say: its length is not known here
+        return int(tf.data.UNKNOWN_CARDINALITY)

@@ -239,6 +239,34 @@ def test_a_hook_requesting_stop_ends_training_with_a_final_checkpoint(analytic, 
     assert outcome.checkpoints[-1]["batches"] == 7
 
 
+def repeated_validation(analytic, steps):
+    """The analytic trial with a validation input that repeats forever, and the EvalSpec ``steps`` given."""
+
+    class RepeatedValidation(analytic.AnalyticTrial):
+        def build_validation_spec(self):
+            spec = super().build_validation_spec()
+            return tf.estimator.EvalSpec(lambda: spec.input_fn().repeat(), steps=steps)
+
+    return RepeatedValidation
+
+
+@pytest.mark.timeout(60)  # the evaluation of an infinite dataset never ended
+def test_an_infinite_validation_dataset_without_steps_is_refused_at_once(analytic, tmp_path):
+    with pytest.raises(TrialDefinitionError) as error:
+        det.run_trial(repeated_validation(analytic, steps=None), analytic.make_config(tmp_path, 10))
+    message = str(error.value)
+    assert "build_validation_spec() returns an infinite tf.data.Dataset" in message
+    assert "Do not repeat the validation data, or set" in message and "EvalSpec(input_fn, steps=N)" in message
+    assert events(tmp_path)[-1] == "on_trial_close"
+
+
+@pytest.mark.timeout(120)
+def test_an_infinite_validation_dataset_with_steps_validates_those_batches(analytic, tmp_path):
+    outcome = det.run_trial(repeated_validation(analytic, steps=3), analytic.make_config(tmp_path, 10))
+    assert outcome.state == "COMPLETED"
+    assert [validation["metrics"]["records"] for validation in outcome.validations] == [24, 24]
+
+
 class PauseAtSecondCall:
     """Sends this process SIGTERM (what `experiment pause` amounts to) at its second call."""
 
