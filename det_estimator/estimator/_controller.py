@@ -272,16 +272,19 @@ class EstimatorTrialController(TrialController):
         """Records the workload's loss and scalar summaries, averaged over all ranks (or the chief's alone).
 
         The loss is the workload's mean; a scalar summary is its value at the workload's
-        last batch. Estimator's own "loss" summary (last batch only) is left out in favour
-        of the mean. With ``optimizations.average_training_metrics: false`` the chief
-        reports its own values and no collective is made.
+        last batch, also when a pause ended the workload early (averaged over the
+        processes that fetched it: those that saw the pause at that batch). Estimator's
+        own "loss" summary (last batch only) is left out in favour of the mean. With
+        ``optimizations.average_training_metrics: false`` the chief reports its own values
+        and no collective is made.
         """
         summaries = {tag: value for tag, value in self._control.workload_summaries.items() if tag != "loss"}
         mine = (self._control.workload_loss, summaries)
         per_rank = self._distributed.allgather(mine) if self._config.optimizations.average_training_metrics else [mine]
         metrics = {"loss": float(np.mean([loss for loss, _ in per_rank]))}
-        for tag in sorted(summaries):
-            metrics[tag] = float(np.mean([rank_summaries[tag] for _, rank_summaries in per_rank]))
+        # A workload a pause ended has summaries from the processes that saw the pause in time only.
+        for tag in sorted({tag for _, rank_summaries in per_rank for tag in rank_summaries}):
+            metrics[tag] = float(np.mean([values[tag] for _, values in per_rank if tag in values]))
         self._core.train.report_training_metrics(self._batches, metrics)
 
 

@@ -110,11 +110,13 @@ class WorkloadControlHook(tf.estimator.SessionRunHook):
             self._restore_input_from = None
         fetches = {}
         next_batch = self.batches + 1
+        paused = bool(self._pause_requested())
+        # A pause ends the workload at this batch: its summaries are fetched too, or the
+        # partial workload would be reported with its loss alone.
         if self._scalar_summaries is not None and (
-            next_batch % self._scheduling_unit == 0 or next_batch >= self.max_batches
+            next_batch % self._scheduling_unit == 0 or next_batch >= self.max_batches or paused
         ):
             fetches["summaries"] = self._scalar_summaries
-        paused = bool(self._pause_requested())
         if self._pause_flag is None:
             # One process: usually nothing to fetch, so the step costs what it would without this hook.
             self._local_pause = paused

@@ -83,6 +83,9 @@ def test_sigterm_to_the_launcher_pauses_every_rank(analytic, runs, tmp_path):
     assert status == 0, output[-3000:]
     assert outcome["state"] == "PAUSED" and outcome["checkpoints"][-1]["batches"] == outcome["batches_trained"]
     assert all(events[-1] == "on_trial_close" for events in (rank_events(tmp_path, 0), rank_events(tmp_path, 1)))
+    # The workload the pause ended has its scalar summaries, as full workloads do.
+    assert outcome["training"][-1]["batches"] == outcome["batches_trained"]
+    assert "mean_x" in outcome["training"][-1]["metrics"]
 
 
 def test_one_failing_rank_ends_the_whole_job_quickly_with_its_traceback(runs, tmp_path):

@@ -219,6 +219,31 @@ def test_sigterm_pauses_with_a_checkpoint_and_a_rerun_finishes(analytic, runs, t
     assert resumed.state == "COMPLETED" and final_weight(resumed) == pytest.approx(expected, rel=1e-5)
 
 
+def test_a_workload_a_pause_ends_early_reports_its_scalar_summaries_too(analytic, tmp_path):
+    class PauseAtSeventh(tf.estimator.SessionRunHook):
+        def __init__(self):
+            self.batches = 0
+
+        def after_run(self, run_context, run_values):
+            self.batches += 1
+            if self.batches == 7:  # in the second workload of 5
+                os.kill(os.getpid(), signal.SIGTERM)  # what `experiment pause` or Ctrl-C amount to
+
+    class Paused(analytic.AnalyticTrial):
+        def build_train_spec(self):
+            spec = super().build_train_spec()
+            return tf.estimator.TrainSpec(spec.input_fn, hooks=[*spec.hooks, PauseAtSeventh()])
+
+    outcome = det.run_trial(Paused, analytic.make_config(tmp_path, 100))
+
+    assert (outcome.state, outcome.batches_trained) == ("PAUSED", 8)  # the batch under way finishes
+    assert [t["batches"] for t in outcome.training] == [5, 8]
+    partial = outcome.training[-1]["metrics"]
+    assert partial["loss"] == pytest.approx(np.mean(analytic.trajectory(8, LEARNING_RATE, GLOBAL_BATCH)[0][5:]))
+    # The summary at the workload's last batch (the 8th: records 56 to 63), as a full workload reports it.
+    assert partial["mean_x"] == pytest.approx(float(np.mean(analytic.FEATURES[56:64])), rel=1e-6)
+
+
 def test_a_hook_requesting_stop_ends_training_with_a_final_checkpoint(analytic, tmp_path):
     class StopAfterSeven(tf.estimator.SessionRunHook):
         def __init__(self):
