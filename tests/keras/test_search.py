@@ -41,3 +41,36 @@ def test_a_grid_search_of_keras_trials_runs_them_side_by_side_each_to_its_closed
         analytic_keras.assert_closed_form(trial["validations"], learning_rate=trial["hparams"]["learning_rate"])
     runs = [(run["started_at"], run["ended_at"]) for trial in trials for run in trial["runs"]]
     assert max(start for start, _ in runs) < min(end for _, end in runs), "the two trials ran at the same time"
+
+
+def test_a_keras_trial_that_stops_itself_completes_its_search_operation_with_its_last_validation(
+    analytic_keras, tmp_path
+):
+    # A trial that decides to stop (a callback's model.stop_training = True) has finished, as in the reference
+    # system: the search closes it with the metric of the validation it made before
+    # stopping, as if it had trained to max_length; it is not an error or an early exit.
+    context_dir = tmp_path / "code"
+    context_dir.mkdir()
+    for file in ("analytic_trial.py", "analytic_keras_trial.py"):
+        shutil.copy(SUPPORT / file, context_dir)
+    config = analytic_keras.make_config(tmp_path, 20)
+    config["hyperparameters"]["learning_rate"] = {"type": "categorical", "vals": [0.01, 0.02]}
+    config["hyperparameters"]["stop_at_batch"] = 7
+    config["searcher"] = {**config["searcher"], "name": "grid", "max_concurrent_trials": 1}
+    (context_dir / "search.yaml").write_text(yaml.safe_dump(config))
+    store = tmp_path / "store.sqlite"
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+
+    def det(*args: str) -> subprocess.CompletedProcess:
+        command = [COMMAND, "--store", str(store), *args]
+        return subprocess.run(command, capture_output=True, text=True, env=env, timeout=280)
+
+    created = det("experiment", "create", str(context_dir / "search.yaml"), str(context_dir))
+    assert created.returncode == 0, created.stdout + created.stderr
+    described = json.loads(det("experiment", "describe", "1", "--json").stdout)
+    assert described["state"] == "COMPLETED"
+    for trial in described["trials"]:
+        assert (trial["state"], trial["search_state"]) == ("COMPLETED", "CLOSED")
+        assert [validation["batches"] for validation in trial["validations"]] == [5, 7]
+        assert trial["reported_length"] == 20  # the operation, to max_length, completed
+        assert trial["best_validation"]["value"] == trial["validations"][-1]["metrics"]["val_loss"]

@@ -203,6 +203,18 @@ class Events(det.keras.callbacks.Callback):
         self.record("load_state", checkpoints=state["checkpoints"], array=state["array"].tolist())
 
 
+class StopAt(det.keras.callbacks.Callback):
+    """Sets ``model.stop_training`` once the model has trained ``batch`` batches in all, as a user's callback would."""
+
+    def __init__(self, batch: int):
+        super().__init__()
+        self._batch = batch
+
+    def on_train_batch_end(self, batch, logs=None):
+        if int(self.model.optimizer.iterations.numpy()) >= self._batch:
+            self.model.stop_training = True
+
+
 def events(events_dir, rank: int = 0) -> list[dict]:
     path = Path(events_dir) / f"rank{rank}.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
@@ -301,6 +313,8 @@ class AnalyticKerasTrial(det.keras.TFKerasTrial):
                 hparams.get("pause_during", {}),  # {"work": "validation" or "checkpoint", "batch": n}
             )
         ]
+        if "stop_at_batch" in hparams:
+            callbacks.append(StopAt(int(hparams["stop_at_batch"])))
         if "early_stopping" in hparams:
             callbacks.append(det.keras.callbacks.EarlyStopping(**hparams["early_stopping"]))
         if "reduce_lr" in hparams:

@@ -93,12 +93,15 @@ class FailingReducer(det.MetricReducer):
 class RecordingHook(det.RunHook):
     """Appends each RunHook call, with the rank, to a file per rank; writes a file into checkpoints."""
 
-    def __init__(self, events_dir: str, rank: int, seconds_per_batch: float, crash_at_batch: int = 0):
+    def __init__(
+        self, events_dir: str, rank: int, seconds_per_batch: float, crash_at_batch: int = 0, stop_at_batch: int = 0
+    ):
         os.makedirs(events_dir, exist_ok=True)
         self._log = os.path.join(events_dir, f"rank{rank}.jsonl")
         self._rank = rank
         self._seconds_per_batch = seconds_per_batch
         self._crash_at_batch = crash_at_batch
+        self._stop_at_batch = stop_at_batch
         self._batches = 0
 
     def _record(self, event: str, **details) -> None:
@@ -111,6 +114,8 @@ class RecordingHook(det.RunHook):
         self._batches += 1
         if self._batches == self._crash_at_batch:
             raise RuntimeError(f"rank {self._rank} crashed at its batch {self._batches} of this run")
+        if self._stop_at_batch and self._batches >= self._stop_at_batch:
+            run_context.request_stop()  # the trial decides it has trained enough
 
     def on_checkpoint_end(self, checkpoint_dir: str) -> None:
         with open(os.path.join(checkpoint_dir, "hook_note.txt"), "w") as note:
@@ -217,6 +222,7 @@ class AnalyticTrial(det.EstimatorTrial):
             self.context.distributed.rank,
             float(hparams.get("seconds_per_batch", 0.0)),
             crash_at_batch=crash.get("batch", 0) if crash.get("rank") == self.context.distributed.rank else 0,
+            stop_at_batch=int(hparams.get("stop_at_batch", 0)),
         )
         return tf.estimator.TrainSpec(self._input_fn, hooks=[hook])
 
