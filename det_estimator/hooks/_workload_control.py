@@ -36,8 +36,13 @@ class WorkloadControlHook(tf.estimator.SessionRunHook):
     checkpoints from ``after_run`` while the session stays open, which avoids
     rebuilding the graph and restoring variables for every workload.
 
-    With several processes, every step also sums a "pause requested" flag over all
-    ranks, so that all of them stop after the same batch however the pause reached them.
+    With several processes, every step also sums two flags over all ranks, "pause
+    requested" and "stop requested", so that all of them stop after the same batch
+    however the pause reached them, and whichever rank's hook asked to stop. A rank whose
+    hook calls ``request_stop()`` has already fed this step's flags, so its request is
+    held over to the next step: every rank then stops after that one, a batch after the
+    request. Stopping at once, that rank would leave the others waiting in the next
+    step's collectives.
 
     Args:
         listener: the controller.
@@ -85,8 +90,10 @@ class WorkloadControlHook(tf.estimator.SessionRunHook):
         self._reset_loss = None
         if self._loss_sum is not None:
             self._reset_loss = tf.compat.v1.variables_initializer([self._loss_sum, self._loss_batches])
-        self._pause_flag = None
+        self._flags = None
         self._local_pause = False
+        # A request_stop() this rank's hooks made, not yet fed to the other ranks.
+        self._stop_held_over = False
         # Scalar summaries are fetched with the last step of each workload, in the same run,
         # so reading them never consumes a batch of its own.
         scalars = [
@@ -96,8 +103,9 @@ class WorkloadControlHook(tf.estimator.SessionRunHook):
         ]
         self._scalar_summaries = tf.compat.v1.summary.merge(scalars) if scalars else None
         if _horovod.is_distributed():
-            self._pause_flag = tf.compat.v1.placeholder(tf.int32, shape=[], name="det_pause_flag")
-            self._any_pause = _horovod.allreduce_sum(self._pause_flag, name="det_pause_requested")
+            # [pause requested, stop requested] on this rank; their sums over all ranks.
+            self._flags = tf.compat.v1.placeholder(tf.int32, shape=[2], name="det_control_flags")
+            self._flags_summed = _horovod.allreduce_sum(self._flags, name="det_control_requested")
 
     def after_create_session(self, session: tf.compat.v1.Session, coord) -> None:
         self._listener.on_session_start(session, self._saver)
@@ -117,12 +125,13 @@ class WorkloadControlHook(tf.estimator.SessionRunHook):
             next_batch % self._scheduling_unit == 0 or next_batch >= self.max_batches or paused
         ):
             fetches["summaries"] = self._scalar_summaries
-        if self._pause_flag is None:
+        if self._flags is None:
             # One process: usually nothing to fetch, so the step costs what it would without this hook.
             self._local_pause = paused
             return tf.estimator.SessionRunArgs(fetches) if fetches else None
-        fetches["any_pause"] = self._any_pause
-        return tf.estimator.SessionRunArgs(fetches, feed_dict={self._pause_flag: int(paused)})
+        fetches["requested"] = self._flags_summed
+        flags = [int(paused), int(self._stop_held_over)]
+        return tf.estimator.SessionRunArgs(fetches, feed_dict={self._flags: flags})
 
     def after_run(self, run_context: tf.estimator.SessionRunContext, run_values) -> None:
         self.batches += 1
@@ -130,13 +139,22 @@ class WorkloadControlHook(tf.estimator.SessionRunHook):
         if "summaries" in results:
             parsed = tf.compat.v1.Summary.FromString(results["summaries"])
             self.workload_summaries = {value.tag: float(value.simple_value) for value in parsed.value}
-        paused = self._local_pause if self._pause_flag is None else results["any_pause"] > 0
+        if self._flags is None:
+            paused, stop_requested = self._local_pause, run_context.stop_requested
+        else:
+            paused, stop_requested = (bool(flag > 0) for flag in results["requested"])
+            if run_context.stop_requested and not stop_requested:
+                # This rank's hook asked to stop after this step, which the others do not
+                # know of: stop with them after the next. The request is withdrawn here
+                # (this hook runs last), before the session acts on it.
+                self._stop_held_over = True
+                run_context._stop_requested = False
         stopping = ""
         if self.batches >= self.max_batches:
             stopping = "end"
         elif paused:
             stopping = "pause"
-        elif run_context.stop_requested:
+        elif stop_requested:
             stopping = "request_stop"
         if stopping or self.batches % self._scheduling_unit == 0:
             self.workload_loss = self._take_workload_loss(run_context.session)

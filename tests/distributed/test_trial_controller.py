@@ -88,6 +88,20 @@ def test_sigterm_to_the_launcher_pauses_every_rank(analytic, runs, tmp_path):
     assert "mean_x" in outcome["training"][-1]["metrics"]
 
 
+@pytest.mark.timeout(120)
+def test_a_stop_one_rank_s_hook_asks_for_ends_every_rank_after_the_same_next_batch(analytic, tmp_path):
+    # Rank 1 alone asks to stop at batch 7: stopping there, it would leave rank 0 waiting in
+    # batch 8's allreduce. Both stop after batch 8, validate and checkpoint there together.
+    config = analytic.make_config(tmp_path, 20)
+    config["hyperparameters"]["stop"] = {"rank": 1, "batch": 7}
+    outcome = det.run_trial(analytic.AnalyticTrial, config, slots=2)
+
+    assert outcome.batches_trained == 8
+    assert [validation["batches"] for validation in outcome.validations] == [5, 8]
+    assert final_weight(outcome) == pytest.approx(analytic.expected_weight(8, LEARNING_RATE, GLOBAL_BATCH), rel=1e-5)
+    assert rank_events(tmp_path, 0) == ["on_checkpoint_end"] * 2 + ["on_trial_close"]
+
+
 def test_one_failing_rank_ends_the_whole_job_quickly_with_its_traceback(runs, tmp_path):
     started = time.monotonic()
     status, output, outcome = runs.finish(runs.start(tmp_path, 40, slots=2, fail_on_rank=1), timeout=120)

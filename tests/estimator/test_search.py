@@ -45,7 +45,7 @@ def test_a_grid_search_of_estimator_trials_runs_them_side_by_side_each_to_its_cl
     assert max(start for start, _ in runs) < min(end for _, end in runs), "the two trials ran at the same time"
 
 
-def test_a_estimator_trial_that_stops_itself_completes_its_search_operation_with_its_last_validation(
+def test_an_estimator_trial_that_stops_itself_completes_its_search_operation_with_its_last_validation(
     analytic, tmp_path
 ):
     # A trial that decides to stop (a RunHook's request_stop()) has finished, as in the reference

@@ -217,12 +217,15 @@ class AnalyticTrial(det.EstimatorTrial):
             raise RuntimeError(f"rank {self.context.distributed.rank} cannot build its input")
         hparams = self.context.get_hparams()
         crash = hparams.get("crash", {})  # {"rank": r, "batch": n}: that rank raises at its n-th batch of a run
+        stop = hparams.get("stop", {})
         hook = RecordingHook(
             self.context.get_hparam("events_dir"),
             self.context.distributed.rank,
             float(hparams.get("seconds_per_batch", 0.0)),
             crash_at_batch=crash.get("batch", 0) if crash.get("rank") == self.context.distributed.rank else 0,
-            stop_at_batch=int(hparams.get("stop_at_batch", 0)),
+            stop_at_batch=int(hparams.get("stop_at_batch", 0))
+            # {"rank": r, "batch": n}: only that rank's hook asks to stop, from its n-th batch of a run
+            or (stop.get("batch", 0) if stop.get("rank") == self.context.distributed.rank else 0),
         )
         return tf.estimator.TrainSpec(self._input_fn, hooks=[hook])
 
