@@ -73,13 +73,13 @@ def copy_checkpoint(source: Path, destination: Path) -> CopiedCheckpoint:
     problems = _manifest.check_manifest(source, manifest, checksums=False)  # reads no file: before any is copied
     if problems:
         raise CheckpointCopyError(not_as_sealed, problems)
-    made = _outermost_missing(destination.parent)
+    made = _fs.outermost_missing(destination.parent)
     staging = destination.parent / _fs.temporary_name(destination.name)
     try:
         destination.parent.mkdir(parents=True, exist_ok=True)
         staging.mkdir()
     except OSError as error:
-        _remove_empty(destination.parent, made)
+        _fs.remove_empty_folders(destination.parent, made)
         raise CheckpointCopyError(
             f"Cannot write into {destination.parent}: {error.strerror or error}. Name a directory in a folder this "
             "user can create or write."
@@ -94,7 +94,7 @@ def copy_checkpoint(source: Path, destination: Path) -> CopiedCheckpoint:
         _publish(staging, destination)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
-        _remove_empty(destination.parent, made)
+        _fs.remove_empty_folders(destination.parent, made)
         raise
     _fs.fsync_directory(destination.parent)
     copied = checkpoint_from_metadata(destination, _metadata.load(destination))
@@ -179,26 +179,3 @@ def _publish(staging: Path, destination: Path) -> None:
                 "directory that does not exist yet, or an empty one."
             ) from None
         raise
-
-
-def _outermost_missing(path: Path) -> Optional[Path]:
-    """The outermost folder of ``path`` that does not exist yet; None when ``path`` exists."""
-    missing = None
-    for folder in (path, *path.parents):
-        if folder.exists():
-            break
-        missing = folder
-    return missing
-
-
-def _remove_empty(path: Path, up_to: Optional[Path]) -> None:
-    """Removes ``path`` and its parents up to ``up_to`` (the folders a failed copy made), while they are empty."""
-    if up_to is None:
-        return
-    for folder in (path, *path.parents):
-        try:
-            folder.rmdir()
-        except OSError:
-            return
-        if folder == up_to:
-            return

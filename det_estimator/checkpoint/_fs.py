@@ -12,6 +12,7 @@ import os
 import re
 import uuid
 from pathlib import Path
+from typing import Optional
 
 _CHUNK_BYTES = 1 << 20
 
@@ -155,3 +156,30 @@ def hash_file(path: Path, fsync: bool = False) -> tuple[str, int]:
         if fsync:
             os.fsync(stream.fileno())
     return digest.hexdigest(), size
+
+
+def outermost_missing(path: Path) -> Optional[Path]:
+    """The outermost folder of ``path`` that does not exist yet; None when ``path`` exists."""
+    missing = None
+    for folder in (path, *path.parents):
+        if folder.exists():
+            break
+        missing = folder
+    return missing
+
+
+def remove_empty_folders(path: Path, up_to: Optional[Path]) -> None:
+    """Removes ``path`` and its parents up to ``up_to`` while empty: the folders a refused or failed command made.
+
+    ``up_to`` is what :func:`outermost_missing` returned before the folders were made;
+    None removes nothing.
+    """
+    if up_to is None:
+        return
+    for folder in (path, *path.parents):
+        try:
+            folder.rmdir()
+        except OSError:
+            return
+        if folder == up_to:
+            return

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from det_estimator import launcher, orchestration
+from det_estimator.checkpoint._fs import outermost_missing, remove_empty_folders
 from det_estimator.cli._config_warnings import config_warnings
 from det_estimator.cli._entrypoint import (
     EntrypointError,
@@ -97,7 +98,7 @@ def create(open_store: Callable[[], ExperimentStore], args: argparse.Namespace) 
                 f"process of its own, and more processes than CPUs cannot start together. Give it {cpus} or fewer."
             )
     storage = orchestration.checkpoint_storage_root(config, str(context_dir))
-    made = _missing_from(storage)
+    made = outermost_missing(storage)
     _check_checkpoint_storage(storage, args.config)
     for warning in config_warnings(config):
         print(f"det-estimator: warning: {warning}", file=sys.stderr, flush=True)
@@ -106,7 +107,7 @@ def create(open_store: Callable[[], ExperimentStore], args: argparse.Namespace) 
     try:
         store = open_store()
     except BaseException:
-        _remove_empty_folders(storage, made)  # what the check of the checkpoint storage made
+        remove_empty_folders(storage, made)  # what the check of the checkpoint storage made
         raise
     with store:
         experiment_id = orchestration.record_experiment(
@@ -121,29 +122,6 @@ def create(open_store: Callable[[], ExperimentStore], args: argparse.Namespace) 
         trial_id = store.trials(experiment_id)[0].id
         _tell(args.json, f"Created experiment {experiment_id} ({_what_it_runs(config, trial_id)}) in {store.path}")
         return _run(store, experiment_id, args)
-
-
-def _missing_from(path: Path) -> Optional[Path]:
-    """The outermost folder of ``path`` that does not exist yet; None when ``path`` exists."""
-    missing = None
-    for folder in (path, *path.parents):
-        if folder.exists():
-            break
-        missing = folder
-    return missing
-
-
-def _remove_empty_folders(path: Path, up_to: Optional[Path]) -> None:
-    """Removes ``path`` and its parents up to ``up_to`` (folders made for a command then refused), while empty."""
-    if up_to is None:
-        return
-    for folder in (path, *path.parents):
-        try:
-            folder.rmdir()
-        except OSError:
-            return
-        if folder == up_to:
-            return
 
 
 def _what_it_runs(config: ExperimentConfig, first_trial_id: int) -> str:
