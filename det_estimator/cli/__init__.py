@@ -171,6 +171,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     checkpoint = commands.add_parser("checkpoint", aliases=["c"], help="an experiment's checkpoints")
+    # One checkpoint, named by its uuid: what `describe` and `download` take.
+    checkpoint_uuid = argparse.ArgumentParser(add_help=False, parents=[json_option])
+    checkpoint_uuid.add_argument(
+        "uuid",
+        metavar="UUID",
+        type=_uuid,
+        help="the checkpoint's uuid, or enough of its start (4 characters or more) to tell it apart",
+    )
     checkpoint_actions = checkpoint.add_subparsers(dest="action", metavar="ACTION", required=True)
     listing = checkpoint_actions.add_parser(
         "list", parents=[json_option], help="uuid, trial, batches, state, kept as best or latest, metrics, size, path"
@@ -180,24 +188,12 @@ def build_parser() -> argparse.ArgumentParser:
     listing.set_defaults(run=checkpoints.list_checkpoints)
     described_checkpoint = checkpoint_actions.add_parser(
         "describe",
-        parents=[json_option],
+        parents=[checkpoint_uuid],
         help="experiment, trial, state, kept as, metrics, size, path, files, trial type, the call that loads it",
-    )
-    described_checkpoint.add_argument(
-        "uuid",
-        metavar="UUID",
-        type=_uuid,
-        help="the checkpoint's uuid, or enough of its start (4 characters or more) to tell it apart",
     )
     described_checkpoint.set_defaults(run=checkpoints.describe_checkpoint)
     download = checkpoint_actions.add_parser(
-        "download", parents=[json_option], help="copy its files into a new directory, checked against its checksums"
-    )
-    download.add_argument(
-        "uuid",
-        metavar="UUID",
-        type=_uuid,
-        help="the checkpoint's uuid, or enough of its start (4 characters or more) to tell it apart",
+        "download", parents=[checkpoint_uuid], help="copy its files into a new directory, checked against its checksums"
     )
     download.add_argument(
         "-o",
