@@ -480,7 +480,7 @@ def grid_size(space: Mapping[str, Any], path: str = "hyperparameters") -> int:
         ConfigError: If an int, double or log hyperparameter has no ``count``;
             the message names its ``count`` key.
     """
-    return math.prod(spec.grid_count() for _, spec in _grid_axes(space, path))
+    return math.prod(count for _, count in grid_counts(space, path))
 
 
 def grid_counts(space: Mapping[str, Any], path: str = "hyperparameters") -> list[tuple[str, int]]:
