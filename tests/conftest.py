@@ -5,15 +5,18 @@ import importlib.util
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Optional
 
 import psutil
 import pytest
+import yaml
 
 SUPPORT = Path(__file__).parent / "support"
 EXAMPLES = Path(__file__).parent.parent / "examples"
@@ -89,6 +92,38 @@ def example_config(tmp_path):
 def analytic():
     """The analytic_trial module."""
     return load_module(SUPPORT / "analytic_trial.py")
+
+
+@pytest.fixture
+def search_of(tmp_path):
+    """``search_of(config, trial_files, slots=None)``: runs a search through the command, to its end.
+
+    The trial files (names under tests/support) and the config go into a code directory
+    of their own; the experiment is recorded in a store of its own; ``slots`` is the
+    command's ``--slots`` (default: one trial's). Returns what
+    ``experiment describe 1 --json`` says of it, once ``experiment create`` exited 0.
+    """
+    command = str(Path(sys.executable).with_name("det-estimator"))
+    store = tmp_path / "search-store.sqlite"
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+
+    def det(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [command, "--store", str(store), *args], capture_output=True, text=True, env=env, timeout=280
+        )
+
+    def run(config: dict, trial_files: tuple, slots: Optional[int] = None) -> dict:
+        context_dir = tmp_path / "code"
+        context_dir.mkdir()
+        for name in trial_files:
+            shutil.copy(SUPPORT / name, context_dir)
+        (context_dir / "search.yaml").write_text(yaml.safe_dump(config))
+        slots_option = [] if slots is None else ["--slots", str(slots)]
+        created = det("experiment", "create", str(context_dir / "search.yaml"), str(context_dir), *slots_option)
+        assert created.returncode == 0, created.stdout + created.stderr
+        return json.loads(det("experiment", "describe", "1", "--json").stdout)
+
+    return run
 
 
 def start_run(

@@ -1,38 +1,15 @@
 """A hyperparameter search over TFKerasTrials, through the command: each trial follows its own closed form."""
 
-import json
-import os
-import shutil
-import subprocess
-import sys
-from pathlib import Path
-
-import yaml
-
-SUPPORT = Path(__file__).parent.parent / "support"
-COMMAND = str(Path(sys.executable).with_name("det-estimator"))
+KERAS_TRIAL_FILES = ("analytic_trial.py", "analytic_keras_trial.py")
 
 
-def test_a_grid_search_of_keras_trials_runs_them_side_by_side_each_to_its_closed_form(analytic_keras, tmp_path):
-    context_dir = tmp_path / "code"
-    context_dir.mkdir()
-    for name in ("analytic_trial.py", "analytic_keras_trial.py"):
-        shutil.copy(SUPPORT / name, context_dir)
+def test_a_grid_search_of_keras_trials_runs_them_side_by_side_each_to_its_closed_form(
+    analytic_keras, search_of, tmp_path
+):
     config = analytic_keras.make_config(tmp_path, 10)
     config["hyperparameters"]["learning_rate"] = {"type": "categorical", "vals": [0.01, 0.02]}
     config["searcher"] = {**config["searcher"], "name": "grid", "max_concurrent_trials": 2}
-    (context_dir / "search.yaml").write_text(yaml.safe_dump(config))
-    store = tmp_path / "store.sqlite"
-
-    def det(*args: str) -> subprocess.CompletedProcess:
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-        return subprocess.run(
-            [COMMAND, "--store", str(store), *args], capture_output=True, text=True, env=env, timeout=280
-        )
-
-    created = det("experiment", "create", str(context_dir / "search.yaml"), str(context_dir), "--slots", "2")
-    assert created.returncode == 0, created.stdout + created.stderr
-    described = json.loads(det("experiment", "describe", "1", "--json").stdout)
+    described = search_of(config, KERAS_TRIAL_FILES, slots=2)
     assert described["state"] == "COMPLETED"
     trials = described["trials"]
     assert sorted(trial["hparams"]["learning_rate"] for trial in trials) == [0.01, 0.02]
@@ -44,30 +21,16 @@ def test_a_grid_search_of_keras_trials_runs_them_side_by_side_each_to_its_closed
 
 
 def test_a_keras_trial_that_stops_itself_completes_its_search_operation_with_its_last_validation(
-    analytic_keras, tmp_path
+    analytic_keras, search_of, tmp_path
 ):
     # A trial that decides to stop (a callback's model.stop_training = True) has finished, as in the reference
     # system: the search closes it with the metric of the validation it made before
     # stopping, as if it had trained to max_length; it is not an error or an early exit.
-    context_dir = tmp_path / "code"
-    context_dir.mkdir()
-    for file in ("analytic_trial.py", "analytic_keras_trial.py"):
-        shutil.copy(SUPPORT / file, context_dir)
     config = analytic_keras.make_config(tmp_path, 20)
     config["hyperparameters"]["learning_rate"] = {"type": "categorical", "vals": [0.01, 0.02]}
     config["hyperparameters"]["stop_at_batch"] = 7
     config["searcher"] = {**config["searcher"], "name": "grid", "max_concurrent_trials": 1}
-    (context_dir / "search.yaml").write_text(yaml.safe_dump(config))
-    store = tmp_path / "store.sqlite"
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-
-    def det(*args: str) -> subprocess.CompletedProcess:
-        command = [COMMAND, "--store", str(store), *args]
-        return subprocess.run(command, capture_output=True, text=True, env=env, timeout=280)
-
-    created = det("experiment", "create", str(context_dir / "search.yaml"), str(context_dir))
-    assert created.returncode == 0, created.stdout + created.stderr
-    described = json.loads(det("experiment", "describe", "1", "--json").stdout)
+    described = search_of(config, KERAS_TRIAL_FILES)
     assert described["state"] == "COMPLETED"
     for trial in described["trials"]:
         assert (trial["state"], trial["search_state"]) == ("COMPLETED", "CLOSED")
