@@ -3,8 +3,9 @@
 The pipeline: 1,000,000 rows, shuffled with a 10,000-row buffer, in batches of 10 (so
 100,000 batches an epoch). For each trial type (an EstimatorTrial and a TFKerasTrial) and
 each position the trial first trains to it (the 100,000 batches take a minute or two),
-then the positions are resumed in turn, three rounds (``--repeats``), for 10 more batches
-each; printed (medians):
+then the positions are resumed in turn, four rounds (``--repeats``), for 10 more batches
+each, the near one first in odd rounds and the far one first in even rounds; printed
+(medians, after each resume's seconds by round):
 
 1. the harness's resume (the iterator's state restored from the checkpoint): seconds to
    the end of the first batch, from the training session's start (Estimator) or from the
@@ -13,7 +14,7 @@ each; printed (medians):
 2. for comparison, what replaying the input to the same position costs (what a resume did
    before): the first batch of ``repeat().skip(n)`` on the same pipeline.
 
-Usage: ``.venv/bin/python benchmarks/resume.py [--far 100000] [--only estimator|keras] [--repeats 3]``
+Usage: ``.venv/bin/python benchmarks/resume.py [--far 100000] [--only estimator|keras] [--repeats 4]``
 """
 
 import argparse
@@ -138,9 +139,9 @@ def harness_resumes(trial_type: str, positions: tuple[int, ...], repeats: int = 
     """Trains to each position, then resumes each for 10 batches, in turn, ``repeats`` rounds.
 
     Returns the median seconds to the first batch at each position. The resumes of the
-    positions alternate, so that what the process did before (graphs traced, memory
-    taken) weighs on each alike: measured one position after the other, the second
-    came out up to 0.04 s slower, whichever it was.
+    positions alternate, and so does which comes first in a round, so that what the
+    process did before (graphs traced, memory taken) weighs on each alike: measured one
+    position after the other, the second came out up to 0.04 s slower, whichever it was.
     """
     trial, timer = TRIALS[trial_type]
     seconds: dict[int, list[float]] = {position: [] for position in positions}
@@ -148,12 +149,14 @@ def harness_resumes(trial_type: str, positions: tuple[int, ...], repeats: int = 
         for position in positions:
             det.run_trial(trial, config(storage, position, trial_type), trial_id=f"{trial_type}-at-{position}")
         for resume in range(1, repeats + 1):
-            for position in positions:
+            for position in positions if resume % 2 else positions[::-1]:
                 before = len(timer.seconds)
                 det.run_trial(
                     trial, config(storage, position + 10 * resume, trial_type), trial_id=f"{trial_type}-at-{position}"
                 )
                 seconds[position].append(timer.seconds[before])
+    for position, values in seconds.items():
+        print(f"{trial_type} resumes at {position:,} batches, by round: " + " ".join(f"{v:.3f}" for v in values))
     return {position: statistics.median(values) for position, values in seconds.items()}
 
 
@@ -175,7 +178,7 @@ def main() -> None:
     parser.add_argument("--near", type=int, default=100)
     parser.add_argument("--far", type=int, default=100_000)
     parser.add_argument("--only", choices=sorted(TRIALS), help="time one trial type (default: both)")
-    parser.add_argument("--repeats", type=int, default=3, help="rounds of resumes (default: 3)")
+    parser.add_argument("--repeats", type=int, default=4, help="rounds of resumes (default: 4)")
     args = parser.parse_args()
     positions = (args.near, args.far)
     trial_types = [args.only] if args.only else list(TRIALS)
