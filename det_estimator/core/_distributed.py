@@ -13,6 +13,19 @@ CHIEF_PORT_VARIABLE = "DET_CHIEF_PORT"
 # The reference system's default port, for processes started by hand without DET_CHIEF_PORT.
 _DEFAULT_PORT = 12360
 
+# The multi-process contexts of this process that are open, latest last: see current_context().
+_open_contexts: list["DistributedContext"] = []
+
+
+def current_context() -> Optional["DistributedContext"]:
+    """The context of the job this process is in, when one of several processes is open; None otherwise.
+
+    For the code that Keras itself calls and that cannot be handed a context: a
+    ``ReducerMetric`` read under a ``tf.distribute`` strategy of several workers
+    exchanges its state through it.
+    """
+    return _open_contexts[-1] if _open_contexts else None
+
 
 class DistributedContext:
     """This process's place in a job of one or more processes, and collectives of Python objects.
@@ -92,6 +105,7 @@ class DistributedContext:
         self._local = self._global
         if size > 1:
             self._connect(chief_ip or os.environ.get(CHIEF_IP_VARIABLE), pub_port + port_offset)
+            _open_contexts.append(self)
 
     def _connect(self, chief_ip: Optional[str], default_port: int) -> None:
         if self.cross_size > 1 and not chief_ip:
@@ -276,6 +290,8 @@ class DistributedContext:
 
     def close(self) -> None:
         """Closes the connections to the other processes; the collectives work no more."""
+        if self in _open_contexts:
+            _open_contexts.remove(self)
         if self._local is not self._global:
             self._local.close()
         self._global.close()

@@ -12,6 +12,7 @@ from det_estimator import __version__, core
 from det_estimator._process_random_state import python_and_numpy_state, restore_python_and_numpy_state
 from det_estimator._trial_controller import TrialController
 from det_estimator.checkpoint import read_checkpoint
+from det_estimator.core._metrics import RankMetrics, combine_across_ranks
 from det_estimator.errors import PermanentTrialError, TrialDefinitionError
 from det_estimator.estimator._checkpointing import check_serving_names, restore_into, write_checkpoint_files
 from det_estimator.estimator._estimator_setup import EXAMPLES_KEY, GraphRecorder, rebuild_estimator
@@ -218,20 +219,26 @@ class EstimatorTrialController(TrialController):
         return metrics
 
     def _combine_across_ranks(self, raw: dict[str, Any]) -> dict[str, Any]:
-        """Per-rank metrics averaged, weighted by the examples each rank evaluated."""
+        """The evaluation's metrics over every rank's examples, as the core's metric policy combines them.
+
+        ``make_metric`` values are already over every rank (as is the global step, and
+        anything that is not a float); ``tf.metrics`` values are weighted by the examples
+        each rank evaluated.
+        """
         local = {key: _to_json(value) for key, value in raw.items()}
         examples = int(local.pop(EXAMPLES_KEY))
-        per_rank = self._distributed.allgather((examples, local))
-        total = sum(count for count, _ in per_rank)
-        if total == 0:
+        global_keys = self._recorder.global_metric_keys | {"global_step"}
+        mine = RankMetrics(
+            examples=examples,
+            values={key: value for key, value in local.items() if key not in global_keys and isinstance(value, float)},
+            global_values={
+                key: value for key, value in local.items() if key in global_keys or not isinstance(value, float)
+            },
+        )
+        combined = combine_across_ranks(mine, self._distributed)
+        if combined.examples == 0:
             raise TrialLifecycleError("Validation saw no example on any process: check build_validation_spec().")
-        combined = {}
-        for key, value in local.items():
-            if key in self._recorder.global_metric_keys or key == "global_step" or not isinstance(value, float):
-                combined[key] = value  # already the same on every rank
-            else:
-                combined[key] = sum(count * metrics[key] for count, metrics in per_rank if count) / total
-        return combined
+        return {key: combined.values[key] for key in local}
 
     def _checkpoint(self, session: tf.compat.v1.Session, local_checkpoint: str, metrics: Optional[dict[str, Any]]):
         """Writes a checkpoint: the chief's model files and exports, and every process's input position."""
@@ -269,7 +276,7 @@ class EstimatorTrialController(TrialController):
             release_other_graphs(optimizer, training_graph)
 
     def _report_training(self) -> None:
-        """Records the workload's loss and scalar summaries, averaged over all ranks (or the chief's alone).
+        """Records the workload's loss and scalar summaries, combined over all ranks (or the chief's alone).
 
         The loss is the workload's mean; a scalar summary is its value at the workload's
         last batch, also when a pause ended the workload early (averaged over the
@@ -279,12 +286,13 @@ class EstimatorTrialController(TrialController):
         and no collective is made.
         """
         summaries = {tag: value for tag, value in self._control.workload_summaries.items() if tag != "loss"}
-        mine = (self._control.workload_loss, summaries)
-        per_rank = self._distributed.allgather(mine) if self._config.optimizations.average_training_metrics else [mine]
-        metrics = {"loss": float(np.mean([loss for loss, _ in per_rank]))}
-        # A workload a pause ended has summaries from the processes that saw the pause in time only.
-        for tag in sorted({tag for _, rank_summaries in per_rank for tag in rank_summaries}):
-            metrics[tag] = float(np.mean([values[tag] for _, values in per_rank if tag in values]))
+        # Every rank trains the workload's batches in step with the others, on batches of one
+        # size: each rank's values stand for as many examples. A pause that ended the workload
+        # early leaves summaries only with the ranks that saw it at that batch.
+        mine = RankMetrics(examples=1, values={"loss": self._control.workload_loss, **summaries})
+        across_ranks = self._config.optimizations.average_training_metrics
+        combined = combine_across_ranks(mine, self._distributed, across_ranks=across_ranks).values
+        metrics = {"loss": combined["loss"], **{tag: combined[tag] for tag in sorted(combined) if tag != "loss"}}
         self._core.train.report_training_metrics(self._batches, metrics)
 
 

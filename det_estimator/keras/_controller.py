@@ -13,12 +13,14 @@ from det_estimator import __version__, core
 from det_estimator._process_random_state import python_and_numpy_state, restore_python_and_numpy_state
 from det_estimator._trial_controller import TrialController
 from det_estimator.checkpoint import read_checkpoint
+from det_estimator.core._metrics import combine_across_ranks
 from det_estimator.errors import PermanentTrialError
 from det_estimator.keras import _callback_states, _data, _random_states
 from det_estimator.keras._callback_list import TrialCallbacks
 from det_estimator.keras._checkpoints import read_variables, write_variables
 from det_estimator.keras._context import TFKerasTrialContext
 from det_estimator.keras._devices import apply_session_config, pin_local_gpu, require_eager
+from det_estimator.keras._global_metrics import global_metrics, local_metrics, read_combined
 from det_estimator.keras._reducer_metric import ReducerMetric
 from det_estimator.keras._serving import SAVED_MODEL_DIR, ServingExport
 from det_estimator.keras._steps import TrainStep
@@ -266,21 +268,16 @@ class TFKerasTrialController(TrialController):
     # Metrics.
 
     def _report_training(self) -> dict[str, Any]:
-        """Records the workload's training metrics, averaged over all ranks (or the chief's alone); returns them.
+        """Records the workload's training metrics over every rank's batches (or the chief's alone); returns them.
 
-        Keras' metrics hold their mean over the workload's batches (the loss included);
-        ``ReducerMetric`` values are already computed over every rank's batches.
+        Keras' metrics hold their state over the workload's batches (the loss included);
+        the ranks' states are summed as the core's metric policy says, and
+        ``ReducerMetric`` values are already computed over every rank's batches. With
+        ``optimizations.average_training_metrics: false`` each rank reports its own
+        Keras metrics, with no collective (the chief's are recorded).
         """
-        mine = _to_json(self._model.get_metrics_result())
-        averaged = self._config.optimizations.average_training_metrics
-        per_rank = self._distributed.allgather(mine) if averaged and self._distributed.size > 1 else [mine]
-        exact = self._exact_metric_names()
-        metrics = {}
-        for key, value in mine.items():
-            if key in exact or not isinstance(value, float):
-                metrics[key] = value
-            else:
-                metrics[key] = float(np.mean([rank_metrics[key] for rank_metrics in per_rank]))
+        across_ranks = self._config.optimizations.average_training_metrics
+        metrics = _to_json(global_metrics(self._model, self._distributed, across_ranks=across_ranks))
         self._core.train.report_training_metrics(self._batches, metrics)
         if self.context.fit_config.verbose and self._is_chief:
             print(f"[keras] {self._batches} batches: {_format(metrics)}", flush=True)
@@ -296,32 +293,17 @@ class TFKerasTrialController(TrialController):
                 verbose=0,
                 return_dict=True,
             )
-        combined = self._combine_across_ranks(_to_json(local or {}), self._validation.examples)
-        metrics = {f"val_{name}": value for name, value in combined.items()}
+        mine = local_metrics(self._model, local, self._validation.examples)
+        combined = combine_across_ranks(mine, self._distributed)
+        if combined.examples == 0:
+            raise TrialLifecycleError("Validation saw no example on any process: check build_validation_data_loader().")
+        logs = _to_json(read_combined(self._model, combined))
+        metrics = {f"val_{name}": value for name, value in logs.items()}
         self._record_validation(metrics)
-        self._callbacks.on_test_end(combined)
+        self._callbacks.on_test_end(logs)
         if self.context.fit_config.verbose and self._is_chief:
             print(f"[keras] validation after {self._batches} batches: {_format(metrics)}", flush=True)
         return metrics
-
-    def _combine_across_ranks(self, local: dict[str, Any], examples: int) -> dict[str, Any]:
-        """Per-rank metrics averaged, weighted by the examples each rank evaluated; exact ones as they are."""
-        per_rank = self._distributed.allgather((examples, local)) if self._distributed.size > 1 else [(examples, local)]
-        evaluated = [(count, metrics) for count, metrics in per_rank if count > 0]
-        if not evaluated:
-            raise TrialLifecycleError("Validation saw no example on any process: check build_validation_data_loader().")
-        total = sum(count for count, _ in evaluated)
-        exact = self._exact_metric_names()
-        combined = {}
-        for key, value in evaluated[0][1].items():
-            if key in exact or not isinstance(value, float):
-                combined[key] = value  # the same on every rank, or not a number to average
-            else:
-                combined[key] = sum(count * metrics[key] for count, metrics in evaluated) / total
-        return combined
-
-    def _exact_metric_names(self) -> set[str]:
-        return {metric.name for metric in self._model.metrics if isinstance(metric, ReducerMetric)}
 
     # Checkpoints.
 

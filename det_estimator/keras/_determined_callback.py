@@ -14,6 +14,7 @@ from det_estimator import __version__, core
 from det_estimator._checkpoint_kind import CALLBACK_WEIGHTS
 from det_estimator._process_random_state import python_and_numpy_state, restore_python_and_numpy_state
 from det_estimator.keras import _random_states
+from det_estimator.keras._global_metrics import GlobalMetrics, global_metrics
 
 logger = logging.getLogger("det_estimator.keras")
 
@@ -31,12 +32,18 @@ class DeterminedCallback(tf.keras.callbacks.Callback):
     ``tf.distribute`` strategy's scope, or with Horovod's ``DistributedOptimizer``, or
     on one process). Every process of the job must use it, with the same arguments.
 
-    - **Metrics**: training metrics (Keras' running averages of the epoch, averaged
-      over the processes) every ``report_every_batches`` batches and at each epoch's
-      end; validation metrics at the end of each epoch in which Keras validated, under
-      Keras' names without the ``val_`` prefix (``loss``, not ``val_loss``; when the
-      experiment's ``searcher.metric`` is a ``val_`` name, that name is reported too).
-      Steps are counted in batches trained since the start of training.
+    - **Metrics**: training metrics (Keras' running values of the epoch) every
+      ``report_every_batches`` batches and at each epoch's end; validation metrics at
+      the end of each epoch in which Keras validated, under Keras' names without the
+      ``val_`` prefix (``loss``, not ``val_loss``; when the experiment's
+      ``searcher.metric`` is a ``val_`` name, that name is reported too). Steps are
+      counted in batches trained since the start of training. On several processes
+      every value is that of all the processes' data together: each Keras metric's
+      state is summed over the processes before it is read (``AUC``, ``Precision``
+      and a loss over uneven shares are exact), a ``ReducerMetric`` exchanges its
+      state itself, and under a ``MultiWorkerMirroredStrategy`` Keras' values already
+      are global. Callbacks after this one in the list, and the History, see the same
+      values.
     - **Progress**: batches trained, of ``epochs * steps_per_epoch``.
     - **Checkpoints**: through ``core_context.checkpoint``, every
       ``checkpoint_every_epochs`` epochs, every ``checkpoint_every_batches`` batches if
@@ -153,6 +160,9 @@ class DeterminedCallback(tf.keras.callbacks.Callback):
         self._checkpoint_epochs = checkpoint_every_epochs
         self._checkpoint_batches = checkpoint_every_batches
         self._preempt_every = check_preempt_every_batches
+        # The metrics of every process's data; context.fit shares one that comes first among its callbacks.
+        self._metrics = GlobalMetrics(core_context.distributed)
+        self._owns_metrics = True
         # Keras hands the logs over as tensors; they are read only when reported, so that
         # the callback adds no synchronisation to the batches between reports.
         self._supports_tf_logs = True
@@ -175,9 +185,25 @@ class DeterminedCallback(tf.keras.callbacks.Callback):
         # Sequence's batches with Python's random when it starts reading an epoch.
         self._epoch_random_state: Optional[dict[str, Any]] = None
 
+    def set_model(self, model: tf.keras.Model) -> None:
+        super().set_model(model)
+        if self._owns_metrics:
+            self._metrics.set_model(model)
+
+    def share_metrics(self, metrics: GlobalMetrics) -> None:
+        """Takes the global metrics from ``metrics``, a callback that comes first in the same ``fit``.
+
+        Then every callback between the two sees the global values too; ``metrics`` is
+        driven by Keras, not by this callback.
+        """
+        self._metrics = metrics
+        self._owns_metrics = False
+
     # ----- start and resume -----
 
     def on_train_begin(self, logs: Optional[dict[str, Any]] = None) -> None:
+        if self._owns_metrics:
+            self._metrics.on_train_begin(logs)
         model = self.model
         if getattr(model, "optimizer", None) is None:
             raise ValueError("DeterminedCallback needs a compiled model: call model.compile() before model.fit().")
@@ -283,6 +309,8 @@ class DeterminedCallback(tf.keras.callbacks.Callback):
     # ----- epochs and batches -----
 
     def on_epoch_begin(self, epoch: int, logs: Optional[dict[str, Any]] = None) -> None:
+        if self._owns_metrics:
+            self._metrics.on_epoch_begin(epoch, logs)
         if isinstance(getattr(self.model, "_training_state", None), _ResumePosition):
             self.model._training_state = None  # fit read it already; nothing else may see it
         if epoch != self._epoch:
@@ -318,7 +346,17 @@ class DeterminedCallback(tf.keras.callbacks.Callback):
     def _at_epoch_end(self) -> bool:
         return self._steps_per_epoch is not None and self._batch >= self._steps_per_epoch
 
+    def on_test_begin(self, logs: Optional[dict[str, Any]] = None) -> None:
+        if self._owns_metrics:
+            self._metrics.on_test_begin(logs)
+
+    def on_test_end(self, logs: Optional[dict[str, Any]] = None) -> None:
+        if self._owns_metrics:
+            self._metrics.on_test_end(logs)
+
     def on_epoch_end(self, epoch: int, logs: Optional[dict[str, Any]] = None) -> None:
+        if self._owns_metrics:
+            self._metrics.on_epoch_end(epoch, logs)  # first: the logs become those of every process's data
         if self._train_function is not None:
             # The resumed epoch is over: the next epochs read the iterators fit makes.
             self.model.train_function = self._train_function
@@ -341,6 +379,8 @@ class DeterminedCallback(tf.keras.callbacks.Callback):
             self._save()
 
     def on_train_end(self, logs: Optional[dict[str, Any]] = None) -> None:
+        if self._owns_metrics:
+            self._metrics.on_train_end(logs)
         if "evaluate" in vars(self.model):
             del self.model.evaluate
         if self._train_function is not None:
@@ -355,46 +395,29 @@ class DeterminedCallback(tf.keras.callbacks.Callback):
 
     # ----- reports -----
 
-    def _running_metrics(self, logs: Optional[dict[str, Any]]) -> Optional[dict[str, Any]]:
-        """The epoch's running training metrics, as Keras computes them for the epoch's end.
+    def _running_metrics(self, logs: Optional[dict[str, Any]]) -> dict[str, Any]:
+        """The epoch's running training metrics over every process's batches so far (a collective).
 
-        A batch's logs hold the sum of every replica's own values under a strategy of
-        several replicas; the model's metrics read in cross-replica context are the
-        values over all of them (a collective under MultiWorkerMirroredStrategy, at the
-        same batch on every process).
+        Read from the model's metrics, as Keras reads them at the epoch's end, and
+        combined across the processes by the core's metric policy; every process calls
+        this at the same batch.
         """
-        model = self.model
-        if model.distribute_strategy.num_replicas_in_sync > 1 and hasattr(model, "get_metrics_result"):
-            return model.get_metrics_result()
-        return logs
+        return global_metrics(self.model, self._core.distributed, logs)
 
     def _report_training(self, logs: Optional[dict[str, Any]]) -> None:
-        metrics = self._combined(logs)
+        metrics = _numbers(logs)
         self._last_training_report = self._steps_completed
         if metrics:
             self._core.train.report_training_metrics(self._steps_completed, metrics)
 
     def _report_validation(self, logs: dict[str, Any]) -> None:
-        metrics = self._combined(logs)
+        metrics = _numbers(logs)
         if not metrics:
             return
         metrics = with_searcher_metric(metrics, _searcher_metric(self._core))
         metrics["epochs"] = self._epoch + 1
         metrics["batches"] = self._steps_completed
         self._core.train.report_validation_metrics(self._steps_completed, metrics)
-
-    def _combined(self, logs: Optional[dict[str, Any]]) -> dict[str, Any]:
-        """The numeric logs as floats, averaged over the processes (a collective when there are several)."""
-        metrics = {}
-        for key, value in (logs or {}).items():
-            value = _to_float(value)
-            if value is not None:
-                metrics[key] = value
-        distributed = self._core.distributed
-        if distributed.size > 1:
-            every = distributed.allgather(metrics)
-            metrics = {key: float(np.mean([m[key] for m in every if key in m])) for key in sorted(every[0])}
-        return metrics
 
     # ----- checkpoints -----
 
@@ -502,6 +525,12 @@ def _build_optimizer(optimizer: Any, variables: list[Any]) -> None:
         optimizer.build(variables)
     elif hasattr(optimizer, "_create_all_weights"):
         optimizer._create_all_weights(variables)
+
+
+def _numbers(logs: Optional[dict[str, Any]]) -> dict[str, float]:
+    """The numeric entries of ``logs`` as floats (already combined across processes)."""
+    numbers = {key: _to_float(value) for key, value in (logs or {}).items()}
+    return {key: value for key, value in numbers.items() if value is not None}
 
 
 def _to_float(value: Any) -> Optional[float]:

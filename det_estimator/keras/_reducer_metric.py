@@ -7,6 +7,7 @@ import numpy as np
 import tensorflow as tf
 
 from det_estimator import _horovod
+from det_estimator.core._distributed import current_context
 from det_estimator.reducers import MetricReducer
 from det_estimator.reducers._accumulator import MetricAccumulator
 
@@ -20,11 +21,13 @@ class ReducerMetric(tf.keras.metrics.Metric):
     ``accumulate`` on this process; when Keras reads the metric's value at the end of
     ``model.evaluate`` (or of an epoch of ``model.fit``, or of a workload and of a
     validation in a ``TFKerasTrial``), the processes exchange their states in one
-    Horovod allgather and every process gets the reducer's ``cross_slot_reduce`` of all
-    of them. With ``RocAuc`` the value equals ``sklearn.metrics.roc_auc_score`` on the
+    Horovod allgather (under a ``MultiWorkerMirroredStrategy``, through the job's
+    ``det.core`` distributed context) and every process gets the reducer's
+    ``cross_slot_reduce`` of all of them. With ``RocAuc`` the value equals ``sklearn.metrics.roc_auc_score`` on the
     union of every process's data, however unevenly it is split; Keras' own
     ``tf.keras.metrics.AUC`` is binned, and averaging it per process is wrong again.
-    Without Horovod, or on one process, the local state is reduced directly.
+    On one process, or with neither Horovod nor a ``det.core`` context of several
+    processes, the local state is reduced directly.
 
     It works in ``model.compile(metrics=[...])``, ``weighted_metrics`` and
     ``model.evaluate``, in a trial or in a plain Keras script (run under horovodrun
@@ -72,7 +75,7 @@ class ReducerMetric(tf.keras.metrics.Metric):
             )
         super().__init__(name=name or _snake_case(type(reducer).__name__), dtype=dtype, **kwargs)
         self._prototype = reducer
-        self._accumulator = MetricAccumulator(reducer, name=self.name, rank=_horovod.rank())
+        self._accumulator = MetricAccumulator(reducer, name=self.name, rank=_rank())
         self._value: Optional[np.ndarray] = None
         self._collective_name = "det_reducer_metric." + re.sub(r"[^A-Za-z0-9_.-]", "_", self.name)
 
@@ -105,7 +108,7 @@ class ReducerMetric(tf.keras.metrics.Metric):
 
     def reset_state(self) -> None:
         """Starts a new evaluation: the next batches go to a fresh copy of the reducer."""
-        self._accumulator = MetricAccumulator(self._prototype, name=self.name, rank=_horovod.rank())
+        self._accumulator = MetricAccumulator(self._prototype, name=self.name, rank=_rank())
         self._value = None
 
     def get_config(self) -> dict[str, Any]:
@@ -133,12 +136,23 @@ class ReducerMetric(tf.keras.metrics.Metric):
     def _reduce(self) -> np.ndarray:
         # A fresh accumulator reduces, so that this one keeps its state if Keras goes on
         # accumulating before the next reset.
-        combiner = MetricAccumulator(self._prototype, name=self.name, rank=_horovod.rank())
+        combiner = MetricAccumulator(self._prototype, name=self.name, rank=_rank())
         if _horovod.is_distributed():
             local = tf.constant(np.frombuffer(self._accumulator.encode(), dtype=np.uint8))
             all_bytes, sizes = _horovod.allgather_bytes(local, name=self._collective_name)
             return combiner.reduce_encoded(all_bytes.numpy(), sizes.numpy(), np.dtype(self.dtype))
+        distributed = current_context()
+        if distributed is not None:
+            # Workers of a tf.distribute strategy: Keras reads the metric on every one, in the same order.
+            envelopes = distributed.allgather(self._accumulator.local_envelope())
+            return combiner.reduce(envelopes, np.dtype(self.dtype))
         return combiner.reduce([self._accumulator.local_envelope()], np.dtype(self.dtype))
+
+
+def _rank() -> int:
+    """This process's rank among those the metric is reduced over."""
+    distributed = None if _horovod.is_distributed() else current_context()
+    return _horovod.rank() if distributed is None else distributed.rank
 
 
 def _reducer_from_config(described: dict[str, Any]) -> MetricReducer:

@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 from det_estimator.keras._api._context import KerasContext, Optimizations, TrainingContext
-from det_estimator.keras._api._metrics import global_metrics
+from det_estimator.keras._global_metrics import global_metrics, local_metrics
 
 
 def classifier() -> tf.keras.Model:
@@ -24,16 +24,12 @@ def data(records: int = 63):
     return x, y
 
 
-def states(model: tf.keras.Model) -> list:
-    return [[variable.numpy() for variable in metric.variables] for metric in model.metrics]
-
-
 def test_summed_states_of_uneven_shares_give_the_metrics_of_all_the_data(one_of_many):
     model, (x, y) = classifier(), data()
     whole = model.evaluate(x, y, batch_size=8, return_dict=True, verbose=0)
     shares = [(x[:37], y[:37]), (x[37:], y[37:])]  # uneven, as the last process's share may be
     model.evaluate(*shares[1], batch_size=8, verbose=0)
-    other = states(model)
+    other = local_metrics(model)
     separate = [model.evaluate(*shares[1], batch_size=8, return_dict=True, verbose=0)]
     separate.insert(0, model.evaluate(*shares[0], batch_size=8, return_dict=True, verbose=0))
 
@@ -49,7 +45,7 @@ def test_context_evaluate_returns_the_metrics_of_every_process_data(one_of_many)
     model, (x, y) = classifier(), data()
     whole = model.evaluate(x, y, batch_size=8, return_dict=True, verbose=0)
     model.evaluate(x[1::2], y[1::2], batch_size=8, verbose=0)
-    distributed = one_of_many(0, 2, [None, states(model)])
+    distributed = one_of_many(0, 2, [None, local_metrics(model)])
     context = KerasContext(distributed, None, {}, 0, Optimizations(), None, "BATCH_INFERENCE")
     x_share, y_share = context.wrap_data(x, y)
 

@@ -10,9 +10,9 @@ import tensorflow as tf
 from det_estimator import _horovod, core
 from det_estimator.errors import DetEstimatorError
 from det_estimator.keras._api import _fit, _model_files
-from det_estimator.keras._api._metrics import GlobalMetrics
 from det_estimator.keras._api._sharding import ShardedSequence, Sharder, in_input_order
 from det_estimator.keras._determined_callback import DeterminedCallback, with_searcher_metric
+from det_estimator.keras._global_metrics import GlobalMetrics
 from det_estimator.store import ExperimentStore
 
 logger = logging.getLogger("det_estimator.keras")
@@ -386,7 +386,9 @@ class KerasContext:
             continue_id=training.trial_id,
             **options,
         )
-        return [GlobalMetrics(self.distributed.core), *user_callbacks, reporter]
+        metrics = GlobalMetrics(self.distributed.core)
+        reporter.share_metrics(metrics)
+        return [metrics, *user_callbacks, reporter]
 
     def _fit_operations(
         self,
@@ -481,7 +483,7 @@ class KerasContext:
         return_dict = evaluate_kwargs.pop("return_dict", False)
         callbacks = [GlobalMetrics(self.distributed.core), *(evaluate_kwargs.pop("callbacks", None) or [])]
         local = model.evaluate(x, y, callbacks=callbacks, return_dict=True, **evaluate_kwargs)
-        metrics = dict(callbacks[0]._validation or local) if self.distributed.size > 1 else local
+        metrics = dict(callbacks[0].validation or local) if self.distributed.size > 1 else local
         if self._training is not None and self._training.launched:
             steps = int(model.optimizer.iterations.numpy()) if getattr(model, "optimizer", None) is not None else 0
             numbers = {name: float(value) for name, value in metrics.items() if _is_number(value)}

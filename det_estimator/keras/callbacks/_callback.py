@@ -71,7 +71,7 @@ class Callback(tf.keras.callbacks.Callback):
         Args:
             total_batches_trained: batches trained after the workload, in all runs.
             logs: the workload's training metrics, as reported to the experiment store
-                (averaged over processes unless ``optimizations.average_training_metrics``
+                (over every process's batches unless ``optimizations.average_training_metrics``
                 is false).
         """
 

@@ -1,0 +1,43 @@
+"""One cross-rank metric policy: the same metrics of one uneven split, through every front door that trains Keras.
+
+Each front door trains :mod:`uneven_split`'s fixed model on 2 processes with
+`det-estimator experiment create`; process 0 validates on 70 records, process 1 on the
+other 30. Whatever the front door, the validation it records (accuracy, loss, Keras' binned
+AUC and the exact ReducerMetric(RocAuc())) is what one process gets on all 100 records.
+`benchmarks/metric_policy.py` prints the same comparison as a table.
+"""
+
+import sys
+from pathlib import Path
+
+import pytest
+from sklearn.metrics import roc_auc_score
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "support"))
+import uneven_split  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def whole_set() -> dict[str, float]:
+    """The metrics one process gets on the whole validation set (checked against scikit-learn)."""
+    values = uneven_split.whole_set()
+    x, y = uneven_split.validation_data()
+    scores = uneven_split.build_model().predict(x, batch_size=uneven_split.BATCH_SIZE, verbose=0)
+    assert values["roc_auc"] == pytest.approx(roc_auc_score(y, scores), abs=1e-12)
+    # The split is uneven enough that the mean of the shares' values is wrong by far more than any tolerance.
+    averaged = uneven_split.mean_of_shares()
+    for name in ("loss", "auc", "roc_auc"):
+        assert abs(averaged[name] - values[name]) > 0.01
+    return values
+
+
+@pytest.mark.parametrize("front_door", list(uneven_split.FRONT_DOORS))
+def test_every_front_door_reports_the_metrics_of_the_whole_validation_set(front_door, whole_set, tmp_path):
+    try:
+        reported = uneven_split.run_front_door(front_door, tmp_path)
+    except uneven_split.FrontDoorError as error:
+        pytest.fail(str(error))
+
+    assert reported == pytest.approx(whole_set, rel=1e-5, abs=1e-7), (
+        f"{front_door}: {reported} on 2 processes, {whole_set} on one"
+    )
