@@ -41,6 +41,19 @@ def test_summed_states_of_uneven_shares_give_the_metrics_of_all_the_data(one_of_
     assert abs(mean_loss - whole["loss"]) > 1e-3
 
 
+def test_a_process_that_saw_no_data_leaves_the_metrics_of_the_others(one_of_many):
+    model, (x, y) = classifier(), data()
+    model.evaluate(x[:8], y[:8], batch_size=8, verbose=0)  # builds the metrics
+    model.reset_metrics()
+    # What a process without data holds: reset states, and NaN for what a custom step logs beside the metrics.
+    nothing = local_metrics(model, {"loss": float("nan"), "grad_norm": float("nan")}, examples=0)
+    whole = model.evaluate(x, y, batch_size=8, return_dict=True, verbose=0)
+
+    combined = global_metrics(model, one_of_many(1, 2, [nothing, None]), {"grad_norm": 0.5}, examples=len(x))
+
+    assert combined == pytest.approx({**whole, "grad_norm": 0.5}, rel=1e-5)
+
+
 def test_context_evaluate_returns_the_metrics_of_every_process_data(one_of_many):
     model, (x, y) = classifier(), data()
     whole = model.evaluate(x, y, batch_size=8, return_dict=True, verbose=0)
