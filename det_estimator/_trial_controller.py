@@ -19,14 +19,27 @@ from det_estimator.config import ExperimentConfig, Length, load_experiment_confi
 from det_estimator.store import State
 
 
+def new_trial_context(context_class: type, core_context: core.Context) -> Any:
+    """A new trial context of ``context_class`` for the trial of ``core_context`` (both trial contexts take these)."""
+    trial = core_context.info.trial
+    return context_class(
+        load_experiment_config(trial.config),
+        trial.hparams,
+        trial.trial_seed,
+        core_context.distributed,
+        trial_id=trial.trial_id,
+        experiment_id=trial.experiment_id,
+    )
+
+
 class TrialController:
     """The bookkeeping of one trial's run on this process, shared by the trial controllers.
 
     Every rank of the job runs one controller and takes the same decisions from the
     same inputs, so that all ranks validate, checkpoint and stop at the same batch.
 
-    Subclasses create ``self.context``, the trial's context, whose
-    ``get_global_batch_size()`` turns lengths into batches.
+    Subclasses set ``self.context``, the trial's context (:func:`new_trial_context`),
+    whose ``get_global_batch_size()`` turns lengths into batches.
 
     Args:
         core_context: the trial's core context on this process.
@@ -52,18 +65,6 @@ class TrialController:
         self._improved = False
         self._operations: Optional[Iterator[core.SearcherOperation]] = None
         self._operation: Optional[core.SearcherOperation] = None
-
-    def _new_context(self, context_class: type) -> Any:
-        """A new trial context of ``context_class`` (both trial contexts take the same arguments)."""
-        trial = self._core.info.trial
-        return context_class(
-            self._config,
-            self._hparams,
-            self._seed,
-            self._distributed,
-            trial_id=trial.trial_id,
-            experiment_id=trial.experiment_id,
-        )
 
     @property
     def _is_chief(self) -> bool:

@@ -2,6 +2,7 @@
 
 import random
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -10,7 +11,7 @@ import tensorflow as tf
 
 from det_estimator import __version__, core
 from det_estimator._process_random_state import python_and_numpy_state, restore_python_and_numpy_state
-from det_estimator._trial_controller import TrialController
+from det_estimator._trial_controller import TrialController, new_trial_context
 from det_estimator.checkpoint import read_checkpoint
 from det_estimator.core._metrics import RankMetrics, combine_across_ranks
 from det_estimator.errors import PermanentTrialError, TrialDefinitionError
@@ -33,8 +34,77 @@ class TrialLifecycleError(PermanentTrialError, RuntimeError):
     """The trial was built or used in a way the harness cannot run."""
 
 
+@dataclass(frozen=True)
+class BuiltTrial:
+    """What an ``EstimatorTrial`` builds, checked: everything its controller runs.
+
+    Attributes:
+        estimator: the trial's own Estimator (the controller runs a copy with its run configuration).
+        train_spec: the training input and hooks.
+        eval_spec: the validation input and hooks.
+        serving_fns: ``{name: serving_input_receiver_fn}``: one SavedModel per entry in every checkpoint.
+    """
+
+    estimator: tf.estimator.Estimator
+    train_spec: tf.estimator.TrainSpec
+    eval_spec: tf.estimator.EvalSpec
+    serving_fns: dict[str, Any]
+
+    @property
+    def run_hooks(self) -> list[RunHook]:
+        """The ``RunHook``s among the training hooks."""
+        return [hook for hook in self.train_spec.hooks if isinstance(hook, RunHook)]
+
+    @classmethod
+    def of(cls, trial: EstimatorTrial, context: EstimatorTrialContext) -> "BuiltTrial":
+        """Calls the trial's builders and checks what they return.
+
+        Raises:
+            TrialDefinitionError: a builder returned something the harness cannot run.
+        """
+        estimator = trial.build_estimator()
+        train_spec, eval_spec = _checked_specs(trial)
+        # The native API sets them on its context, as the reference's does.
+        native_fns = getattr(context, "serving_input_receiver_fns", None) or {}
+        trial_fns = trial.build_serving_input_receiver_fns() or {}
+        # Each checked before they are merged, which would fail on a list with a TypeError naming neither.
+        check_serving_names(native_fns, source="context.serving_input_receiver_fns must be")
+        check_serving_names(trial_fns)
+        return cls(estimator, train_spec, eval_spec, {**native_fns, **trial_fns})
+
+
+def run_estimator_trial(
+    trial_class: type, core_context: core.Context, context: Optional[EstimatorTrialContext] = None
+) -> State:
+    """Builds ``trial_class``'s trial and runs it to its end (or to a pause); returns COMPLETED or PAUSED.
+
+    Seeds the process with the trial's seed, builds the trial and its parts, and runs
+    its controller in a scratch model_dir of this process's, removed at the end.
+
+    Args:
+        trial_class: the user's ``EstimatorTrial`` subclass.
+        core_context: the trial's core context on this process.
+        context: the trial's context, when it exists before the trial (the native API
+            builds the model with it first); by default a new one.
+
+    Raises:
+        TypeError: ``trial_class`` is not an ``EstimatorTrial`` subclass.
+    """
+    if not (isinstance(trial_class, type) and issubclass(trial_class, EstimatorTrial)):
+        raise TypeError(f"Argument `trial_class` must be a subclass of EstimatorTrial. Received: {trial_class!r}")
+    context = context or new_trial_context(EstimatorTrialContext, core_context)
+    seed_everything(core_context.info.trial.trial_seed)
+    built = BuiltTrial.of(trial_class(context), context)
+    try:
+        with scratch_model_dir(core_context.distributed.rank) as model_dir:
+            return EstimatorTrialController(core_context, context, built, model_dir).run()
+    finally:
+        for hook in built.run_hooks:
+            hook.on_trial_close()
+
+
 class EstimatorTrialController(TrialController):
-    """Trains, validates and checkpoints one ``EstimatorTrial`` on this process.
+    """Trains, validates and checkpoints one built ``EstimatorTrial`` on this process.
 
     Every rank of the job runs one controller; rank 0 (the chief) alone writes
     checkpoints. All ranks take the same decisions from the same inputs: batch counts,
@@ -45,63 +115,41 @@ class EstimatorTrialController(TrialController):
     hook placed last among the training hooks, which hands control back after every
     workload of ``scheduling_unit`` batches, so that the controller validates (with
     ``estimator.evaluate`` on a checkpoint of the live session) and checkpoints without
-    rebuilding the graph.
+    rebuilding the graph. :func:`run_estimator_trial` builds it.
 
     Args:
-        trial_class: the user's ``EstimatorTrial`` subclass.
         core_context: the trial's core context on this process.
-        context: the trial's context, when it exists before the trial (the native API
-            builds the model with it first); by default a new one.
+        context: the trial's context.
+        built: what the trial built.
+        model_dir: this process's scratch model_dir, for the Estimator's own files.
     """
 
     def __init__(
-        self,
-        trial_class: type,
-        core_context: core.Context,
-        context: Optional[EstimatorTrialContext] = None,
+        self, core_context: core.Context, context: EstimatorTrialContext, built: BuiltTrial, model_dir: str
     ) -> None:
-        if not (isinstance(trial_class, type) and issubclass(trial_class, EstimatorTrial)):
-            raise TypeError(f"Argument `trial_class` must be a subclass of EstimatorTrial. Received: {trial_class!r}")
         super().__init__(core_context)
-        self._trial_class = trial_class
-        self.context = context or self._new_context(EstimatorTrialContext)
+        self.context = context
+        self._built = built
+        self._run_hooks = built.run_hooks
+        self._model_dir = model_dir
         self._recorder = GraphRecorder()
-        self._run_hooks: list[RunHook] = []
+        self._estimator = rebuild_estimator(built.estimator, model_dir, self._seed, self._distributed, self._recorder)
+        self._control = WorkloadControlHook(
+            self,
+            scheduling_unit=1 if self._test else self._config.scheduling_unit,
+            pause_requested=self._core.preempt.requested_locally,
+            loss_accumulators=lambda: (self._recorder.loss_sum, self._recorder.loss_batches),
+        )
         self._restore_input_from: Optional[str] = None
         self._input_saveable = True
 
     def run(self) -> State:
         """Runs the trial to its end (or to a pause); returns COMPLETED or PAUSED."""
-        seed_everything(self._seed)
-        trial = self._trial_class(self.context)
-        try:
-            user_estimator = trial.build_estimator()
-            train_spec, eval_spec = _checked_specs(trial)
-            self._serving_fns = self._serving_input_receiver_fns(trial)
-            self._run_hooks = [hook for hook in train_spec.hooks if isinstance(hook, RunHook)]
-            self._eval_spec = eval_spec
-            with scratch_model_dir(self._distributed.rank) as model_dir:
-                self._model_dir = model_dir
-                self._estimator = rebuild_estimator(
-                    user_estimator, model_dir, self._seed, self._distributed, self._recorder
-                )
-                self._resume()
-                max_batches = self._start_operations()
-                if max_batches is not None:
-                    self._train(train_spec, max_batches)
-        finally:
-            for hook in self._run_hooks:
-                hook.on_trial_close()
+        self._resume()
+        max_batches = self._start_operations()
+        if max_batches is not None:
+            self._train(max_batches)
         return self._state
-
-    def _serving_input_receiver_fns(self, trial: EstimatorTrial) -> dict[str, Any]:
-        # The native API sets them on its context, as the reference's does.
-        native_fns = getattr(self.context, "serving_input_receiver_fns", None) or {}
-        trial_fns = trial.build_serving_input_receiver_fns() or {}
-        # Each checked before they are merged, which would fail on a list with a TypeError naming neither.
-        check_serving_names(native_fns, source="context.serving_input_receiver_fns must be")
-        check_serving_names(trial_fns)
-        return {**native_fns, **trial_fns}
 
     def _resume(self) -> None:
         if self._latest_checkpoint is None:
@@ -122,21 +170,14 @@ class EstimatorTrialController(TrialController):
             for hook in self._run_hooks:
                 hook.on_checkpoint_load(str(path))
 
-    def _train(self, train_spec: tf.estimator.TrainSpec, max_batches: int) -> None:
+    def _train(self, max_batches: int) -> None:
+        train_spec = self._built.train_spec
         hooks = list(train_spec.hooks)
         if self._distributed.size > 1:
             from det_estimator import _horovod
 
             hooks.append(_horovod.broadcast_variables_hook(0))
-        self._control = WorkloadControlHook(
-            self,
-            batches_done=self._batches,
-            max_batches=max_batches,
-            scheduling_unit=1 if self._test else self._config.scheduling_unit,
-            pause_requested=self._core.preempt.requested_locally,
-            loss_accumulators=lambda: (self._recorder.loss_sum, self._recorder.loss_batches),
-            restore_input_from=self._restore_input_from,
-        )
+        self._control.start(self._batches, max_batches, self._restore_input_from)
         hooks.append(self._control)  # last, so that it sees any other hook's request_stop()
         skip = 0 if self._restore_input_from is not None else self._batches
         self._estimator.train(training_input_fn(train_spec.input_fn, skip), hooks=hooks)
@@ -204,7 +245,7 @@ class EstimatorTrialController(TrialController):
         return saver.save(session, prefix, global_step=self._batches, write_meta_graph=False)
 
     def _validate(self, local_checkpoint: str) -> dict[str, Any]:
-        spec = self._eval_spec
+        spec = self._built.eval_spec
         steps = 1 if self._test else spec.steps
         raw = self._estimator.evaluate(
             validation_input_fn(spec.input_fn, steps),
@@ -266,7 +307,9 @@ class EstimatorTrialController(TrialController):
             if self._input_saveable:
                 shutil.copytree(input_dir, _input_state.rank_directory(path, self._distributed.rank))
             if self._is_chief:
-                write_checkpoint_files(path, local_checkpoint, self._estimator, self._serving_fns, self._run_hooks)
+                write_checkpoint_files(
+                    path, local_checkpoint, self._estimator, self._built.serving_fns, self._run_hooks
+                )
         self._release_evaluation_graphs()  # the exports' graphs
 
     def _release_evaluation_graphs(self) -> None:

@@ -84,9 +84,9 @@ class EstimatorNativeContext(EstimatorTrialContext):
         trial_class = _trial_of(estimator, train_spec, eval_spec)
 
         def train(core_context: core.Context) -> Any:
-            from det_estimator.estimator._controller import EstimatorTrialController
+            from det_estimator.estimator._controller import run_estimator_trial
 
-            return EstimatorTrialController(trial_class, core_context, context=self).run()
+            return run_estimator_trial(trial_class, core_context, context=self)
 
         return self._run(train)
 

@@ -44,16 +44,12 @@ class WorkloadControlHook(tf.estimator.SessionRunHook):
     request. Stopping at once, that rank would leave the others waiting in the next
     step's collectives.
 
+    Call :meth:`start` before each training session it is a hook of.
+
     Args:
         listener: the controller.
-        batches_done: batches this trial had trained before this session.
-        max_batches: batches after which training ends (the listener may raise it
-            between workloads, through the ``max_batches`` attribute).
         scheduling_unit: batches per workload.
         pause_requested: called before every step; True once a pause was asked for.
-        restore_input_from: a directory where this process's input iterator state was
-            saved (:mod:`det_estimator.hooks._input_state`): the input continues from there
-            instead of from its start.
         loss_accumulators: returns ``(loss_sum, loss_batches)``, the local variables in
             which the training graph sums its loss, once the model_fn has built them;
             they are read and reset at the end of every workload.
@@ -62,22 +58,34 @@ class WorkloadControlHook(tf.estimator.SessionRunHook):
     def __init__(
         self,
         listener: WorkloadListener,
-        batches_done: int,
-        max_batches: int,
         scheduling_unit: int,
         pause_requested: Callable[[], bool],
         loss_accumulators: Callable[[], tuple[Optional[tf.Variable], Optional[tf.Variable]]] = lambda: (None, None),
-        restore_input_from: Optional[str] = None,
     ):
         self._listener = listener
-        self.batches = batches_done
-        self.max_batches = max_batches
         self._scheduling_unit = scheduling_unit
         self._pause_requested = pause_requested
         self._loss_accumulators = loss_accumulators
-        self._restore_input_from = restore_input_from
+        self.batches = 0
+        self.max_batches = 0
+        self._restore_input_from: Optional[str] = None
         self.workload_loss = float("nan")
         self.workload_summaries: dict = {}
+
+    def start(self, batches_done: int, max_batches: int, restore_input_from: Optional[str] = None) -> None:
+        """Sets where the next training session starts and ends.
+
+        Args:
+            batches_done: batches this trial had trained before this session.
+            max_batches: batches after which training ends (the listener may raise it
+                between workloads, through the ``max_batches`` attribute).
+            restore_input_from: a directory where this process's input iterator state was
+                saved (:mod:`det_estimator.hooks._input_state`): the input continues from
+                there instead of from its start.
+        """
+        self.batches = batches_done
+        self.max_batches = max_batches
+        self._restore_input_from = restore_input_from
 
     def begin(self) -> None:
         # The graph is finalized after begin(): anything the hook needs is built now.

@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from det_estimator import __version__, core
 from det_estimator._process_random_state import python_and_numpy_state, restore_python_and_numpy_state
-from det_estimator._trial_controller import TrialController
+from det_estimator._trial_controller import TrialController, new_trial_context
 from det_estimator.checkpoint import read_checkpoint
 from det_estimator.core._metrics import combine_across_ranks
 from det_estimator.errors import PermanentTrialError
@@ -65,7 +65,7 @@ class TFKerasTrialController(TrialController):
             raise TypeError(f"Argument `trial_class` must be a subclass of TFKerasTrial. Received: {trial_class!r}")
         super().__init__(core_context)
         self._trial_class = trial_class
-        self.context = context or self._new_context(TFKerasTrialContext)
+        self.context = context or new_trial_context(TFKerasTrialContext, core_context)
         # Batches of the global input stream read before this run, and this run's first batch.
         self._start_position = 0
         self._start_batches = 0

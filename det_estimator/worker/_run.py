@@ -9,9 +9,9 @@ from det_estimator.store import State
 
 
 def _estimator_controller(trial_class: type, core_context: core.Context, context: Any) -> State:
-    from det_estimator.estimator._controller import EstimatorTrialController
+    from det_estimator.estimator._controller import run_estimator_trial
 
-    return EstimatorTrialController(trial_class, core_context, context).run()
+    return run_estimator_trial(trial_class, core_context, context)
 
 
 def _keras_controller(trial_class: type, core_context: core.Context, context: Any) -> State:
