@@ -124,6 +124,4 @@ def _with_slots(config: ExperimentConfig, slots: Optional[int]) -> ExperimentCon
         return config
     if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
         raise ValueError(f"Argument `slots` must be a positive integer. Received: slots={slots!r}")
-    raw = config.to_dict()
-    raw["resources"]["slots_per_trial"] = slots
-    return load_experiment_config(raw)
+    return config.with_overrides(slots=slots)

@@ -101,9 +101,8 @@ def find_or_record_experiment(
     existing = store.find_experiment(run_key)
     if existing is None:
         return record_experiment(store, config, context_dir, test=test, run_key=run_key, **kwargs)
-    raw = config.to_dict()
-    raw["reproducibility"] = existing.config["reproducibility"]
-    store.update_experiment(existing.id, raw, config.resources.slots_per_trial, test)
+    config = config.with_overrides(seed=existing.config["reproducibility"]["experiment_seed"])
+    store.update_experiment(existing.id, config.to_dict(), config.resources.slots_per_trial, test)
     return existing.id
 
 
