@@ -125,7 +125,7 @@ def create(open_store: Callable[[], ExperimentStore], args: argparse.Namespace) 
         )
         trial_id = store.trials(experiment_id)[0].id
         _tell(args.json, f"Created experiment {experiment_id} ({_what_it_runs(config, trial_id)}) in {store.path}")
-        return _run(store, experiment_id, args)
+        return _run(store, experiment_id, args, config)
 
 
 def _what_it_runs(config: ExperimentConfig, first_trial_id: int) -> str:
@@ -188,9 +188,13 @@ def _check_code_is_there(experiment: Any) -> None:
             raise UsageError(f"{where}: {error} Put its code back there to resume it.") from error
 
 
-def _run(store: ExperimentStore, experiment_id: int, args: argparse.Namespace) -> int:
+def _run(
+    store: ExperimentStore, experiment_id: int, args: argparse.Namespace, config: Optional[ExperimentConfig] = None
+) -> int:
     try:
-        return orchestration.run_and_report(store, experiment_id, json_output=args.json, verbose=args.verbose)
+        return orchestration.run_and_report(
+            store, experiment_id, json_output=args.json, verbose=args.verbose, config=config
+        )
     except ExperimentBusyError as error:
         raise UsageError(str(error)) from error
 

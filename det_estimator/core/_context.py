@@ -43,6 +43,8 @@ class Context:
         preempt: pause requests (:class:`PreemptContext`).
         searcher: how long to train (:class:`SearcherContext`).
         info: the :class:`~det_estimator.ClusterInfo` of the trial.
+        config: the trial's experiment config, parsed once when the context was built
+            (an :class:`~det_estimator.config.ExperimentConfig`).
     """
 
     def __init__(
@@ -53,6 +55,7 @@ class Context:
         preempt: PreemptContext,
         searcher: SearcherContext,
         info: _info.ClusterInfo,
+        config: ExperimentConfig,
         watcher: PauseWatcher,
         recorder: Optional[StoreRecorder] = None,
         owned_run: Optional[int] = None,
@@ -64,6 +67,7 @@ class Context:
         self.preempt = preempt
         self.searcher = searcher
         self.info = info
+        self.config = config
         self._watcher = watcher
         self._recorder = recorder
         self._owned_run = owned_run
@@ -183,16 +187,25 @@ def init(
     info = _info.get_cluster_info()
     owned_run = None
     by_hand = info is None
+    recorded_config = None
     if by_hand:
         # A script started by hand, on one process or several (a launcher run without an
         # experiment): the chief records one experiment and tells the others about it.
-        info, owned_run, distributed = _init_by_hand(distributed, checkpoint_storage, preempt_mode, config)
+        info, owned_run, distributed, recorded_config = _init_by_hand(
+            distributed, checkpoint_storage, preempt_mode, config
+        )
     else:
         _check_init_arguments(distributed, checkpoint_storage, preempt_mode, config)
     if distributed is None:
         distributed = DistributedContext.from_environment() if info.slots > 1 else DummyDistributedContext()
     return build_context(
-        info, distributed, preempt_mode, owned_run=owned_run, strict_metric=not by_hand, by_hand=by_hand
+        info,
+        distributed,
+        preempt_mode,
+        owned_run=owned_run,
+        strict_metric=not by_hand,
+        by_hand=by_hand,
+        config=recorded_config,
     )
 
 
@@ -207,7 +220,7 @@ class RefusedOnAnotherProcessError(DetEstimatorError):
 
 def _init_by_hand(
     distributed: Any, checkpoint_storage: Any, preempt_mode: Any, config: Any
-) -> tuple[_info.ClusterInfo, Optional[int], DistributedContext]:
+) -> tuple[_info.ClusterInfo, Optional[int], DistributedContext, Optional[ExperimentConfig]]:
     """Records the run of a script started by hand (by its chief) and tells every process of it.
 
     On several processes, each checks its own arguments, and the chief the config, before
@@ -215,9 +228,9 @@ def _init_by_hand(
     to all, and every process raises at once, instead of waiting for the others forever.
 
     Returns:
-        ``(info, owned_run, distributed)``: the run's info on every process, the run this
-        process owns (the chief's), and the distributed context (built from the launch
-        when none was given).
+        ``(info, owned_run, distributed, config)``: the run's info on every process, the run
+        this process owns (the chief's), the distributed context (built from the launch
+        when none was given), and the config the chief recorded (None elsewhere).
     """
     refused: Optional[BaseException] = None
     try:
@@ -254,7 +267,7 @@ def _init_by_hand(
         if made_here:
             distributed.close()
         raise
-    return info, owned_run, distributed
+    return info, owned_run, distributed, experiment_config
 
 
 def _refusal(error: Optional[BaseException]) -> Optional[tuple[str, str]]:
@@ -314,15 +327,21 @@ def build_context(
     owned_run: Optional[int] = None,
     strict_metric: bool = True,
     by_hand: bool = False,
+    config: Optional[ExperimentConfig] = None,
 ) -> Context:
-    """The core context of trial ``info`` for this process (det-estimator's controllers build theirs here)."""
+    """The core context of trial ``info`` for this process (det-estimator's controllers build theirs here).
+
+    The trial's config is parsed here, once, into ``Context.config``, unless the caller
+    parsed it already and passes it as ``config``.
+    """
     # A new run: the cause noted for an earlier failure in this process (a run by hand that
     # failed, in a notebook) is not this run's.
     _root_cause.forget()
     trial = info.trial
     if trial is None:
         raise DetEstimatorError(f"core.init() needs a trial; the task is a {info.task_type}.")
-    config = load_experiment_config(trial.config)
+    if config is None:
+        config = load_experiment_config(trial.config)
     recorder = StoreRecorder(info.store_path, trial.trial_id, trial.run_id) if distributed.rank == 0 else None
     searcher_config = config.searcher
     watcher = PauseWatcher(
@@ -374,7 +393,9 @@ def build_context(
         to_batches=lambda length: _length_in_batches(config, trial.hparams, length),
         report_target=train.report_target,
     )
-    return Context(distributed, train, checkpoint, preempt, searcher, info, watcher, recorder, owned_run, by_hand)
+    return Context(
+        distributed, train, checkpoint, preempt, searcher, info, config, watcher, recorder, owned_run, by_hand
+    )
 
 
 def _length_in_batches(config: ExperimentConfig, hparams: dict[str, Any], length: float) -> Optional[int]:

@@ -208,7 +208,7 @@ def _context_of_launched_rank(info: _info.ClusterInfo):
     config = load_experiment_config(info.trial.config)
 
     def run(train: Callable[[core.Context], Any]) -> orchestration.TrialOutcome:
-        with core.build_context(info, distributed) as core_context:
+        with core.build_context(info, distributed, config=config) as core_context:
             train(core_context)
         with ExperimentStore(info.store_path) as store:
             return orchestration.trial_outcome(store, info.trial.trial_id, info.trial.run_id)
@@ -224,4 +224,4 @@ def _run_tracked(config: ExperimentConfig, test: bool, command: list[str]) -> in
         )
         trial_id = store.trials(experiment_id)[0].id
         print(f"Created experiment {experiment_id} (trial {trial_id}) in {store.path}", flush=True)
-        return orchestration.run_and_report(store, experiment_id)
+        return orchestration.run_and_report(store, experiment_id, config=config)

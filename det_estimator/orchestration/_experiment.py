@@ -106,7 +106,13 @@ def find_or_record_experiment(
     return existing.id
 
 
-def run_experiment(store: ExperimentStore, experiment_id: int, display: Display, verbose: bool = False) -> State:
+def run_experiment(
+    store: ExperimentStore,
+    experiment_id: int,
+    display: Display,
+    verbose: bool = False,
+    config: Optional[ExperimentConfig] = None,
+) -> State:
     """Runs an experiment's search to its end or to a pause; returns the experiment's state.
 
     Trials run in launched processes, as many at once as the experiment's slots allow
@@ -116,6 +122,9 @@ def run_experiment(store: ExperimentStore, experiment_id: int, display: Display,
     process, and ``experiment pause`` from anywhere, make every running trial checkpoint
     and stop; the search is saved after every step, so a resume continues it exactly.
 
+    ``config`` is the experiment's config when the caller has it (it recorded the
+    experiment); otherwise it is read from the store.
+
     Raises:
         ExperimentBusyError: another live process already runs the experiment.
     """
@@ -123,20 +132,24 @@ def run_experiment(store: ExperimentStore, experiment_id: int, display: Display,
     retry = store.experiment(experiment_id).state == State.ERROR
     store.set_state(experiment_id, State.ACTIVE)
     experiment = store.experiment(experiment_id)
-    loop = _ExperimentLoop(store, experiment, display, verbose, retry)
+    if config is None:
+        config = load_experiment_config(experiment.config)
+    loop = _ExperimentLoop(store, experiment, config, display, verbose, retry)
     state = State.ERROR
     try:
         state = loop.run()
         if state == State.COMPLETED:
-            _delete_checkpoints_not_kept(store, experiment_id, display)
+            _delete_checkpoints_not_kept(store, experiment_id, config, display)
     finally:
         loop.stop_all()
         store.set_state(experiment_id, state)
     return state
 
 
-def _delete_checkpoints_not_kept(store: ExperimentStore, experiment_id: int, display: Display) -> None:
-    deleted = delete_checkpoints_not_kept(store, experiment_id)
+def _delete_checkpoints_not_kept(
+    store: ExperimentStore, experiment_id: int, config: ExperimentConfig, display: Display
+) -> None:
+    deleted = delete_checkpoints_not_kept(store, experiment_id, config)
     if deleted:
         display.message(
             f"Deleted {len(deleted)} checkpoint{'s' if len(deleted) > 1 else ''} that checkpoint_storage keeps only "
@@ -148,13 +161,19 @@ class _ExperimentLoop:
     """Launches queued trials into free slots, answers their reports, reaps them, until the search ends."""
 
     def __init__(
-        self, store: ExperimentStore, experiment: ExperimentRecord, display: Display, verbose: bool, retry: bool
+        self,
+        store: ExperimentStore,
+        experiment: ExperimentRecord,
+        config: ExperimentConfig,
+        display: Display,
+        verbose: bool,
+        retry: bool,
     ):
         self._store = store
         self._experiment = experiment
         self._display = display
         self._verbose = verbose
-        self._config = load_experiment_config(experiment.config)
+        self._config = config
         storage = checkpoint_storage_root(self._config, experiment.context_dir)
         self._search = SearchRunner(store, experiment, self._config, storage, retry)
         self._slots = SlotPool(experiment.slots, experiment.hosts)
@@ -372,7 +391,7 @@ def in_process_run(store: ExperimentStore, experiment_id: int, display: Display)
         _info.set_in_process(None)
         state = end_run(store, info, failed)
         if state == State.COMPLETED:
-            _delete_checkpoints_not_kept(store, experiment_id, display)
+            _delete_checkpoints_not_kept(store, experiment_id, load_experiment_config(experiment.config), display)
         store.set_state(experiment_id, state)
         stop.set()
         shown.join(timeout=30)

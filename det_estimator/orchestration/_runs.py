@@ -138,7 +138,9 @@ def checkpoint_storage_root(config: ExperimentConfig, context_dir: str) -> Path:
     return root if root.is_absolute() else Path(context_dir) / root
 
 
-def delete_checkpoints_not_kept(store: ExperimentStore, experiment_id: int) -> list[str]:
+def delete_checkpoints_not_kept(
+    store: ExperimentStore, experiment_id: int, config: Optional[ExperimentConfig] = None
+) -> list[str]:
     """Applies ``checkpoint_storage``'s retention to a completed experiment; returns the uuids deleted.
 
     While trials train, each keeps its latest checkpoint whatever ``save_trial_latest``
@@ -149,7 +151,9 @@ def delete_checkpoints_not_kept(store: ExperimentStore, experiment_id: int) -> l
     ``save_experiment_best`` best over all trials (all three 0: none at all).
     """
     experiment = store.experiment(experiment_id)
-    policy = load_experiment_config(experiment.config).checkpoint_storage
+    if config is None:
+        config = load_experiment_config(experiment.config)
+    policy = config.checkpoint_storage
     metric = experiment.searcher_metric
     keep = set()
     if policy.save_experiment_best:

@@ -92,6 +92,14 @@ def test_a_hyperparameter_the_config_lacks_is_an_error_naming_those_it_defines(i
         assert hparams == {"global_batch_size": 4, "lr": 0.5}
 
 
+def test_the_context_holds_the_trials_config_parsed_once_or_the_one_its_builder_parsed(info, tmp_path):
+    with core.build_context(info, core.DummyDistributedContext()) as core_context:
+        assert core_context.config == make_config(tmp_path)
+    parsed = make_config(tmp_path)
+    with core.build_context(info, core.DummyDistributedContext(), config=parsed) as core_context:
+        assert core_context.config is parsed
+
+
 def test_metrics_and_progress_reach_the_store(store, info):
     with core.build_context(info, core.DummyDistributedContext()) as core_context:
         assert store.trial(info.trial.trial_id).max_batches is None
