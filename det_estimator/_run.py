@@ -113,7 +113,7 @@ def run_in_this_process(
 
     with (
         orchestration.in_process_run(store, experiment_id, orchestration.PlainDisplay()) as info,
-        core.build_context(info, core.DummyDistributedContext()) as core_context,
+        core.build_context(info, core.DummyDistributedContext(), store=store) as core_context,
     ):
         train(core_context)
     return orchestration.trial_outcome(store, info.trial.trial_id, info.trial.run_id)

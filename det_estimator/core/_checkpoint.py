@@ -14,9 +14,10 @@ from typing import Any, Callable, Optional, Union
 
 from det_estimator.checkpoint import Checkpoint, TrialCheckpoints, read_checkpoint
 from det_estimator.core._distributed import DistributedContext
+from det_estimator.core._store import CoreStore
 from det_estimator.core._train import plain_number
 from det_estimator.errors import DetEstimatorError
-from det_estimator.store import ExperimentStore, StoreRecorder, UnknownIdError
+from det_estimator.store import StoreRecorder, UnknownIdError
 
 logger = logging.getLogger("det_estimator.core")
 
@@ -123,7 +124,7 @@ class CheckpointContext:
         checkpoint_dir: the trial's checkpoint directory.
         recorder: the chief's store recorder (None elsewhere, or off an experiment).
         retention: which checkpoints to keep.
-        store_path: the experiment store, where checkpoints of other trials are found.
+        store: the experiment store, where checkpoints of other trials are found.
         before_seal: called by the chief just before it seals a checkpoint (a launched
             run ends its process there if its launcher is gone).
     """
@@ -134,7 +135,7 @@ class CheckpointContext:
         checkpoint_dir: Union[str, Path],
         recorder: Optional[StoreRecorder] = None,
         retention: RetentionPolicy = RetentionPolicy(),
-        store_path: Optional[str] = None,
+        store: Optional[CoreStore] = None,
         before_seal: Callable[[], None] = lambda: None,
     ) -> None:
         self._distributed = distributed
@@ -142,7 +143,7 @@ class CheckpointContext:
         self._checkpoints = TrialCheckpoints(checkpoint_dir)
         self._recorder = recorder if distributed.rank == 0 else None
         self._retention = retention
-        self._store_path = store_path
+        self._store = store
         self._validations: dict[int, dict[str, Any]] = {}
         self._written: dict[int, Checkpoint] = {}
 
@@ -467,13 +468,13 @@ class CheckpointContext:
         own = self._checkpoints.directory / storage_id
         if own.is_dir():
             return own
-        if self._store_path is not None:
-            with ExperimentStore(self._store_path) as store, contextlib.suppress(UnknownIdError):
-                path = Path(store.checkpoint(storage_id).path)
+        if self._store is not None:
+            with contextlib.suppress(UnknownIdError):
+                path = Path(self._store.checkpoint(storage_id).path)
                 if path.is_dir():
                     return path
         raise CheckpointError(
             f"There is no checkpoint {storage_id!r} in {self._checkpoints.directory}"
-            + (f" or in the store {self._store_path}" if self._store_path else "")
+            + (f" or in the store {self._store.path}" if self._store is not None else "")
             + ": it was deleted by retention, or the id is wrong."
         )

@@ -18,6 +18,7 @@ from det_estimator.core._checkpoint import CheckpointContext, RetentionPolicy
 from det_estimator.core._distributed import DistributedContext, DummyDistributedContext
 from det_estimator.core._preempt import PauseWatcher, PreemptContext, PreemptMode
 from det_estimator.core._searcher import FixedLengths, SearcherContext, StoreOperations, Unit
+from det_estimator.core._store import CoreStore
 from det_estimator.core._train import EarlyExitReason, TrainContext
 from det_estimator.errors import DetEstimatorError, InvalidHP, error_record
 from det_estimator.store import ExperimentStore, State, StoreRecorder, launcher_alive
@@ -57,6 +58,8 @@ class Context:
         info: _info.ClusterInfo,
         config: ExperimentConfig,
         watcher: PauseWatcher,
+        store: CoreStore,
+        owns_store: bool = False,
         recorder: Optional[StoreRecorder] = None,
         owned_run: Optional[int] = None,
         by_hand: bool = False,
@@ -69,6 +72,8 @@ class Context:
         self.info = info
         self.config = config
         self._watcher = watcher
+        self._store = store
+        self._owns_store = owns_store
         self._recorder = recorder
         self._owned_run = owned_run
         # A run by hand has no launched info to read: every process is told of it here.
@@ -101,11 +106,11 @@ class Context:
         if exc_val is not None and not isinstance(exc_val, (KeyboardInterrupt, SystemExit)):
             # The process that raised records its own error (the first recorded wins), so the
             # launcher shows it with its rank; InvalidHP is not a failure: a search replaces the trial.
-            with contextlib.suppress(Exception), ExperimentStore(self.info.store_path) as store:
-                store.record_run_error(self.info.trial.run_id, error_record(exc_val, self.distributed.rank))
+            with contextlib.suppress(Exception):
+                self._store.record_run_error(self.info.trial.run_id, error_record(exc_val, self.distributed.rank))
         self.distributed.close()
         if self._owned_run is not None and self._recorder is not None:
-            store = self._recorder.store
+            store = self._store
             # sys.exit(0) is a clean end (after should_preempt(), say), as a launched script's is.
             clean_exit = isinstance(exc_val, SystemExit) and exc_val.code in (None, 0)
             if exc_val is not None and not isinstance(exc_val, InvalidHP) and not clean_exit:
@@ -122,6 +127,8 @@ class Context:
             store.set_state(self.info.trial.experiment_id, state)
         if self._recorder is not None:
             self._recorder.close()
+        if self._owns_store:
+            self._store.close()
 
     def __enter__(self) -> "Context":
         return self.start()
@@ -188,10 +195,11 @@ def init(
     owned_run = None
     by_hand = info is None
     recorded_config = None
+    store = None
     if by_hand:
         # A script started by hand, on one process or several (a launcher run without an
         # experiment): the chief records one experiment and tells the others about it.
-        info, owned_run, distributed, recorded_config = _init_by_hand(
+        info, owned_run, distributed, recorded_config, store = _init_by_hand(
             distributed, checkpoint_storage, preempt_mode, config
         )
     else:
@@ -206,6 +214,8 @@ def init(
         strict_metric=not by_hand,
         by_hand=by_hand,
         config=recorded_config,
+        store=store,
+        owns_store=True,
     )
 
 
@@ -220,7 +230,7 @@ class RefusedOnAnotherProcessError(DetEstimatorError):
 
 def _init_by_hand(
     distributed: Any, checkpoint_storage: Any, preempt_mode: Any, config: Any
-) -> tuple[_info.ClusterInfo, Optional[int], DistributedContext, Optional[ExperimentConfig]]:
+) -> tuple[_info.ClusterInfo, Optional[int], DistributedContext, Optional[ExperimentConfig], Optional[CoreStore]]:
     """Records the run of a script started by hand (by its chief) and tells every process of it.
 
     On several processes, each checks its own arguments, and the chief the config, before
@@ -228,9 +238,10 @@ def _init_by_hand(
     to all, and every process raises at once, instead of waiting for the others forever.
 
     Returns:
-        ``(info, owned_run, distributed, config)``: the run's info on every process, the run
-        this process owns (the chief's), the distributed context (built from the launch
-        when none was given), and the config the chief recorded (None elsewhere).
+        ``(info, owned_run, distributed, config, store)``: the run's info on every process,
+        the run this process owns (the chief's), the distributed context (built from the
+        launch when none was given), and the config the chief recorded and the store it
+        recorded it in, open (both None elsewhere).
     """
     refused: Optional[BaseException] = None
     try:
@@ -241,6 +252,7 @@ def _init_by_hand(
     if made_here:
         # Also when `distributed` was refused: the others must still hear of it.
         distributed = DistributedContext.from_environment()
+    store: Optional[CoreStore] = None
     try:
         experiment_config = None
         if refused is None and distributed.rank == 0:
@@ -252,7 +264,8 @@ def _init_by_hand(
         info, owned_run, failure = None, None, None
         if distributed.rank == 0:
             try:
-                info, owned_run = _record_script_run(experiment_config, slots=distributed.size)
+                store = ExperimentStore()
+                info, owned_run = _record_script_run(store, experiment_config, slots=distributed.size)
             except Exception as error:  # the store cannot be used, say
                 failure = error
         if distributed.size > 1:
@@ -264,10 +277,12 @@ def _init_by_hand(
         elif failure is not None:
             raise failure
     except BaseException:
+        if store is not None:
+            store.close()
         if made_here:
             distributed.close()
         raise
-    return info, owned_run, distributed, experiment_config
+    return info, owned_run, distributed, experiment_config, store
 
 
 def _refusal(error: Optional[BaseException]) -> Optional[tuple[str, str]]:
@@ -328,11 +343,16 @@ def build_context(
     strict_metric: bool = True,
     by_hand: bool = False,
     config: Optional[ExperimentConfig] = None,
+    store: Optional[CoreStore] = None,
+    owns_store: bool = False,
 ) -> Context:
     """The core context of trial ``info`` for this process (det-estimator's controllers build theirs here).
 
     The trial's config is parsed here, once, into ``Context.config``, unless the caller
-    parsed it already and passes it as ``config``.
+    parsed it already and passes it as ``config``. Every part of the context records
+    through one store client: ``store``, which the caller opened (and closes, unless it
+    hands it over with ``owns_store``); by default the context opens ``info.store_path``
+    and closes it when it closes.
     """
     # A new run: the cause noted for an earlier failure in this process (a run by hand that
     # failed, in a notebook) is not this run's.
@@ -342,11 +362,40 @@ def build_context(
         raise DetEstimatorError(f"core.init() needs a trial; the task is a {info.task_type}.")
     if config is None:
         config = load_experiment_config(trial.config)
-    recorder = StoreRecorder(info.store_path, trial.trial_id, trial.run_id) if distributed.rank == 0 else None
+    if store is None:
+        store, owns_store = ExperimentStore(info.store_path), True
+    try:
+        parts = _parts(info, distributed, preempt_mode, strict_metric, config, store)
+    except BaseException:
+        if owns_store:
+            store.close()
+        raise
+    return Context(
+        **parts,
+        info=info,
+        config=config,
+        store=store,
+        owns_store=owns_store,
+        owned_run=owned_run,
+        by_hand=by_hand,
+    )
+
+
+def _parts(
+    info: _info.ClusterInfo,
+    distributed: DistributedContext,
+    preempt_mode: PreemptMode,
+    strict_metric: bool,
+    config: ExperimentConfig,
+    store: CoreStore,
+) -> dict[str, Any]:
+    """The parts of a :class:`Context` (and what they share), each recording through ``store``."""
+    trial = info.trial
+    recorder = StoreRecorder(store, trial.trial_id, trial.run_id) if distributed.rank == 0 else None
     searcher_config = config.searcher
     watcher = PauseWatcher(
         info.pause_file,
-        _StorePauseRequest(info.store_path, trial.experiment_id) if recorder else None,
+        _StorePauseRequest(store, trial.experiment_id) if recorder else None,
         None if info.launcher is None else _LauncherGone(*info.launcher),
     )
     checkpoint = CheckpointContext(
@@ -360,7 +409,7 @@ def build_context(
             metric=searcher_config.metric,
             smaller_is_better=searcher_config.smaller_is_better,
         ),
-        store_path=info.store_path,
+        store=store,
         before_seal=watcher.exit_if_orphaned,
     )
     max_batches = _length_in_batches(config, trial.hparams, searcher_config.max_length.value)
@@ -371,17 +420,17 @@ def build_context(
         smaller_is_better=searcher_config.smaller_is_better,
         max_batches=lambda: max_batches,
         on_validation=checkpoint._on_validation,
-        experiment=(info.store_path, trial.experiment_id),
-        tensorboard_dir=None if recorder is None else recorder.store.trial(trial.trial_id).tensorboard_dir,
+        experiment=(store, trial.experiment_id),
+        tensorboard_dir=None if recorder is None else store.trial(trial.trial_id).tensorboard_dir,
     )
-    acknowledge = (lambda: recorder.store.acknowledge_preemption(trial.run_id)) if recorder else (lambda: None)
+    acknowledge = (lambda: store.acknowledge_preemption(trial.run_id)) if recorder else (lambda: None)
     preempt = PreemptContext(distributed, watcher, acknowledge, preempt_mode)
 
     def report_batches(batches: int) -> None:
         train.report_batches(batches)
 
     source = (
-        StoreOperations(info.store_path, trial.trial_id)
+        StoreOperations(store, trial.trial_id)
         if info.search_driven
         else FixedLengths([searcher_config.max_length.value])
     )
@@ -393,9 +442,15 @@ def build_context(
         to_batches=lambda length: _length_in_batches(config, trial.hparams, length),
         report_target=train.report_target,
     )
-    return Context(
-        distributed, train, checkpoint, preempt, searcher, info, config, watcher, recorder, owned_run, by_hand
-    )
+    return {
+        "distributed": distributed,
+        "train": train,
+        "checkpoint": checkpoint,
+        "preempt": preempt,
+        "searcher": searcher,
+        "watcher": watcher,
+        "recorder": recorder,
+    }
 
 
 def _length_in_batches(config: ExperimentConfig, hparams: dict[str, Any], length: float) -> Optional[int]:
@@ -414,17 +469,20 @@ def _length_in_batches(config: ExperimentConfig, hparams: dict[str, Any], length
 
 
 class _StorePauseRequest:
-    """Whether ``experiment pause`` recorded a request; polled from the watcher's own thread."""
+    """Whether ``experiment pause`` recorded a request; polled from the watcher's own thread.
 
-    def __init__(self, store_path: str, experiment_id: int) -> None:
-        self._store_path = store_path
+    That thread reads through a client of its own, which the context's client gives.
+    """
+
+    def __init__(self, store: CoreStore, experiment_id: int) -> None:
+        self._store = store
         self._experiment_id = experiment_id
         self._local = threading.local()
 
     def __call__(self) -> bool:
         store = getattr(self._local, "store", None)
         if store is None:
-            store = self._local.store = ExperimentStore(self._store_path)
+            store = self._local.store = self._store.for_thread()
         return store.experiment(self._experiment_id).pause_requested_at is not None
 
 
@@ -467,29 +525,28 @@ def _script_run_config(
     return experiment_config
 
 
-def _record_script_run(experiment_config: ExperimentConfig, slots: int = 1) -> tuple[_info.ClusterInfo, int]:
+def _record_script_run(
+    store: CoreStore, experiment_config: ExperimentConfig, slots: int = 1
+) -> tuple[_info.ClusterInfo, int]:
     """Records a script's run (on ``slots`` processes) as a new experiment of one trial; returns its info and run."""
     command = _script_command()
     seed = experiment_config.reproducibility.experiment_seed
     hparams = experiment_config.sample_hyperparameters(seed)
-    with ExperimentStore() as store:
-        experiment_id = store.create_experiment(
-            name=experiment_config.name,
-            config=experiment_config.to_dict(),
-            context_dir=os.getcwd(),
-            entrypoint=experiment_config.entrypoint,
-            slots=slots,
-            test=False,
-            command=command,
-        )
-        store.claim(experiment_id)
-        storage = Path(experiment_config.checkpoint_storage.checkpoint_directory)
-        trial_id = store.create_trial(
-            experiment_id, hparams, seed, storage if storage.is_absolute() else storage.resolve()
-        )
-        run_id = store.start_run(trial_id)
-        trial = store.trial(trial_id)
-        store_path = str(store.path)
+    experiment_id = store.create_experiment(
+        name=experiment_config.name,
+        config=experiment_config.to_dict(),
+        context_dir=os.getcwd(),
+        entrypoint=experiment_config.entrypoint,
+        slots=slots,
+        test=False,
+        command=command,
+    )
+    store.claim(experiment_id)
+    storage = Path(experiment_config.checkpoint_storage.checkpoint_directory)
+    trial_id = store.create_trial(experiment_id, hparams, seed, storage if storage.is_absolute() else storage.resolve())
+    run_id = store.start_run(trial_id)
+    trial = store.trial(trial_id)
+    store_path = str(store.path)
     info = _info.ClusterInfo(
         task_type=_info.TRIAL_TASK,
         trial=_info.TrialInfo(trial_id, experiment_id, seed, hparams, experiment_config.to_dict(), run_id),

@@ -208,9 +208,9 @@ def _context_of_launched_rank(info: _info.ClusterInfo):
     config = load_experiment_config(info.trial.config)
 
     def run(train: Callable[[core.Context], Any]) -> orchestration.TrialOutcome:
-        with core.build_context(info, distributed, config=config) as core_context:
-            train(core_context)
         with ExperimentStore(info.store_path) as store:
+            with core.build_context(info, distributed, config=config, store=store) as core_context:
+                train(core_context)
             return orchestration.trial_outcome(store, info.trial.trial_id, info.trial.run_id)
 
     return _context(config, info, distributed, run)

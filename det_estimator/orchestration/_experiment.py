@@ -6,7 +6,6 @@ import shlex
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Optional
 
 from det_estimator import _info, launcher
@@ -376,7 +375,7 @@ def in_process_run(store: ExperimentStore, experiment_id: int, display: Display)
     info = begin_run(store, experiment, trial)
     since = store.trial_run(info.trial.run_id).started_at
     stop = threading.Event()
-    shown = threading.Thread(target=_follow_in_thread, args=(store.path, experiment_id, since, display, stop))
+    shown = threading.Thread(target=_follow_in_thread, args=(store, experiment_id, since, display, stop))
     shown.daemon = True
     _info.set_in_process(info)
     failed = True
@@ -397,9 +396,11 @@ def in_process_run(store: ExperimentStore, experiment_id: int, display: Display)
         shown.join(timeout=30)
 
 
-def _follow_in_thread(store_path: Path, experiment_id: int, since: float, display: Display, stop: threading.Event):
-    with ExperimentStore(store_path) as store:
-        follower = StoreFollower(store, experiment_id, since)
+def _follow_in_thread(
+    store: ExperimentStore, experiment_id: int, since: float, display: Display, stop: threading.Event
+) -> None:
+    with store.for_thread() as own:  # made in this thread, which its connection serves
+        follower = StoreFollower(own, experiment_id, since)
         while True:
             stopping = stop.wait(_POLL_SECONDS)
             for event in follower.poll():

@@ -27,23 +27,23 @@ def main() -> int:
     from det_estimator.worker._run import run_trial_class
 
     rank = 0
-    try:
-        distributed = _join_job(info)
-        rank = distributed.rank
-        trial_class = info.trial_class.load()
-        _disable_v2_behavior_for_estimators(trial_class)
-        with core.build_context(info, distributed) as core_context:
-            run_trial_class(trial_class, core_context)
-    except InvalidHP as error:
-        # Not a failure: the search replaces the trial. Recorded for the launcher to see.
-        with ExperimentStore(info.store_path) as store:
+    # The one client of the store in this process: the core context records through it.
+    with ExperimentStore(info.store_path) as store:
+        try:
+            distributed = _join_job(info)
+            rank = distributed.rank
+            trial_class = info.trial_class.load()
+            _disable_v2_behavior_for_estimators(trial_class)
+            with core.build_context(info, distributed, store=store) as core_context:
+                run_trial_class(trial_class, core_context)
+        except InvalidHP as error:
+            # Not a failure: the search replaces the trial. Recorded for the launcher to see.
             store.record_run_error(info.trial.run_id, error_record(error, rank))
-        print(f"The trial's hyperparameters are invalid (InvalidHP): {error}", file=sys.stderr)
-        return 0
-    except BaseException as error:
-        with ExperimentStore(info.store_path) as store:
+            print(f"The trial's hyperparameters are invalid (InvalidHP): {error}", file=sys.stderr)
+            return 0
+        except BaseException as error:
             store.record_run_error(info.trial.run_id, error_record(error, rank))
-        raise
+            raise
     return 0
 
 
