@@ -77,6 +77,21 @@ class RunLifecycle:
 
     # Beginning.
 
+    def begin_experiment(self, experiment_id: int) -> State:
+        """Claims the experiment for this process and makes it ACTIVE; returns the state it had.
+
+        The process that claims it runs all its runs: the launcher of a search, or the
+        process a run that owns its experiment runs in (see :meth:`begin`).
+
+        Raises:
+            ExperimentBusyError: another live process runs the experiment.
+        """
+        store = self._store
+        store.claim(experiment_id)
+        before = store.experiment(experiment_id).state
+        store.set_state(experiment_id, State.ACTIVE)
+        return before
+
     def begin(
         self,
         experiment_id: int,
@@ -108,8 +123,7 @@ class RunLifecycle:
         """
         store = self._store
         if owns_experiment:
-            store.claim(experiment_id)
-            store.set_state(experiment_id, State.ACTIVE)
+            self.begin_experiment(experiment_id)
         experiment = store.experiment(experiment_id)
         return self._begin(
             experiment,

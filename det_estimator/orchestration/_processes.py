@@ -1,7 +1,6 @@
 """The processes of one trial run, and the slots the experiment's trials share."""
 
 import contextlib
-import dataclasses
 import os
 import re
 import shutil
@@ -15,8 +14,8 @@ from pathlib import Path
 from typing import Optional, TextIO
 
 from det_estimator import _info, launcher
+from det_estimator.lifecycle import Ending, ErrorKind, RunError, RunLifecycle
 from det_estimator.orchestration._display import Display
-from det_estimator.orchestration._runs import begin_run, end_run
 from det_estimator.store import (
     ExperimentRecord,
     ExperimentStore,
@@ -133,6 +132,7 @@ class TrialProcess:
         self.allocation = allocation
         hosts = allocation.hosts
         self._store = store
+        self._lifecycle = RunLifecycle(store)
         self._experiment = experiment
         self._display = display
         self._verbose = verbose
@@ -148,9 +148,16 @@ class TrialProcess:
         """Records the run and starts its processes."""
         experiment, hosts, slots = self._experiment, self.allocation.hosts, self.allocation.slots
         addresses = tuple(entry.host for entry in launcher.parse_hosts(hosts)) if hosts else ("localhost",)
-        info = begin_run(self._store, experiment, self.trial, str(self.pause_file), addresses)
-        # This process, so that the run's processes notice when it is gone (see PauseWatcher).
-        self.info = dataclasses.replace(info, slots=slots, search_driven=True, launcher=launcher_columns())
+        self.info = self._lifecycle.begin(
+            experiment.id,
+            self.trial.id,
+            pause_file=str(self.pause_file),
+            container_addrs=addresses,
+            slots=slots,
+            # This process, so that the run's processes notice when it is gone (see PauseWatcher).
+            launcher=launcher_columns(),
+            search_driven=True,
+        )
         info_path = Path(self._scratch.name) / "info.json"
         self.info.write(info_path)
         command = (
@@ -203,19 +210,14 @@ class TrialProcess:
         status = self._process.wait()
         self._pump.join(timeout=30)
         self._log.close()
-        if self.stopped:
-            state = end_run(self._store, self.info, False, status, stopped=True)
-            self.first_failure = None
-            self._scratch.cleanup()
-            return state
-        failed = status != 0
+        ending = Ending(exit_status=status, stopped=self.stopped)
         self.first_failure: Optional[tuple[int, int]] = None
-        if failed:
+        if ending.failed and not self.stopped:
             # A log that could not be written lacks this run's end, or is all of an earlier run.
             lines = _run_lines(Path(self.trial.log_path)) if self._log.intact else []
             self.first_failure = first_failed_process(lines)
             record_failure_from_log(self._store, self.info.trial.run_id, lines, status)
-        state = end_run(self._store, self.info, failed, status)
+        state = self._lifecycle.end(self.info, ending)
         self._scratch.cleanup()
         return state
 
@@ -338,6 +340,7 @@ def record_failure_from_log(store: ExperimentStore, run_id: int, lines: list[str
     signal that ended the run's own process (one slot, killed), rather than whatever
     line the process printed last.
     """
+    lifecycle = RunLifecycle(store)
     recorded = store.trial_run(run_id).error
     first_failure = first_failed_process(lines)
     if recorded is not None:
@@ -346,33 +349,29 @@ def record_failure_from_log(store: ExperimentStore, run_id: int, lines: list[str
         # killed without a word, is the cause.
         if recorded.get("consequence") and first_failure is not None and first_failure[0] != recorded.get("rank"):
             rank, status = first_failure
-            store.record_run_error(
-                run_id, {"rank": rank, "type": None, "message": _exit_message(status), "traceback": ""}
-            )
+            lifecycle.record_error(run_id, RunError(ErrorKind.EXITED, _exit_message(status), rank=rank))
         return
+    lifecycle.record_error(run_id, _error_from_output(lines, status, first_failure))
+
+
+def _error_from_output(lines: list[str], status: int, first_failure: Optional[tuple[int, int]]) -> RunError:
+    """The likeliest cause of a run's failure from its output, when no process recorded one (see above)."""
     block = first_traceback(lines)
-    rank = None
     unreachable = _unreachable_hosts(lines)
     if unreachable and block and _HOROVODRUN_SSH_FAILURE in block[-1]:
         # horovodrun's traceback names no host: the hosts and what ssh said are the cause.
-        message = f"horovodrun could not reach {'; '.join(unreachable)}"
-        block = []
-    elif first_failure is not None and (not block or _HOROVODRUN_FAILURE in block[-1]):
+        return RunError(ErrorKind.UNREACHABLE, f"horovodrun could not reach {'; '.join(unreachable)}")
+    if first_failure is not None and (not block or _HOROVODRUN_FAILURE in block[-1]):
         # horovodrun's own traceback only says that a process failed, and names it after
         # its exception line, which is all a traceback's message keeps.
         rank, status = first_failure
-        message = _exit_message(status)
-        block = []
-    elif block:
-        message = block[-1]
-    elif _signal_name(status):  # no process horovodrun named: this run's own process (one slot) was killed
-        message = _exit_message(status)
-    else:
-        # Without output, the status is all there is to say (sys.exit(4) after the training, say).
-        message = lines[-1] if lines else f"{_exit_message(status)}, without output"
-    store.record_run_error(
-        run_id, {"rank": rank, "type": None, "message": message, "traceback": "\n".join(block) + "\n" if block else ""}
-    )
+        return RunError(ErrorKind.EXITED, _exit_message(status), rank=rank)
+    if block:
+        return RunError(ErrorKind.OUTPUT, block[-1], traceback="\n".join(block) + "\n")
+    if _signal_name(status):  # no process horovodrun named: this run's own process (one slot) was killed
+        return RunError(ErrorKind.EXITED, _exit_message(status))
+    # Without output, the status is all there is to say (sys.exit(4) after the training, say).
+    return RunError(ErrorKind.EXITED, lines[-1] if lines else f"{_exit_message(status)}, without output")
 
 
 def _unreachable_hosts(lines: list[str]) -> list[str]:

@@ -107,6 +107,15 @@ def test_a_run_that_owns_its_experiment_claims_it_and_ends_it(store, tmp_path):
     assert store.checkpoints(experiment_id) == []
 
 
+def test_an_experiments_launcher_claims_it_and_learns_how_it_ended_before(store, tmp_path):
+    experiment_id, _ = record(store, tmp_path)
+    store.set_state(experiment_id, State.ERROR)
+
+    assert RunLifecycle(store).begin_experiment(experiment_id) == State.ERROR  # a retry of a failed search
+
+    assert store.experiment(experiment_id).state == State.ACTIVE
+
+
 def test_a_run_that_did_not_complete_leaves_its_trials_progress_at_its_latest_checkpoint(store, tmp_path):
     experiment_id, trial_id = record(store, tmp_path)
     lifecycle = RunLifecycle(store)
