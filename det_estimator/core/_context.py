@@ -20,8 +20,9 @@ from det_estimator.core._preempt import PauseWatcher, PreemptContext, PreemptMod
 from det_estimator.core._searcher import FixedLengths, SearcherContext, StoreOperations, Unit
 from det_estimator.core._store import CoreStore
 from det_estimator.core._train import EarlyExitReason, TrainContext
-from det_estimator.errors import DetEstimatorError, InvalidHP, error_record
-from det_estimator.store import ExperimentStore, State, StoreRecorder, launcher_alive
+from det_estimator.errors import DetEstimatorError, InvalidHP
+from det_estimator.lifecycle import Ending, RunError, RunLifecycle
+from det_estimator.store import ExperimentStore, StoreRecorder, launcher_alive
 
 logger = logging.getLogger("det_estimator.core")
 
@@ -103,28 +104,18 @@ class Context:
         self._exits.close()
         self._watcher.close()
         self.train.flush()
-        if exc_val is not None and not isinstance(exc_val, (KeyboardInterrupt, SystemExit)):
+        lifecycle = RunLifecycle(self._store)
+        if exc_val is not None:
             # The process that raised records its own error (the first recorded wins), so the
-            # launcher shows it with its rank; InvalidHP is not a failure: a search replaces the trial.
+            # launcher shows it with its rank; InvalidHP too, which is not a failure: a search
+            # replaces the trial.
             with contextlib.suppress(Exception):
-                self._store.record_run_error(self.info.trial.run_id, error_record(exc_val, self.distributed.rank))
+                lifecycle.record_error(self.info.trial.run_id, RunError.of(exc_val, self.distributed.rank))
         self.distributed.close()
-        if self._owned_run is not None and self._recorder is not None:
-            store = self._store
+        if self._owned_run is not None:
             # sys.exit(0) is a clean end (after should_preempt(), say), as a launched script's is.
-            clean_exit = isinstance(exc_val, SystemExit) and exc_val.code in (None, 0)
-            if exc_val is not None and not isinstance(exc_val, InvalidHP) and not clean_exit:
-                state = State.ERROR
-            elif self.preempt.acknowledged:
-                state = State.PAUSED
-            else:
-                state = State.COMPLETED
-                try:
-                    self.checkpoint._prune(experiment_completed=True)
-                except OSError as error:  # the training is done and recorded: a leftover checkpoint is no failure
-                    logger.warning("Not every checkpoint that checkpoint_storage does not keep was deleted: %s", error)
-            store.end_run(self._owned_run, state)
-            store.set_state(self.info.trial.experiment_id, state)
+            state = lifecycle.end(self.info, Ending(error=exc_val))
+            lifecycle.end_experiment(self.info.trial.experiment_id, state, self.config)
         if self._recorder is not None:
             self._recorder.close()
         if self._owns_store:
@@ -265,7 +256,10 @@ def _init_by_hand(
         if distributed.rank == 0:
             try:
                 store = ExperimentStore()
-                info, owned_run = _record_script_run(store, experiment_config, slots=distributed.size)
+                info = RunLifecycle(store).begin_by_hand(
+                    experiment_config, command=_script_command(), slots=distributed.size
+                )
+                owned_run = info.trial.run_id
             except Exception as error:  # the store cannot be used, say
                 failure = error
         if distributed.size > 1:
@@ -523,37 +517,3 @@ def _script_run_config(
     experiment_config = load_experiment_config(raw)
     check_checkpoint_storage(Path(experiment_config.checkpoint_storage.checkpoint_directory).resolve())
     return experiment_config
-
-
-def _record_script_run(
-    store: CoreStore, experiment_config: ExperimentConfig, slots: int = 1
-) -> tuple[_info.ClusterInfo, int]:
-    """Records a script's run (on ``slots`` processes) as a new experiment of one trial; returns its info and run."""
-    command = _script_command()
-    seed = experiment_config.reproducibility.experiment_seed
-    hparams = experiment_config.sample_hyperparameters(seed)
-    experiment_id = store.create_experiment(
-        name=experiment_config.name,
-        config=experiment_config.to_dict(),
-        context_dir=os.getcwd(),
-        entrypoint=experiment_config.entrypoint,
-        slots=slots,
-        test=False,
-        command=command,
-    )
-    store.claim(experiment_id)
-    storage = Path(experiment_config.checkpoint_storage.checkpoint_directory)
-    trial_id = store.create_trial(experiment_id, hparams, seed, storage if storage.is_absolute() else storage.resolve())
-    run_id = store.start_run(trial_id)
-    trial = store.trial(trial_id)
-    store_path = str(store.path)
-    info = _info.ClusterInfo(
-        task_type=_info.TRIAL_TASK,
-        trial=_info.TrialInfo(trial_id, experiment_id, seed, hparams, experiment_config.to_dict(), run_id),
-        latest_checkpoint=None,
-        user_data=experiment_config.data_dict(),
-        store_path=store_path,
-        checkpoint_dir=trial.checkpoint_dir,
-        slots=slots,
-    )
-    return info, run_id

@@ -53,11 +53,13 @@ class RunError:
 
     @classmethod
     def of(cls, error: BaseException, rank: Optional[int]) -> Optional["RunError"]:
-        """The record of ``error``, raised by this process on ``rank``: its root cause; None for a clean exit.
+        """The record of ``error``, raised by this process on ``rank``: its root cause.
 
-        ``sys.exit(0)`` (or ``sys.exit()``) is how a script ends without an error.
+        None for ``SystemExit`` and ``KeyboardInterrupt``: they say how the process was
+        told to end, not what went wrong. ``sys.exit(0)`` is a clean end; any other exit
+        status (and, for launched processes, what they printed last) says why it failed.
         """
-        if is_clean_exit(error):
+        if isinstance(error, (SystemExit, KeyboardInterrupt)):
             return None
         cause = _root_cause.root_cause(error, rank)
         return cls(

@@ -171,7 +171,8 @@ def test_errors_are_recorded_with_their_kind_and_read_back(store, tmp_path):
     lifecycle.record_error(run_ids[0], raised)
     lifecycle.record_error(run_ids[0], RunError(ErrorKind.EXITED, "a later consequence"))  # the first one wins
     lifecycle.record_error(run_ids[1], RunError.of(InvalidHP("too wide"), 0))
-    lifecycle.record_error(run_ids[2], RunError.of(SystemExit(0), 0))  # a clean exit is no error
+    for exit_ in (SystemExit(0), SystemExit(3), KeyboardInterrupt()):  # how it was told to end, not an error
+        lifecycle.record_error(run_ids[2], RunError.of(exit_, 0))
 
     first = store.trial_run(run_ids[0]).error
     assert (first["kind"], first["type"], first["rank"], first["permanent"]) == (
