@@ -396,13 +396,7 @@ def _parts(
         distributed,
         info.checkpoint_dir,
         recorder,
-        RetentionPolicy(
-            save_trial_latest=config.checkpoint_storage.save_trial_latest,
-            save_trial_best=config.checkpoint_storage.save_trial_best,
-            save_experiment_best=config.checkpoint_storage.save_experiment_best,
-            metric=searcher_config.metric,
-            smaller_is_better=searcher_config.smaller_is_better,
-        ),
+        RetentionPolicy.of(config),
         store=store,
         before_seal=watcher.exit_if_orphaned,
     )
