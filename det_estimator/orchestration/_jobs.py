@@ -32,8 +32,9 @@ from det_estimator.config import ConfigError, EnvironmentConfig, load_environmen
 from det_estimator.config._errors import PREFIX
 from det_estimator.config._json_values import freeze_mapping, thaw
 from det_estimator.errors import DetEstimatorError
+from det_estimator.lifecycle import Ending, ErrorKind, RunError, RunLifecycle
 from det_estimator.orchestration._processes import device_type, first_traceback
-from det_estimator.store import BATCH_INFERENCE, ExperimentStore, JobRecord, State
+from det_estimator.store import ExperimentStore, JobRecord
 
 _KEYS = ("entrypoint", "entrypoint_script", "name", "description", "labels", "data", "resources", "environment")
 _RESOURCE_KEYS = ("slots", "slots_per_trial")
@@ -165,20 +166,11 @@ def run_job(
     Returns:
         The outcome, with the job's final record.
     """
-    job_id = store.create_job(spec.name, spec.config, context_dir, list(spec.command), spec.slots)
-    job = store.job(job_id)
-    log_path = Path(job.log_path)
+    lifecycle = RunLifecycle(store)
+    job_id, info = lifecycle.begin_job(spec.name, spec.config, context_dir, list(spec.command), spec.slots, spec.data)
+    log_path = Path(store.job(job_id).log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".det-estimator-job-") as scratch:
-        info = _info.ClusterInfo(
-            task_type=BATCH_INFERENCE,
-            trial=None,
-            latest_checkpoint=None,
-            user_data=spec.data,
-            store_path=str(store.path),
-            checkpoint_dir="",
-            slots=spec.slots,
-        )
         info_path = Path(scratch) / "info.json"
         info.write(info_path)
         env = dict(
@@ -194,11 +186,8 @@ def run_job(
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         command = launcher.process_command(launcher.script_command(list(spec.command)), spec.slots, None)
         status, interrupted = _run_processes(command, env, context_dir, log_path, job_id, stream if verbose else None)
-    state = State.COMPLETED if status == 0 and not interrupted else State.ERROR
-    error = None
-    if state == State.ERROR:
-        error = _error_of(log_path, status, interrupted)
-    store.end_job(job_id, state, status, error)
+    ending = Ending(exit_status=status, stopped=interrupted)
+    lifecycle.end_job(job_id, ending, _error_of(log_path, status, interrupted) if status or interrupted else None)
     return JobOutcome(store.job(job_id))
 
 
@@ -233,13 +222,13 @@ def _run_processes(
     return status, interrupted.is_set()
 
 
-def _error_of(log_path: Path, status: Optional[int], interrupted: bool) -> dict[str, Any]:
+def _error_of(log_path: Path, status: Optional[int], interrupted: bool) -> RunError:
     """The job's error: the first traceback of its log, else its last line."""
     if interrupted:
-        return {"message": "the job was interrupted (Ctrl-C or SIGTERM)", "traceback": ""}
+        return RunError(ErrorKind.INTERRUPTED, "the job was interrupted (Ctrl-C or SIGTERM)")
     lines = log_path.read_text(encoding="utf-8", errors="replace").splitlines()
     block = first_traceback(lines)
     if block:
-        return {"message": block[-1], "traceback": "\n".join(block) + "\n"}
+        return RunError(ErrorKind.OUTPUT, block[-1], traceback="\n".join(block) + "\n")
     message = lines[-1] if len(lines) > 1 else f"the job's processes exited with status {status} without output"
-    return {"message": message, "traceback": ""}
+    return RunError(ErrorKind.EXITED, message)
