@@ -17,7 +17,6 @@ task type ``BATCH_INFERENCE``: ``det.keras.init()`` there gives a context withou
 ``training``, whose ``config_data`` is ``data``. Imports no TensorFlow.
 """
 
-import os
 import shlex
 import tempfile
 import threading
@@ -33,7 +32,7 @@ from det_estimator.config._errors import PREFIX
 from det_estimator.config._json_values import freeze_mapping, thaw
 from det_estimator.errors import DetEstimatorError
 from det_estimator.lifecycle import Ending, ErrorKind, RunError, RunLifecycle
-from det_estimator.orchestration._processes import device_type, first_traceback
+from det_estimator.orchestration._processes import device_type, first_traceback, start_processes
 from det_estimator.store import ExperimentStore, JobRecord
 
 _KEYS = ("entrypoint", "entrypoint_script", "name", "description", "labels", "data", "resources", "environment")
@@ -171,54 +170,48 @@ def run_job(
     log_path = Path(store.job(job_id).log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".det-estimator-job-") as scratch:
-        info_path = Path(scratch) / "info.json"
-        info.write(info_path)
-        env = dict(
-            os.environ,
-            **spec.environment.variables_for(device_type()),
-            **{
-                _info.INFO_VARIABLE: str(info_path),
-                "DET_CHIEF_IP": "127.0.0.1",
-                "DET_CHIEF_PORT": str(launcher.free_port()),
-                "PYTHONUNBUFFERED": "1",
-            },
+        status, interrupted = _run_processes(
+            info, spec, context_dir, Path(scratch), log_path, job_id, stream if verbose else None
         )
-        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        command = launcher.process_command(launcher.script_command(list(spec.command)), spec.slots, None)
-        status, interrupted = _run_processes(command, env, context_dir, log_path, job_id, stream if verbose else None)
     ending = Ending(exit_status=status, stopped=interrupted)
     lifecycle.end_job(job_id, ending, _error_of(log_path, status, interrupted) if status or interrupted else None)
     return JobOutcome(store.job(job_id))
 
 
 def _run_processes(
-    command: list[str], env: dict[str, str], cwd: str, log_path: Path, job_id: int, echo: Optional[TextIO]
+    info: _info.ClusterInfo,
+    spec: JobSpec,
+    cwd: str,
+    scratch: Path,
+    log_path: Path,
+    job_id: int,
+    echo: Optional[TextIO],
 ) -> tuple[int, bool]:
     """Runs the job's processes, copying their output to the log; returns (exit status, interrupted)."""
     interrupted = threading.Event()
+    command = launcher.script_command(list(spec.command))
     with log_path.open("a", encoding="utf-8") as log:
         started = time.strftime("%Y-%m-%d %H:%M:%S")
-        log.write(f"--- det-estimator: job {job_id}, {started}: {launcher.describe(command)} ---\n")
+        shown = launcher.describe(launcher.process_command(command, spec.slots, None))
+        log.write(f"--- det-estimator: job {job_id}, {started}: {shown} ---\n")
         log.flush()
-        process = launcher.start(command, env, cwd)
+
+        def copy(line: str) -> None:
+            log.write(line)
+            log.flush()
+            if echo is not None:
+                echo.write(line)
+                echo.flush()
+
+        environment = spec.environment.variables_for(device_type())
+        processes = start_processes(info, command, cwd, scratch, copy, environment=environment)
 
         def stop() -> None:
             interrupted.set()
-            process.terminate()
+            processes.terminate()
 
-        def copy() -> None:
-            for line in process.stdout:
-                log.write(line)
-                log.flush()
-                if echo is not None:
-                    echo.write(line)
-                    echo.flush()
-
-        pump = threading.Thread(target=copy, daemon=True)
-        pump.start()
         with launcher.pause_on_signals(stop):
-            status = process.wait()
-        pump.join(timeout=30)
+            status = processes.wait()
     return status, interrupted.is_set()
 
 

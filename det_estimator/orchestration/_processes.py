@@ -6,12 +6,13 @@ import re
 import shutil
 import signal
 import socket
+import subprocess
 import tempfile
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, TextIO
+from typing import Callable, Optional, TextIO
 
 from det_estimator import _info, launcher
 from det_estimator.lifecycle import Ending, ErrorKind, RunError, RunLifecycle
@@ -100,6 +101,87 @@ class SlotPool:
             self._free[entry.host] += entry.slots
 
 
+class RunProcesses:
+    """The processes of one run, a trial's or a job's, as :func:`start_processes` started them.
+
+    Everything they print is handed, line by line, to the ``on_line`` they were started with.
+    """
+
+    def __init__(self, process: subprocess.Popen, pump: threading.Thread) -> None:
+        self._process = process
+        self._pump = pump
+
+    def poll(self) -> Optional[int]:
+        """Their exit status once they ended, else None."""
+        return self._process.poll()
+
+    def wait(self) -> int:
+        """Waits for them to end, and for their last lines to be handed on; returns their exit status."""
+        status = self._process.wait()
+        self._pump.join(timeout=30)
+        return status
+
+    def terminate(self) -> None:
+        """Asks them to end (SIGTERM)."""
+        self._process.terminate()
+
+    def kill(self) -> None:
+        """Ends them at once, if they still run."""
+        if self._process.poll() is None:
+            self._process.kill()
+
+
+def start_processes(
+    info: _info.ClusterInfo,
+    command: list[str],
+    cwd: str,
+    scratch: Path,
+    on_line: Callable[[str], None],
+    hosts: Optional[str] = None,
+    environment: Optional[dict[str, str]] = None,
+) -> RunProcesses:
+    """Starts the processes of a run: ``command`` on each of ``info.slots`` slots; the one place that does.
+
+    The run's info is written into ``scratch`` and named by ``DET_CLUSTER_INFO`` in every
+    process, with where the chief listens (``DET_CHIEF_IP``, ``DET_CHIEF_PORT``); on
+    several slots (or other hosts) the command runs under horovodrun.
+
+    Args:
+        info: the run's info (:meth:`RunLifecycle.begin` or ``begin_job`` made it).
+        command: what each slot runs (the worker, or the user's script).
+        cwd: the directory they run in.
+        scratch: a directory for the run's own files, every host sees it.
+        on_line: given every line they print, from a thread of its own.
+        hosts: the machines they run on (``"host1:2,host2:2"``); None for this one.
+        environment: variables set in every process, on every host (the config's
+            ``environment.environment_variables``).
+    """
+    info_path = scratch / "info.json"
+    info.write(info_path)
+    # horovodrun passes its own environment on to the processes it starts over ssh, so
+    # the config's variables reach the other hosts too.
+    env = dict(
+        os.environ,
+        **(environment or {}),
+        **{
+            _info.INFO_VARIABLE: str(info_path),
+            "DET_CHIEF_IP": launcher.chief_address(hosts),
+            "DET_CHIEF_PORT": str(launcher.free_port()),
+            "PYTHONUNBUFFERED": "1",
+        },
+    )
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    process = launcher.start(launcher.process_command(command, info.slots, hosts), env, cwd)
+
+    def copy_output() -> None:
+        for line in process.stdout:
+            on_line(line)
+
+    pump = threading.Thread(target=copy_output, daemon=True)
+    pump.start()
+    return RunProcesses(process, pump)
+
+
 class TrialProcess:
     """One run of a trial in launched processes: started, polled, paused and finished by the experiment's loop.
 
@@ -158,39 +240,29 @@ class TrialProcess:
             launcher=launcher_columns(),
             search_driven=True,
         )
-        info_path = Path(self._scratch.name) / "info.json"
-        self.info.write(info_path)
         command = (
             launcher.worker_command() if experiment.command is None else launcher.script_command(experiment.command)
         )
-        # horovodrun passes its own environment on to the processes it starts over ssh, so
-        # the config's variables reach the other hosts too.
-        env = dict(
-            os.environ,
-            **self._environment,
-            **{
-                _info.INFO_VARIABLE: str(info_path),
-                "DET_CHIEF_IP": launcher.chief_address(hosts),
-                "DET_CHIEF_PORT": str(launcher.free_port()),
-                "PYTHONUNBUFFERED": "1",
-            },
-        )
-        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         self._log = _TrialLog(Path(self.trial.log_path), self._display)
         self._log.write(_run_header(self._store, self.info))
-        self._process = launcher.start(launcher.process_command(command, slots, hosts), env, experiment.context_dir)
-        self._pump = threading.Thread(target=self._copy_output, daemon=True)
-        self._pump.start()
+        self._processes = start_processes(
+            self.info,
+            command,
+            experiment.context_dir,
+            Path(self._scratch.name),
+            self._output_line,
+            hosts=hosts,
+            environment=self._environment,
+        )
 
-    def _copy_output(self) -> None:
-        for line in self._process.stdout:
-            self._log.write(line)
-            if self._verbose:
-                self._display.echo(line)
+    def _output_line(self, line: str) -> None:
+        self._log.write(line)
+        if self._verbose:
+            self._display.echo(line)
 
     def poll(self) -> Optional[int]:
         """The processes' exit status once they ended, else None."""
-        return self._process.poll()
+        return self._processes.poll()
 
     def request_pause(self) -> None:
         """Asks the run to checkpoint and stop (every process watches the pause file)."""
@@ -207,8 +279,7 @@ class TrialProcess:
         A run ended by :meth:`stop` counts as paused: the trial goes on from its latest
         checkpoint when the experiment resumes, rather than failing.
         """
-        status = self._process.wait()
-        self._pump.join(timeout=30)
+        status = self._processes.wait()
         self._log.close()
         ending = Ending(exit_status=status, stopped=self.stopped)
         self.first_failure: Optional[tuple[int, int]] = None
@@ -223,8 +294,7 @@ class TrialProcess:
 
     def kill(self) -> None:
         """Ends the run's processes at once (the launcher is going away)."""
-        if self._process.poll() is None:
-            self._process.kill()
+        self._processes.kill()
 
 
 class _TrialLog:
