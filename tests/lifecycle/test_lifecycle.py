@@ -8,7 +8,7 @@ from det_estimator.checkpoint import TrialCheckpoints
 from det_estimator.config import load_experiment_config
 from det_estimator.errors import InvalidHP, PermanentTrialError
 from det_estimator.lifecycle import Ending, ErrorKind, RunError, RunLifecycle, run_state
-from det_estimator.store import BATCH_INFERENCE, ExperimentStore, State
+from det_estimator.store import BATCH_INFERENCE, State
 
 
 def make_config(tmp_path, **checkpoint_storage):
@@ -27,12 +27,6 @@ def make_config(tmp_path, **checkpoint_storage):
             "data": {"rows": 8},
         }
     )
-
-
-@pytest.fixture
-def store(tmp_path):
-    with ExperimentStore(tmp_path / "store.sqlite") as opened:
-        yield opened
 
 
 def record(store, tmp_path, config=None):

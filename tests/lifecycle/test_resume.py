@@ -8,11 +8,10 @@ import pytest
 from det_estimator.checkpoint import TrialCheckpoints
 from det_estimator.config import load_experiment_config
 from det_estimator.lifecycle import resume_point
-from det_estimator.store import ExperimentStore
 
 
 @pytest.fixture
-def trial_with_checkpoints(tmp_path):
+def trial_with_checkpoints(store, tmp_path):
     """A store with one trial and its checkpoints after 5, 10 and 15 batches; yields the store, trial and uuids."""
     config = load_experiment_config(
         {
@@ -22,7 +21,7 @@ def trial_with_checkpoints(tmp_path):
             "checkpoint_storage": {"type": "shared_fs", "host_path": str(tmp_path / "checkpoints")},
         }
     )
-    with ExperimentStore(tmp_path / "store.sqlite") as store:
+    with store:
         experiment_id = store.create_experiment("resume", config.to_dict(), str(tmp_path), config.entrypoint, 1, False)
         trial = store.trial(store.create_trial(experiment_id, {}, 1, tmp_path / "checkpoints"))
         uuids = {}

@@ -5,17 +5,11 @@ import pytest
 from det_estimator.checkpoint import TrialCheckpoints
 from det_estimator.config import load_experiment_config
 from det_estimator.lifecycle import RunLifecycle
-from det_estimator.store import ExperimentStore, State
+from det_estimator.store import State
 
 # Per trial, (batches, validation loss) of each checkpoint, oldest first. Trial "a"'s best
 # is neither its first nor its latest; trial "b" holds the experiment's best.
 LOSSES = {"a": [(2, 0.3), (4, 0.1), (6, 0.4)], "b": [(2, 0.05), (4, 0.2)]}
-
-
-@pytest.fixture
-def store(tmp_path):
-    with ExperimentStore(tmp_path / "store.sqlite") as opened:
-        yield opened
 
 
 def completed_experiment(store, tmp_path, save_trial_latest, save_trial_best, save_experiment_best):
