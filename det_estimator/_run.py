@@ -113,7 +113,7 @@ def run_in_this_process(
 
     with (
         orchestration.in_process_run(store, experiment_id, orchestration.PlainDisplay()) as info,
-        core.build_context(info, core.DummyDistributedContext()) as core_context,
+        core.build_context(info, core.DummyDistributedContext(), store=store) as core_context,
     ):
         train(core_context)
     return orchestration.trial_outcome(store, info.trial.trial_id, info.trial.run_id)
@@ -124,6 +124,4 @@ def _with_slots(config: ExperimentConfig, slots: Optional[int]) -> ExperimentCon
         return config
     if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
         raise ValueError(f"Argument `slots` must be a positive integer. Received: slots={slots!r}")
-    raw = config.to_dict()
-    raw["resources"]["slots_per_trial"] = slots
-    return load_experiment_config(raw)
+    return config.with_overrides(slots=slots)

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from typing import Any, Optional
 
 from det_estimator import core
-from det_estimator.config import ExperimentConfig, Length, load_experiment_config
+from det_estimator.config import ExperimentConfig, Length
 from det_estimator.store import State
 
 
@@ -23,7 +23,7 @@ def new_trial_context(context_class: type, core_context: core.Context) -> Any:
     """A new trial context of ``context_class`` for the trial of ``core_context`` (both trial contexts take these)."""
     trial = core_context.info.trial
     return context_class(
-        load_experiment_config(trial.config),
+        core_context.config,
         trial.hparams,
         trial.trial_seed,
         core_context.distributed,
@@ -51,7 +51,7 @@ class TrialController:
         info = core_context.info
         self._core = core_context
         self._distributed = core_context.distributed
-        self._config: ExperimentConfig = load_experiment_config(info.trial.config)
+        self._config: ExperimentConfig = core_context.config
         self._hparams = info.trial.hparams
         self._seed = info.trial.trial_seed
         self._test = info.test_mode

@@ -73,6 +73,7 @@ def test_every_module_imports_on_its_own():
         "det_estimator.store",
         "det_estimator.config",
         "det_estimator.checkpoint",
+        "det_estimator.lifecycle",
         "det_estimator.core",
         "det_estimator.searcher",
     ],
@@ -87,7 +88,8 @@ def test_the_command_launcher_orchestration_and_core_load_no_tensorflow(module):
 
 
 # What each layer may not import (at module level or inside a function): imports go one way,
-# front ends -> orchestration -> launcher, and worker -> controllers -> core -> the rest.
+# front ends -> orchestration -> launcher, and worker -> controllers -> core -> the rest;
+# the run lifecycle sits below both orchestration and core, just above the store.
 _FRONT_ENDS = {"det_estimator.cli", "det_estimator.native", "det_estimator._run"}
 _FORBIDDEN = {
     "det_estimator.launcher": _FRONT_ENDS
@@ -114,7 +116,16 @@ for _layer in _BOTTOM + (
         "det_estimator.estimator",
         "det_estimator.worker",
         "det_estimator.launcher",
+        "det_estimator.lifecycle",
     }
+_FORBIDDEN["det_estimator.lifecycle"] = _FRONT_ENDS | {
+    "det_estimator.orchestration",
+    "det_estimator.core",
+    "det_estimator.estimator",
+    "det_estimator.keras",
+    "det_estimator.worker",
+    "det_estimator.launcher",
+}
 
 
 def _imports(path: Path) -> set[str]:

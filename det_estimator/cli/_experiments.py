@@ -43,15 +43,13 @@ def create(open_store: Callable[[], ExperimentStore], args: argparse.Namespace) 
     are accepted, so that a refused command leaves nothing behind.
     """
     from det_estimator.config import ConfigError, load_experiment_config
-    from det_estimator.config._source import read_source
 
     context_dir = check_context_dir(args.config, args.context_dir, "experiment create")
     check_config_file(args.config, context_dir)
     try:
-        raw = dict(read_source(args.config))
+        config = load_experiment_config(args.config)
         if args.seed is not None:
-            raw["reproducibility"] = {**(raw.get("reproducibility") or {}), "experiment_seed": args.seed}
-        config = load_experiment_config(raw)
+            config = config.with_overrides(seed=args.seed)
         slots = args.slots
         if args.hosts is None:
             # Before the config is checked with --slots: more slots than the global batch size
@@ -66,8 +64,7 @@ def create(open_store: Callable[[], ExperimentStore], args: argparse.Namespace) 
             slots = on_hosts
         if slots is not None and config.searcher.name == "single":
             # One trial: the slots are its processes. A search shares them among its trials.
-            raw["resources"] = {**(raw.get("resources") or {}), "slots_per_trial": slots}
-            config = load_experiment_config({**raw, "reproducibility": config.reproducibility.to_dict()})
+            config = config.with_overrides(slots=slots)
         elif slots is not None and slots < config.resources.slots_per_trial:
             raise UsageError(
                 f"--slots {slots} is fewer than one trial needs: resources.slots_per_trial is "
@@ -103,7 +100,14 @@ def create(open_store: Callable[[], ExperimentStore], args: argparse.Namespace) 
     for warning in config_warnings(config):
         print(f"det-estimator: warning: {warning}", file=sys.stderr, flush=True)
     if args.test:
-        config = _test_mode_config(raw, config)
+        # One trial of one batch, whatever the searcher, as the reference's test mode: else a
+        # search would run all of its trials, and a Core API script, which trains to the
+        # length its searcher operations give, to max_length. The trial keeps its slots and
+        # seed, hence its hyperparameters.
+        try:
+            config = config.with_overrides(test=True)
+        except ConfigError as error:
+            raise UsageError(f"{args.config}: {error}") from error
     try:
         store = open_store()
     except BaseException:
@@ -121,7 +125,7 @@ def create(open_store: Callable[[], ExperimentStore], args: argparse.Namespace) 
         )
         trial_id = store.trials(experiment_id)[0].id
         _tell(args.json, f"Created experiment {experiment_id} ({_what_it_runs(config, trial_id)}) in {store.path}")
-        return _run(store, experiment_id, args)
+        return _run(store, experiment_id, args, config)
 
 
 def _what_it_runs(config: ExperimentConfig, first_trial_id: int) -> str:
@@ -131,24 +135,6 @@ def _what_it_runs(config: ExperimentConfig, first_trial_id: int) -> str:
         return f"trial {first_trial_id}"
     trials = grid_size(config.hyperparameters) if searcher.name == "grid" else searcher.max_trials
     return f"{searcher.name} search of {trials:,} trial{'' if trials == 1 else 's'}"
-
-
-def _test_mode_config(raw: dict[str, Any], config: ExperimentConfig) -> ExperimentConfig:
-    """The config that ``--test`` runs: one trial of one batch, whatever the searcher, as the reference's test mode.
-
-    Without this, a search would run all of its trials, and a Core API script, which
-    trains to the length its searcher operations give, would train to ``max_length``.
-    The trial keeps ``resources`` (its processes) and the seed, hence its hyperparameters.
-    """
-    from det_estimator.config import load_experiment_config
-
-    searcher = {
-        "name": "single",
-        "metric": config.searcher.metric,
-        "smaller_is_better": config.searcher.smaller_is_better,
-        "max_length": {"batches": 1},
-    }
-    return load_experiment_config({**raw, "searcher": searcher, "reproducibility": config.reproducibility.to_dict()})
 
 
 def resume(store: ExperimentStore, args: argparse.Namespace) -> int:
@@ -202,9 +188,13 @@ def _check_code_is_there(experiment: Any) -> None:
             raise UsageError(f"{where}: {error} Put its code back there to resume it.") from error
 
 
-def _run(store: ExperimentStore, experiment_id: int, args: argparse.Namespace) -> int:
+def _run(
+    store: ExperimentStore, experiment_id: int, args: argparse.Namespace, config: Optional[ExperimentConfig] = None
+) -> int:
     try:
-        return orchestration.run_and_report(store, experiment_id, json_output=args.json, verbose=args.verbose)
+        return orchestration.run_and_report(
+            store, experiment_id, json_output=args.json, verbose=args.verbose, config=config
+        )
     except ExperimentBusyError as error:
         raise UsageError(str(error)) from error
 

@@ -1,5 +1,6 @@
 """The validated experiment config and :func:`load_experiment_config`, its only constructor in practice."""
 
+import dataclasses
 import keyword
 import math
 import shlex
@@ -208,6 +209,67 @@ class ExperimentConfig:
             )
         return per_slot
 
+    def with_overrides(
+        self,
+        *,
+        slots: Optional[int] = None,
+        seed: Optional[int] = None,
+        max_length: Optional[Length] = None,
+        records_per_epoch: Optional[int] = None,
+        test: bool = False,
+    ) -> "ExperimentConfig":
+        """Returns this config with some keys replaced, validated as :func:`load_experiment_config` validates them.
+
+        For what a command line or a front end sets on top of a config (``--slots``,
+        ``--seed``, ``--test``), without writing the config out and loading it again.
+        Each value is checked by the rules of its key, and the rules that span keys
+        (lengths in epochs, the global batch size against the slots) are checked again.
+
+        Args:
+            slots: ``resources.slots_per_trial``.
+            seed: ``reproducibility.experiment_seed``.
+            max_length: ``searcher.max_length``.
+            records_per_epoch: ``records_per_epoch``.
+            test: the config ``--test`` runs: one trial of one batch, whatever the
+                searcher (a ``single`` searcher of ``{batches: 1}``, with the same
+                metric), as the reference's test mode; applied after ``max_length``.
+
+        Returns:
+            The new config; this one is unchanged.
+
+        Raises:
+            ConfigError: a value its key does not take, or one the other keys rule out
+                (more slots than the global batch size, say); the message names the key.
+        """
+        changes: dict[str, Any] = {}
+        if slots is not None:
+            changes["resources"] = parse_resources({"slots_per_trial": slots}, "resources")
+        if seed is not None:
+            changes["reproducibility"] = parse_reproducibility({"experiment_seed": seed}, "reproducibility")
+        if records_per_epoch is not None:
+            changes["records_per_epoch"] = check_int(records_per_epoch, "records_per_epoch", minimum=0)
+        searcher = self.searcher.to_dict()
+        if max_length is not None:
+            if not isinstance(max_length, Length):
+                raise TypeError(f"Argument `max_length` must be a Length. Received: max_length={max_length!r}")
+            searcher["max_length"] = max_length.to_dict()
+        if test:
+            searcher = {
+                "name": "single",
+                "metric": searcher["metric"],
+                "smaller_is_better": searcher["smaller_is_better"],
+                "max_length": {"batches": 1},
+            }
+        if max_length is not None or test:
+            changes["searcher"] = parse_searcher(searcher, "searcher")
+        config = dataclasses.replace(self, **changes)
+        smallest_global_batch_size = None
+        if GLOBAL_BATCH_SIZE in config.hyperparameters:
+            raw = hyperparameters_to_dict(config.hyperparameters)
+            smallest_global_batch_size = check_global_batch_size(raw, "hyperparameters")
+        _check_consistency(config, smallest_global_batch_size)
+        return config
+
     def to_dict(self) -> dict[str, Any]:
         """Returns the config with every default filled in, JSON-serializable.
 
@@ -412,7 +474,8 @@ def load_experiment_config(source: ConfigSource) -> ExperimentConfig:
     """Loads and validates an experiment config.
 
     Everything is validated here, once; the returned object is immutable and
-    the rest of the code trusts it. A config without
+    the rest of the code trusts it (:meth:`ExperimentConfig.with_overrides`
+    changes keys of a loaded config, validated alike). A config without
     ``reproducibility.experiment_seed`` gets a seed from the clock, so load it
     once (in the launcher) and hand ``to_dict()`` to the workers, which then
     all see the same seed.

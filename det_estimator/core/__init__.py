@@ -31,6 +31,7 @@ from det_estimator.core._searcher import (
     SearcherUsageError,
     Unit,
 )
+from det_estimator.core._store import CoreStore
 from det_estimator.core._train import EarlyExitReason, SearcherMetricError, TrainContext
 from det_estimator.core._transport import CollectiveMismatchError, PeerGoneError
 
@@ -39,6 +40,7 @@ __all__ = [
     "CheckpointError",
     "CollectiveMismatchError",
     "Context",
+    "CoreStore",
     "DistributedContext",
     "DownloadMode",
     "DummyDistributedContext",

@@ -8,19 +8,22 @@ import numbers
 import os
 import shutil
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
 from det_estimator.checkpoint import Checkpoint, TrialCheckpoints, read_checkpoint
 from det_estimator.core._distributed import DistributedContext
+from det_estimator.core._store import CoreStore
 from det_estimator.core._train import plain_number
 from det_estimator.errors import DetEstimatorError
-from det_estimator.store import ExperimentStore, StoreRecorder, UnknownIdError
+from det_estimator.lifecycle import RetentionPolicy
+from det_estimator.store import StoreRecorder, UnknownIdError
 
 logger = logging.getLogger("det_estimator.core")
 
 STEPS_COMPLETED = "steps_completed"
+# The reference's defaults: the trial's latest checkpoint and its best.
+_KEEP_LATEST_AND_BEST = RetentionPolicy()
 
 
 class DownloadMode(enum.Enum):
@@ -36,26 +39,6 @@ class DownloadMode(enum.Enum):
 
 class CheckpointError(DetEstimatorError, RuntimeError):
     """A checkpoint could not be written, found or read."""
-
-
-@dataclass(frozen=True)
-class RetentionPolicy:
-    """Which checkpoints to keep, from the config's ``checkpoint_storage`` and ``searcher``.
-
-    Attributes:
-        save_trial_latest: the most recent checkpoints of the trial to keep (at least 1
-            while it trains, so that it can resume).
-        save_trial_best: the trial's best checkpoints by the searcher metric to keep.
-        save_experiment_best: the experiment's best checkpoints (over all its trials) to keep.
-        metric: the searcher metric.
-        smaller_is_better: how it compares.
-    """
-
-    save_trial_latest: int = 1
-    save_trial_best: int = 1
-    save_experiment_best: int = 0
-    metric: Optional[str] = None
-    smaller_is_better: bool = True
 
 
 # Why a checkpoint's storage refuses it: full (its disk, its quota), or mounted read-only since.
@@ -123,7 +106,7 @@ class CheckpointContext:
         checkpoint_dir: the trial's checkpoint directory.
         recorder: the chief's store recorder (None elsewhere, or off an experiment).
         retention: which checkpoints to keep.
-        store_path: the experiment store, where checkpoints of other trials are found.
+        store: the experiment store, where checkpoints of other trials are found.
         before_seal: called by the chief just before it seals a checkpoint (a launched
             run ends its process there if its launcher is gone).
     """
@@ -133,8 +116,8 @@ class CheckpointContext:
         distributed: DistributedContext,
         checkpoint_dir: Union[str, Path],
         recorder: Optional[StoreRecorder] = None,
-        retention: RetentionPolicy = RetentionPolicy(),
-        store_path: Optional[str] = None,
+        retention: RetentionPolicy = _KEEP_LATEST_AND_BEST,
+        store: Optional[CoreStore] = None,
         before_seal: Callable[[], None] = lambda: None,
     ) -> None:
         self._distributed = distributed
@@ -142,7 +125,7 @@ class CheckpointContext:
         self._checkpoints = TrialCheckpoints(checkpoint_dir)
         self._recorder = recorder if distributed.rank == 0 else None
         self._retention = retention
-        self._store_path = store_path
+        self._store = store
         self._validations: dict[int, dict[str, Any]] = {}
         self._written: dict[int, Checkpoint] = {}
 
@@ -276,33 +259,19 @@ class CheckpointContext:
             )
         self._prune()
 
-    def _prune(self, experiment_completed: bool = False) -> None:
-        """Deletes what retention does not keep.
+    def _prune(self) -> None:
+        """Deletes what retention does not keep while the experiment may still go on (see ``RetentionPolicy``).
 
-        While the experiment may still go on, the latest checkpoint is kept whatever
-        ``save_trial_latest`` says, so that it can resume; once it has completed,
-        ``save_trial_latest: 0`` lets that one go too, as in the reference system.
+        Once it completes, the run lifecycle applies the same policy over all its trials.
         """
-        policy = self._retention
-        doomed = self._checkpoints.to_prune(
-            save_latest=policy.save_trial_latest if experiment_completed else max(policy.save_trial_latest, 1),
-            save_best=policy.save_trial_best if policy.metric else 0,
-            metric=policy.metric,
-            smaller_is_better=policy.smaller_is_better,
-            keep=self._experiment_best(),
-        )
-        self._delete(doomed)
+        self._delete(self._retention.not_kept(self._checkpoints, self._experiment_best(), experiment_completed=False))
 
     def _experiment_best(self) -> set[str]:
         """The uuids of the experiment's ``save_experiment_best`` best checkpoints, over all its trials."""
-        policy = self._retention
-        if not policy.save_experiment_best or not policy.metric or self._recorder is None:
+        if self._recorder is None:
             return set()
         store = self._recorder.store
-        experiment_id = store.trial(self._recorder.trial_id).experiment_id
-        return store.best_checkpoints(
-            experiment_id, policy.metric, policy.smaller_is_better, policy.save_experiment_best
-        )
+        return self._retention.experiment_best(store, store.trial(self._recorder.trial_id).experiment_id)
 
     def _on_validation(self, steps_completed: int, metrics: dict[str, Any]) -> None:
         """Stores validation metrics in the checkpoint of the same step, now or when it is written."""
@@ -467,13 +436,13 @@ class CheckpointContext:
         own = self._checkpoints.directory / storage_id
         if own.is_dir():
             return own
-        if self._store_path is not None:
-            with ExperimentStore(self._store_path) as store, contextlib.suppress(UnknownIdError):
-                path = Path(store.checkpoint(storage_id).path)
+        if self._store is not None:
+            with contextlib.suppress(UnknownIdError):
+                path = Path(self._store.checkpoint(storage_id).path)
                 if path.is_dir():
                     return path
         raise CheckpointError(
             f"There is no checkpoint {storage_id!r} in {self._checkpoints.directory}"
-            + (f" or in the store {self._store_path}" if self._store_path else "")
+            + (f" or in the store {self._store.path}" if self._store is not None else "")
             + ": it was deleted by retention, or the id is wrong."
         )

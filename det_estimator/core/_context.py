@@ -18,9 +18,11 @@ from det_estimator.core._checkpoint import CheckpointContext, RetentionPolicy
 from det_estimator.core._distributed import DistributedContext, DummyDistributedContext
 from det_estimator.core._preempt import PauseWatcher, PreemptContext, PreemptMode
 from det_estimator.core._searcher import FixedLengths, SearcherContext, StoreOperations, Unit
+from det_estimator.core._store import CoreStore
 from det_estimator.core._train import EarlyExitReason, TrainContext
-from det_estimator.errors import DetEstimatorError, InvalidHP, error_record
-from det_estimator.store import ExperimentStore, State, StoreRecorder, launcher_alive
+from det_estimator.errors import DetEstimatorError, InvalidHP
+from det_estimator.lifecycle import Ending, RunError, RunLifecycle
+from det_estimator.store import ExperimentStore, StoreRecorder, launcher_alive
 
 logger = logging.getLogger("det_estimator.core")
 
@@ -43,6 +45,8 @@ class Context:
         preempt: pause requests (:class:`PreemptContext`).
         searcher: how long to train (:class:`SearcherContext`).
         info: the :class:`~det_estimator.ClusterInfo` of the trial.
+        config: the trial's experiment config, parsed once when the context was built
+            (an :class:`~det_estimator.config.ExperimentConfig`).
     """
 
     def __init__(
@@ -53,7 +57,10 @@ class Context:
         preempt: PreemptContext,
         searcher: SearcherContext,
         info: _info.ClusterInfo,
+        config: ExperimentConfig,
         watcher: PauseWatcher,
+        store: CoreStore,
+        owns_store: bool = False,
         recorder: Optional[StoreRecorder] = None,
         owned_run: Optional[int] = None,
         by_hand: bool = False,
@@ -64,7 +71,10 @@ class Context:
         self.preempt = preempt
         self.searcher = searcher
         self.info = info
+        self.config = config
         self._watcher = watcher
+        self._store = store
+        self._owns_store = owns_store
         self._recorder = recorder
         self._owned_run = owned_run
         # A run by hand has no launched info to read: every process is told of it here.
@@ -94,30 +104,22 @@ class Context:
         self._exits.close()
         self._watcher.close()
         self.train.flush()
-        if exc_val is not None and not isinstance(exc_val, (KeyboardInterrupt, SystemExit)):
+        lifecycle = RunLifecycle(self._store)
+        if exc_val is not None:
             # The process that raised records its own error (the first recorded wins), so the
-            # launcher shows it with its rank; InvalidHP is not a failure: a search replaces the trial.
-            with contextlib.suppress(Exception), ExperimentStore(self.info.store_path) as store:
-                store.record_run_error(self.info.trial.run_id, error_record(exc_val, self.distributed.rank))
+            # launcher shows it with its rank; InvalidHP too, which is not a failure: a search
+            # replaces the trial.
+            with contextlib.suppress(Exception):
+                lifecycle.record_error(self.info.trial.run_id, RunError.of(exc_val, self.distributed.rank))
         self.distributed.close()
-        if self._owned_run is not None and self._recorder is not None:
-            store = self._recorder.store
+        if self._owned_run is not None:
             # sys.exit(0) is a clean end (after should_preempt(), say), as a launched script's is.
-            clean_exit = isinstance(exc_val, SystemExit) and exc_val.code in (None, 0)
-            if exc_val is not None and not isinstance(exc_val, InvalidHP) and not clean_exit:
-                state = State.ERROR
-            elif self.preempt.acknowledged:
-                state = State.PAUSED
-            else:
-                state = State.COMPLETED
-                try:
-                    self.checkpoint._prune(experiment_completed=True)
-                except OSError as error:  # the training is done and recorded: a leftover checkpoint is no failure
-                    logger.warning("Not every checkpoint that checkpoint_storage does not keep was deleted: %s", error)
-            store.end_run(self._owned_run, state)
-            store.set_state(self.info.trial.experiment_id, state)
+            state = lifecycle.end(self.info, Ending(error=exc_val))
+            lifecycle.end_experiment(self.info.trial.experiment_id, state, self.config)
         if self._recorder is not None:
             self._recorder.close()
+        if self._owns_store:
+            self._store.close()
 
     def __enter__(self) -> "Context":
         return self.start()
@@ -183,16 +185,28 @@ def init(
     info = _info.get_cluster_info()
     owned_run = None
     by_hand = info is None
+    recorded_config = None
+    store = None
     if by_hand:
         # A script started by hand, on one process or several (a launcher run without an
         # experiment): the chief records one experiment and tells the others about it.
-        info, owned_run, distributed = _init_by_hand(distributed, checkpoint_storage, preempt_mode, config)
+        info, owned_run, distributed, recorded_config, store = _init_by_hand(
+            distributed, checkpoint_storage, preempt_mode, config
+        )
     else:
         _check_init_arguments(distributed, checkpoint_storage, preempt_mode, config)
     if distributed is None:
         distributed = DistributedContext.from_environment() if info.slots > 1 else DummyDistributedContext()
     return build_context(
-        info, distributed, preempt_mode, owned_run=owned_run, strict_metric=not by_hand, by_hand=by_hand
+        info,
+        distributed,
+        preempt_mode,
+        owned_run=owned_run,
+        strict_metric=not by_hand,
+        by_hand=by_hand,
+        config=recorded_config,
+        store=store,
+        owns_store=True,
     )
 
 
@@ -207,7 +221,7 @@ class RefusedOnAnotherProcessError(DetEstimatorError):
 
 def _init_by_hand(
     distributed: Any, checkpoint_storage: Any, preempt_mode: Any, config: Any
-) -> tuple[_info.ClusterInfo, Optional[int], DistributedContext]:
+) -> tuple[_info.ClusterInfo, Optional[int], DistributedContext, Optional[ExperimentConfig], Optional[CoreStore]]:
     """Records the run of a script started by hand (by its chief) and tells every process of it.
 
     On several processes, each checks its own arguments, and the chief the config, before
@@ -215,9 +229,10 @@ def _init_by_hand(
     to all, and every process raises at once, instead of waiting for the others forever.
 
     Returns:
-        ``(info, owned_run, distributed)``: the run's info on every process, the run this
-        process owns (the chief's), and the distributed context (built from the launch
-        when none was given).
+        ``(info, owned_run, distributed, config, store)``: the run's info on every process,
+        the run this process owns (the chief's), the distributed context (built from the
+        launch when none was given), and the config the chief recorded and the store it
+        recorded it in, open (both None elsewhere).
     """
     refused: Optional[BaseException] = None
     try:
@@ -228,6 +243,7 @@ def _init_by_hand(
     if made_here:
         # Also when `distributed` was refused: the others must still hear of it.
         distributed = DistributedContext.from_environment()
+    store: Optional[CoreStore] = None
     try:
         experiment_config = None
         if refused is None and distributed.rank == 0:
@@ -239,7 +255,11 @@ def _init_by_hand(
         info, owned_run, failure = None, None, None
         if distributed.rank == 0:
             try:
-                info, owned_run = _record_script_run(experiment_config, slots=distributed.size)
+                store = ExperimentStore()
+                info = RunLifecycle(store).begin_by_hand(
+                    experiment_config, command=_script_command(), slots=distributed.size
+                )
+                owned_run = info.trial.run_id
             except Exception as error:  # the store cannot be used, say
                 failure = error
         if distributed.size > 1:
@@ -251,10 +271,12 @@ def _init_by_hand(
         elif failure is not None:
             raise failure
     except BaseException:
+        if store is not None:
+            store.close()
         if made_here:
             distributed.close()
         raise
-    return info, owned_run, distributed
+    return info, owned_run, distributed, experiment_config, store
 
 
 def _refusal(error: Optional[BaseException]) -> Optional[tuple[str, str]]:
@@ -314,34 +336,68 @@ def build_context(
     owned_run: Optional[int] = None,
     strict_metric: bool = True,
     by_hand: bool = False,
+    config: Optional[ExperimentConfig] = None,
+    store: Optional[CoreStore] = None,
+    owns_store: bool = False,
 ) -> Context:
-    """The core context of trial ``info`` for this process (det-estimator's controllers build theirs here)."""
+    """The core context of trial ``info`` for this process (det-estimator's controllers build theirs here).
+
+    The trial's config is parsed here, once, into ``Context.config``, unless the caller
+    parsed it already and passes it as ``config``. Every part of the context records
+    through one store client: ``store``, which the caller opened (and closes, unless it
+    hands it over with ``owns_store``); by default the context opens ``info.store_path``
+    and closes it when it closes.
+    """
     # A new run: the cause noted for an earlier failure in this process (a run by hand that
     # failed, in a notebook) is not this run's.
     _root_cause.forget()
     trial = info.trial
     if trial is None:
         raise DetEstimatorError(f"core.init() needs a trial; the task is a {info.task_type}.")
-    config = load_experiment_config(trial.config)
-    recorder = StoreRecorder(info.store_path, trial.trial_id, trial.run_id) if distributed.rank == 0 else None
+    if config is None:
+        config = load_experiment_config(trial.config)
+    if store is None:
+        store, owns_store = ExperimentStore(info.store_path), True
+    try:
+        parts = _parts(info, distributed, preempt_mode, strict_metric, config, store)
+    except BaseException:
+        if owns_store:
+            store.close()
+        raise
+    return Context(
+        **parts,
+        info=info,
+        config=config,
+        store=store,
+        owns_store=owns_store,
+        owned_run=owned_run,
+        by_hand=by_hand,
+    )
+
+
+def _parts(
+    info: _info.ClusterInfo,
+    distributed: DistributedContext,
+    preempt_mode: PreemptMode,
+    strict_metric: bool,
+    config: ExperimentConfig,
+    store: CoreStore,
+) -> dict[str, Any]:
+    """The parts of a :class:`Context` (and what they share), each recording through ``store``."""
+    trial = info.trial
+    recorder = StoreRecorder(store, trial.trial_id, trial.run_id) if distributed.rank == 0 else None
     searcher_config = config.searcher
     watcher = PauseWatcher(
         info.pause_file,
-        _StorePauseRequest(info.store_path, trial.experiment_id) if recorder else None,
+        _StorePauseRequest(store, trial.experiment_id) if recorder else None,
         None if info.launcher is None else _LauncherGone(*info.launcher),
     )
     checkpoint = CheckpointContext(
         distributed,
         info.checkpoint_dir,
         recorder,
-        RetentionPolicy(
-            save_trial_latest=config.checkpoint_storage.save_trial_latest,
-            save_trial_best=config.checkpoint_storage.save_trial_best,
-            save_experiment_best=config.checkpoint_storage.save_experiment_best,
-            metric=searcher_config.metric,
-            smaller_is_better=searcher_config.smaller_is_better,
-        ),
-        store_path=info.store_path,
+        RetentionPolicy.of(config),
+        store=store,
         before_seal=watcher.exit_if_orphaned,
     )
     max_batches = _length_in_batches(config, trial.hparams, searcher_config.max_length.value)
@@ -352,17 +408,17 @@ def build_context(
         smaller_is_better=searcher_config.smaller_is_better,
         max_batches=lambda: max_batches,
         on_validation=checkpoint._on_validation,
-        experiment=(info.store_path, trial.experiment_id),
-        tensorboard_dir=None if recorder is None else recorder.store.trial(trial.trial_id).tensorboard_dir,
+        experiment=(store, trial.experiment_id),
+        tensorboard_dir=None if recorder is None else store.trial(trial.trial_id).tensorboard_dir,
     )
-    acknowledge = (lambda: recorder.store.acknowledge_preemption(trial.run_id)) if recorder else (lambda: None)
+    acknowledge = (lambda: store.acknowledge_preemption(trial.run_id)) if recorder else (lambda: None)
     preempt = PreemptContext(distributed, watcher, acknowledge, preempt_mode)
 
     def report_batches(batches: int) -> None:
         train.report_batches(batches)
 
     source = (
-        StoreOperations(info.store_path, trial.trial_id)
+        StoreOperations(store, trial.trial_id)
         if info.search_driven
         else FixedLengths([searcher_config.max_length.value])
     )
@@ -374,7 +430,15 @@ def build_context(
         to_batches=lambda length: _length_in_batches(config, trial.hparams, length),
         report_target=train.report_target,
     )
-    return Context(distributed, train, checkpoint, preempt, searcher, info, watcher, recorder, owned_run, by_hand)
+    return {
+        "distributed": distributed,
+        "train": train,
+        "checkpoint": checkpoint,
+        "preempt": preempt,
+        "searcher": searcher,
+        "watcher": watcher,
+        "recorder": recorder,
+    }
 
 
 def _length_in_batches(config: ExperimentConfig, hparams: dict[str, Any], length: float) -> Optional[int]:
@@ -393,17 +457,20 @@ def _length_in_batches(config: ExperimentConfig, hparams: dict[str, Any], length
 
 
 class _StorePauseRequest:
-    """Whether ``experiment pause`` recorded a request; polled from the watcher's own thread."""
+    """Whether ``experiment pause`` recorded a request; polled from the watcher's own thread.
 
-    def __init__(self, store_path: str, experiment_id: int) -> None:
-        self._store_path = store_path
+    That thread reads through a client of its own, which the context's client gives.
+    """
+
+    def __init__(self, store: CoreStore, experiment_id: int) -> None:
+        self._store = store
         self._experiment_id = experiment_id
         self._local = threading.local()
 
     def __call__(self) -> bool:
         store = getattr(self._local, "store", None)
         if store is None:
-            store = self._local.store = ExperimentStore(self._store_path)
+            store = self._local.store = self._store.for_thread()
         return store.experiment(self._experiment_id).pause_requested_at is not None
 
 
@@ -444,38 +511,3 @@ def _script_run_config(
     experiment_config = load_experiment_config(raw)
     check_checkpoint_storage(Path(experiment_config.checkpoint_storage.checkpoint_directory).resolve())
     return experiment_config
-
-
-def _record_script_run(experiment_config: ExperimentConfig, slots: int = 1) -> tuple[_info.ClusterInfo, int]:
-    """Records a script's run (on ``slots`` processes) as a new experiment of one trial; returns its info and run."""
-    command = _script_command()
-    seed = experiment_config.reproducibility.experiment_seed
-    hparams = experiment_config.sample_hyperparameters(seed)
-    with ExperimentStore() as store:
-        experiment_id = store.create_experiment(
-            name=experiment_config.name,
-            config=experiment_config.to_dict(),
-            context_dir=os.getcwd(),
-            entrypoint=experiment_config.entrypoint,
-            slots=slots,
-            test=False,
-            command=command,
-        )
-        store.claim(experiment_id)
-        storage = Path(experiment_config.checkpoint_storage.checkpoint_directory)
-        trial_id = store.create_trial(
-            experiment_id, hparams, seed, storage if storage.is_absolute() else storage.resolve()
-        )
-        run_id = store.start_run(trial_id)
-        trial = store.trial(trial_id)
-        store_path = str(store.path)
-    info = _info.ClusterInfo(
-        task_type=_info.TRIAL_TASK,
-        trial=_info.TrialInfo(trial_id, experiment_id, seed, hparams, experiment_config.to_dict(), run_id),
-        latest_checkpoint=None,
-        user_data=experiment_config.data_dict(),
-        store_path=store_path,
-        checkpoint_dir=trial.checkpoint_dir,
-        slots=slots,
-    )
-    return info, run_id

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from typing import Any, Callable, Optional, Protocol
 
 from det_estimator.core._distributed import DistributedContext
+from det_estimator.core._store import CoreStore
 from det_estimator.core._train import plain_number
 from det_estimator.errors import PermanentTrialError
 
@@ -60,30 +61,28 @@ class StoreOperations:
     it another later, and relaunch it from its checkpoint).
 
     Args:
-        store_path: the experiment store.
+        store: the experiment store.
         trial_id: the trial.
         poll_seconds: how often to look for the answer.
     """
 
-    def __init__(self, store_path: str, trial_id: int, poll_seconds: float = 0.05) -> None:
-        self._store_path = store_path
+    def __init__(self, store: CoreStore, trial_id: int, poll_seconds: float = 0.05) -> None:
+        self._store = store
         self._trial_id = trial_id
         self._poll_seconds = poll_seconds
 
     def next_length(self, completed: Optional[tuple[int, Any]]) -> Optional[int]:
-        from det_estimator.store import ExperimentStore
-
-        with ExperimentStore(self._store_path) as store:
-            if completed is None:
-                return store.trial(self._trial_id).target_length
-            length, metric = completed
-            store.report_search_metric(self._trial_id, length, metric)
-            while True:
-                trial = store.trial(self._trial_id)
-                if trial.answered_length == length:
-                    target = trial.target_length
-                    return target if target is not None and target > length else None
-                time.sleep(self._poll_seconds)
+        store = self._store
+        if completed is None:
+            return store.trial(self._trial_id).target_length
+        length, metric = completed
+        store.report_search_metric(self._trial_id, length, metric)
+        while True:
+            trial = store.trial(self._trial_id)
+            if trial.answered_length == length:
+                target = trial.target_length
+                return target if target is not None and target > length else None
+            time.sleep(self._poll_seconds)
 
 
 class SearcherOperation:

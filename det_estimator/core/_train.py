@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from det_estimator.core._distributed import DistributedContext
+from det_estimator.core._store import CoreStore
 from det_estimator.errors import PermanentTrialError
-from det_estimator.store import ExperimentStore, StoreRecorder
+from det_estimator.store import StoreRecorder
 
 logger = logging.getLogger("det_estimator.core")
 
@@ -48,7 +49,7 @@ class TrainContext:
         max_batches: returns the trial's length in batches, for progress reports.
         on_validation: told of every validation (the checkpoint context records the
             metrics in the checkpoint of the same step).
-        experiment: ``(store path, experiment id)``, for reading the experiment's best validation.
+        experiment: ``(store, experiment id)``, for reading the experiment's best validation.
         tensorboard_dir: where the trial's TensorBoard event files go.
     """
 
@@ -60,7 +61,7 @@ class TrainContext:
         smaller_is_better: bool = True,
         max_batches: Callable[[], Optional[int]] = lambda: None,
         on_validation: Callable[[int, dict[str, Any]], None] = lambda steps, metrics: None,
-        experiment: Optional[tuple[str, int]] = None,
+        experiment: Optional[tuple[CoreStore, int]] = None,
         tensorboard_dir: Optional[str] = None,
     ) -> None:
         self._distributed = distributed
@@ -188,9 +189,8 @@ class TrainContext:
         """
         if self._experiment is None:
             return None
-        store_path, experiment_id = self._experiment
-        with ExperimentStore(store_path) as store:
-            best = store.best_validation(experiment_id)
+        store, experiment_id = self._experiment
+        best = store.best_validation(experiment_id)
         return None if best is None else best.value
 
     def get_tensorboard_path(self) -> Optional[Path]:

@@ -414,7 +414,7 @@ class DeterminedCallback(tf.keras.callbacks.Callback):
         metrics = _numbers(logs)
         if not metrics:
             return
-        metrics = with_searcher_metric(metrics, _searcher_metric(self._core))
+        metrics = with_searcher_metric(metrics, self._core.config.searcher.metric)
         metrics["epochs"] = self._epoch + 1
         metrics["batches"] = self._steps_completed
         self._core.train.report_validation_metrics(self._steps_completed, metrics)
@@ -558,13 +558,6 @@ def with_searcher_metric(metrics: dict[str, Any], searcher_metric: Optional[str]
     if searcher_metric and searcher_metric.startswith("val_") and searcher_metric[4:] in metrics:
         return {**metrics, searcher_metric: metrics[searcher_metric[4:]]}
     return metrics
-
-
-def _searcher_metric(core_context: core.Context) -> Optional[str]:
-    info = getattr(core_context, "info", None)
-    trial = getattr(info, "trial", None)
-    config = getattr(trial, "config", None) or {}
-    return (config.get("searcher") or {}).get("metric")
 
 
 def _is_positive_int(value: Any) -> bool:

@@ -10,6 +10,7 @@ from det_estimator._run import run_in_this_process
 from det_estimator.checkpoint import check_checkpoint_storage
 from det_estimator.config import ExperimentConfig, load_experiment_config
 from det_estimator.config._errors import describe
+from det_estimator.errors import TrialHyperparameters
 from det_estimator.store import ExperimentStore
 
 # A native config needs no entrypoint: the script is the entrypoint.
@@ -148,16 +149,21 @@ def _absolute_if_a_path_here(argument: str) -> str:
     return argument
 
 
-def _context(config: ExperimentConfig, info: _info.ClusterInfo, distributed, run: Callable):
+def _context(
+    config: ExperimentConfig,
+    hparams: dict[str, Any],
+    seed: int,
+    trial_id: int,
+    experiment_id: int,
+    distributed: Any,
+    run: Callable,
+):
     from det_estimator.estimator import EstimatorNativeContext
     from det_estimator.estimator._controller import seed_everything
 
-    trial = info.trial
     # Seeded now, before the script builds its model, as the controller does for a trial.
-    seed_everything(trial.trial_seed)
-    return EstimatorNativeContext(
-        config, trial.hparams, trial.trial_seed, distributed, run, trial.trial_id, trial.experiment_id
-    )
+    seed_everything(seed)
+    return EstimatorNativeContext(config, hparams, seed, distributed, run, trial_id, experiment_id)
 
 
 def _local_context(config: ExperimentConfig, test: bool):
@@ -171,20 +177,14 @@ def _local_context(config: ExperimentConfig, test: bool):
         experiment_id = orchestration.find_or_record_experiment(store, run_key, config, context_dir, test=test)
         trial = store.trials(experiment_id)[0]
         store_path = str(store.path)
-    preview = _info.ClusterInfo(
-        task_type=_info.TRIAL_TASK,
-        trial=_info.TrialInfo(trial.id, experiment_id, trial.seed, trial.hparams, config.to_dict()),
-        latest_checkpoint=None,
-        user_data=config.data_dict(),
-        store_path=store_path,
-        checkpoint_dir=trial.checkpoint_dir,
-    )
 
     def run(train: Callable[[core.Context], Any]) -> orchestration.TrialOutcome:
+        # The run itself begins here, in the lifecycle, when the script trains.
         with ExperimentStore(store_path) as store:
             return run_in_this_process(store, experiment_id, train)
 
-    return _context(config, preview, None, run)
+    hparams = TrialHyperparameters(trial.hparams)
+    return _context(config, hparams, trial.seed, trial.id, experiment_id, None, run)
 
 
 def _context_of_launched_rank(info: _info.ClusterInfo):
@@ -208,12 +208,13 @@ def _context_of_launched_rank(info: _info.ClusterInfo):
     config = load_experiment_config(info.trial.config)
 
     def run(train: Callable[[core.Context], Any]) -> orchestration.TrialOutcome:
-        with core.build_context(info, distributed) as core_context:
-            train(core_context)
         with ExperimentStore(info.store_path) as store:
+            with core.build_context(info, distributed, config=config, store=store) as core_context:
+                train(core_context)
             return orchestration.trial_outcome(store, info.trial.trial_id, info.trial.run_id)
 
-    return _context(config, info, distributed, run)
+    trial = info.trial
+    return _context(config, trial.hparams, trial.trial_seed, trial.trial_id, trial.experiment_id, distributed, run)
 
 
 def _run_tracked(config: ExperimentConfig, test: bool, command: list[str]) -> int:
@@ -224,4 +225,4 @@ def _run_tracked(config: ExperimentConfig, test: bool, command: list[str]) -> in
         )
         trial_id = store.trials(experiment_id)[0].id
         print(f"Created experiment {experiment_id} (trial {trial_id}) in {store.path}", flush=True)
-        return orchestration.run_and_report(store, experiment_id)
+        return orchestration.run_and_report(store, experiment_id, config=config)

@@ -6,16 +6,16 @@ import shlex
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Optional
 
 from det_estimator import _info, launcher
 from det_estimator.config import ExperimentConfig, load_experiment_config
-from det_estimator.errors import DetEstimatorError, error_record
+from det_estimator.errors import DetEstimatorError
+from det_estimator.lifecycle import Ending, ErrorKind, RunError, RunLifecycle
 from det_estimator.orchestration._display import Display
 from det_estimator.orchestration._follow import StoreFollower
 from det_estimator.orchestration._processes import SlotPool, TrialProcess, device_type, restart_cause
-from det_estimator.orchestration._runs import begin_run, checkpoint_storage_root, delete_checkpoints_not_kept, end_run
+from det_estimator.orchestration._runs import checkpoint_storage_root
 from det_estimator.orchestration._search import SearchRunner
 from det_estimator.store import ExperimentRecord, ExperimentStore, SearchState, State, TrialRecord, TrialRunRecord
 
@@ -101,13 +101,18 @@ def find_or_record_experiment(
     existing = store.find_experiment(run_key)
     if existing is None:
         return record_experiment(store, config, context_dir, test=test, run_key=run_key, **kwargs)
-    raw = config.to_dict()
-    raw["reproducibility"] = existing.config["reproducibility"]
-    store.update_experiment(existing.id, raw, config.resources.slots_per_trial, test)
+    config = config.with_overrides(seed=existing.config["reproducibility"]["experiment_seed"])
+    store.update_experiment(existing.id, config.to_dict(), config.resources.slots_per_trial, test)
     return existing.id
 
 
-def run_experiment(store: ExperimentStore, experiment_id: int, display: Display, verbose: bool = False) -> State:
+def run_experiment(
+    store: ExperimentStore,
+    experiment_id: int,
+    display: Display,
+    verbose: bool = False,
+    config: Optional[ExperimentConfig] = None,
+) -> State:
     """Runs an experiment's search to its end or to a pause; returns the experiment's state.
 
     Trials run in launched processes, as many at once as the experiment's slots allow
@@ -117,27 +122,29 @@ def run_experiment(store: ExperimentStore, experiment_id: int, display: Display,
     process, and ``experiment pause`` from anywhere, make every running trial checkpoint
     and stop; the search is saved after every step, so a resume continues it exactly.
 
+    ``config`` is the experiment's config when the caller has it (it recorded the
+    experiment); otherwise it is read from the store.
+
     Raises:
         ExperimentBusyError: another live process already runs the experiment.
     """
-    store.claim(experiment_id)
-    retry = store.experiment(experiment_id).state == State.ERROR
-    store.set_state(experiment_id, State.ACTIVE)
+    lifecycle = RunLifecycle(store)
+    retry = lifecycle.begin_experiment(experiment_id) == State.ERROR
     experiment = store.experiment(experiment_id)
-    loop = _ExperimentLoop(store, experiment, display, verbose, retry)
+    if config is None:
+        config = load_experiment_config(experiment.config)
+    loop = _ExperimentLoop(store, experiment, config, display, verbose, retry)
     state = State.ERROR
     try:
         state = loop.run()
-        if state == State.COMPLETED:
-            _delete_checkpoints_not_kept(store, experiment_id, display)
     finally:
         loop.stop_all()
-        store.set_state(experiment_id, state)
+        _show_deleted(display, lifecycle.end_experiment(experiment_id, state, config))
     return state
 
 
-def _delete_checkpoints_not_kept(store: ExperimentStore, experiment_id: int, display: Display) -> None:
-    deleted = delete_checkpoints_not_kept(store, experiment_id)
+def _show_deleted(display: Display, deleted: list[str]) -> None:
+    """Says how many checkpoints the retention of a completed experiment deleted."""
     if deleted:
         display.message(
             f"Deleted {len(deleted)} checkpoint{'s' if len(deleted) > 1 else ''} that checkpoint_storage keeps only "
@@ -149,13 +156,19 @@ class _ExperimentLoop:
     """Launches queued trials into free slots, answers their reports, reaps them, until the search ends."""
 
     def __init__(
-        self, store: ExperimentStore, experiment: ExperimentRecord, display: Display, verbose: bool, retry: bool
+        self,
+        store: ExperimentStore,
+        experiment: ExperimentRecord,
+        config: ExperimentConfig,
+        display: Display,
+        verbose: bool,
+        retry: bool,
     ):
         self._store = store
         self._experiment = experiment
         self._display = display
         self._verbose = verbose
-        self._config = load_experiment_config(experiment.config)
+        self._config = config
         storage = checkpoint_storage_root(self._config, experiment.context_dir)
         self._search = SearchRunner(store, experiment, self._config, storage, retry)
         self._slots = SlotPool(experiment.slots, experiment.hosts)
@@ -262,7 +275,7 @@ class _ExperimentLoop:
             self._slots.release(process.allocation)
             del self._running[trial_id]
             run = self._store.trial_runs(trial_id)[-1]
-            invalid_hp = (run.error or {}).get("type") == "InvalidHP"
+            invalid_hp = run.error is not None and RunError.from_record(run.error).kind == ErrorKind.INVALID_HP
             if outcome == State.ERROR and not invalid_hp and self._restart(trial_id, run, process.first_failure):
                 continue
             self._search.on_run_ended(process.trial, outcome, invalid_hp=invalid_hp)
@@ -352,36 +365,34 @@ def in_process_run(store: ExperimentStore, experiment_id: int, display: Display)
             f"A {experiment.config['searcher']['name']} search runs its trials in processes of their own: run it "
             "with `det-estimator experiment create CONFIG CONTEXT_DIR`. In this process runs a `single` searcher."
         )
-    store.claim(experiment_id)
-    store.set_state(experiment_id, State.ACTIVE)
-    trial = store.trials(experiment_id)[0]
-    info = begin_run(store, experiment, trial)
+    lifecycle = RunLifecycle(store)
+    info = lifecycle.begin(experiment_id, store.trials(experiment_id)[0].id, owns_experiment=True)
     since = store.trial_run(info.trial.run_id).started_at
     stop = threading.Event()
-    shown = threading.Thread(target=_follow_in_thread, args=(store.path, experiment_id, since, display, stop))
+    shown = threading.Thread(target=_follow_in_thread, args=(store, experiment_id, since, display, stop))
     shown.daemon = True
     _info.set_in_process(info)
-    failed = True
+    ending = Ending()
     shown.start()
     try:
         yield info
-        failed = False
     except BaseException as error:
-        store.record_run_error(info.trial.run_id, error_record(error, 0))
+        ending = Ending(error=error)
+        lifecycle.record_error(info.trial.run_id, RunError.of(error, 0))
         raise
     finally:
         _info.set_in_process(None)
-        state = end_run(store, info, failed)
-        if state == State.COMPLETED:
-            _delete_checkpoints_not_kept(store, experiment_id, display)
-        store.set_state(experiment_id, state)
+        state = lifecycle.end(info, ending)
+        _show_deleted(display, lifecycle.end_experiment(experiment_id, state))
         stop.set()
         shown.join(timeout=30)
 
 
-def _follow_in_thread(store_path: Path, experiment_id: int, since: float, display: Display, stop: threading.Event):
-    with ExperimentStore(store_path) as store:
-        follower = StoreFollower(store, experiment_id, since)
+def _follow_in_thread(
+    store: ExperimentStore, experiment_id: int, since: float, display: Display, stop: threading.Event
+) -> None:
+    with store.for_thread() as own:  # made in this thread, which its connection serves
+        follower = StoreFollower(own, experiment_id, since)
         while True:
             stopping = stop.wait(_POLL_SECONDS)
             for event in follower.poll():

@@ -17,7 +17,6 @@ task type ``BATCH_INFERENCE``: ``det.keras.init()`` there gives a context withou
 ``training``, whose ``config_data`` is ``data``. Imports no TensorFlow.
 """
 
-import os
 import shlex
 import tempfile
 import threading
@@ -32,8 +31,9 @@ from det_estimator.config import ConfigError, EnvironmentConfig, load_environmen
 from det_estimator.config._errors import PREFIX
 from det_estimator.config._json_values import freeze_mapping, thaw
 from det_estimator.errors import DetEstimatorError
-from det_estimator.orchestration._processes import device_type, first_traceback
-from det_estimator.store import BATCH_INFERENCE, ExperimentStore, JobRecord, State
+from det_estimator.lifecycle import Ending, ErrorKind, RunError, RunLifecycle
+from det_estimator.orchestration._processes import device_type, first_traceback, start_processes
+from det_estimator.store import ExperimentStore, JobRecord
 
 _KEYS = ("entrypoint", "entrypoint_script", "name", "description", "labels", "data", "resources", "environment")
 _RESOURCE_KEYS = ("slots", "slots_per_trial")
@@ -165,81 +165,63 @@ def run_job(
     Returns:
         The outcome, with the job's final record.
     """
-    job_id = store.create_job(spec.name, spec.config, context_dir, list(spec.command), spec.slots)
-    job = store.job(job_id)
-    log_path = Path(job.log_path)
+    lifecycle = RunLifecycle(store)
+    job_id, info = lifecycle.begin_job(spec.name, spec.config, context_dir, list(spec.command), spec.slots, spec.data)
+    log_path = Path(store.job(job_id).log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".det-estimator-job-") as scratch:
-        info = _info.ClusterInfo(
-            task_type=BATCH_INFERENCE,
-            trial=None,
-            latest_checkpoint=None,
-            user_data=spec.data,
-            store_path=str(store.path),
-            checkpoint_dir="",
-            slots=spec.slots,
+        status, interrupted = _run_processes(
+            info, spec, context_dir, Path(scratch), log_path, job_id, stream if verbose else None
         )
-        info_path = Path(scratch) / "info.json"
-        info.write(info_path)
-        env = dict(
-            os.environ,
-            **spec.environment.variables_for(device_type()),
-            **{
-                _info.INFO_VARIABLE: str(info_path),
-                "DET_CHIEF_IP": "127.0.0.1",
-                "DET_CHIEF_PORT": str(launcher.free_port()),
-                "PYTHONUNBUFFERED": "1",
-            },
-        )
-        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        command = launcher.process_command(launcher.script_command(list(spec.command)), spec.slots, None)
-        status, interrupted = _run_processes(command, env, context_dir, log_path, job_id, stream if verbose else None)
-    state = State.COMPLETED if status == 0 and not interrupted else State.ERROR
-    error = None
-    if state == State.ERROR:
-        error = _error_of(log_path, status, interrupted)
-    store.end_job(job_id, state, status, error)
+    ending = Ending(exit_status=status, stopped=interrupted)
+    lifecycle.end_job(job_id, ending, _error_of(log_path, status, interrupted) if status or interrupted else None)
     return JobOutcome(store.job(job_id))
 
 
 def _run_processes(
-    command: list[str], env: dict[str, str], cwd: str, log_path: Path, job_id: int, echo: Optional[TextIO]
+    info: _info.ClusterInfo,
+    spec: JobSpec,
+    cwd: str,
+    scratch: Path,
+    log_path: Path,
+    job_id: int,
+    echo: Optional[TextIO],
 ) -> tuple[int, bool]:
     """Runs the job's processes, copying their output to the log; returns (exit status, interrupted)."""
     interrupted = threading.Event()
+    command = launcher.script_command(list(spec.command))
     with log_path.open("a", encoding="utf-8") as log:
         started = time.strftime("%Y-%m-%d %H:%M:%S")
-        log.write(f"--- det-estimator: job {job_id}, {started}: {launcher.describe(command)} ---\n")
+        shown = launcher.describe(launcher.process_command(command, spec.slots, None))
+        log.write(f"--- det-estimator: job {job_id}, {started}: {shown} ---\n")
         log.flush()
-        process = launcher.start(command, env, cwd)
+
+        def copy(line: str) -> None:
+            log.write(line)
+            log.flush()
+            if echo is not None:
+                echo.write(line)
+                echo.flush()
+
+        environment = spec.environment.variables_for(device_type())
+        processes = start_processes(info, command, cwd, scratch, copy, environment=environment)
 
         def stop() -> None:
             interrupted.set()
-            process.terminate()
+            processes.terminate()
 
-        def copy() -> None:
-            for line in process.stdout:
-                log.write(line)
-                log.flush()
-                if echo is not None:
-                    echo.write(line)
-                    echo.flush()
-
-        pump = threading.Thread(target=copy, daemon=True)
-        pump.start()
         with launcher.pause_on_signals(stop):
-            status = process.wait()
-        pump.join(timeout=30)
+            status = processes.wait()
     return status, interrupted.is_set()
 
 
-def _error_of(log_path: Path, status: Optional[int], interrupted: bool) -> dict[str, Any]:
+def _error_of(log_path: Path, status: Optional[int], interrupted: bool) -> RunError:
     """The job's error: the first traceback of its log, else its last line."""
     if interrupted:
-        return {"message": "the job was interrupted (Ctrl-C or SIGTERM)", "traceback": ""}
+        return RunError(ErrorKind.INTERRUPTED, "the job was interrupted (Ctrl-C or SIGTERM)")
     lines = log_path.read_text(encoding="utf-8", errors="replace").splitlines()
     block = first_traceback(lines)
     if block:
-        return {"message": block[-1], "traceback": "\n".join(block) + "\n"}
+        return RunError(ErrorKind.OUTPUT, block[-1], traceback="\n".join(block) + "\n")
     message = lines[-1] if len(lines) > 1 else f"the job's processes exited with status {status} without output"
-    return {"message": message, "traceback": ""}
+    return RunError(ErrorKind.EXITED, message)

@@ -1,22 +1,22 @@
 """The processes of one trial run, and the slots the experiment's trials share."""
 
 import contextlib
-import dataclasses
 import os
 import re
 import shutil
 import signal
 import socket
+import subprocess
 import tempfile
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, TextIO
+from typing import Callable, Optional, TextIO
 
 from det_estimator import _info, launcher
+from det_estimator.lifecycle import Ending, ErrorKind, RunError, RunLifecycle
 from det_estimator.orchestration._display import Display
-from det_estimator.orchestration._runs import begin_run, end_run
 from det_estimator.store import (
     ExperimentRecord,
     ExperimentStore,
@@ -101,6 +101,87 @@ class SlotPool:
             self._free[entry.host] += entry.slots
 
 
+class RunProcesses:
+    """The processes of one run, a trial's or a job's, as :func:`start_processes` started them.
+
+    Everything they print is handed, line by line, to the ``on_line`` they were started with.
+    """
+
+    def __init__(self, process: subprocess.Popen, pump: threading.Thread) -> None:
+        self._process = process
+        self._pump = pump
+
+    def poll(self) -> Optional[int]:
+        """Their exit status once they ended, else None."""
+        return self._process.poll()
+
+    def wait(self) -> int:
+        """Waits for them to end, and for their last lines to be handed on; returns their exit status."""
+        status = self._process.wait()
+        self._pump.join(timeout=30)
+        return status
+
+    def terminate(self) -> None:
+        """Asks them to end (SIGTERM)."""
+        self._process.terminate()
+
+    def kill(self) -> None:
+        """Ends them at once, if they still run."""
+        if self._process.poll() is None:
+            self._process.kill()
+
+
+def start_processes(
+    info: _info.ClusterInfo,
+    command: list[str],
+    cwd: str,
+    scratch: Path,
+    on_line: Callable[[str], None],
+    hosts: Optional[str] = None,
+    environment: Optional[dict[str, str]] = None,
+) -> RunProcesses:
+    """Starts the processes of a run: ``command`` on each of ``info.slots`` slots; the one place that does.
+
+    The run's info is written into ``scratch`` and named by ``DET_CLUSTER_INFO`` in every
+    process, with where the chief listens (``DET_CHIEF_IP``, ``DET_CHIEF_PORT``); on
+    several slots (or other hosts) the command runs under horovodrun.
+
+    Args:
+        info: the run's info (:meth:`RunLifecycle.begin` or ``begin_job`` made it).
+        command: what each slot runs (the worker, or the user's script).
+        cwd: the directory they run in.
+        scratch: a directory for the run's own files, every host sees it.
+        on_line: given every line they print, from a thread of its own.
+        hosts: the machines they run on (``"host1:2,host2:2"``); None for this one.
+        environment: variables set in every process, on every host (the config's
+            ``environment.environment_variables``).
+    """
+    info_path = scratch / "info.json"
+    info.write(info_path)
+    # horovodrun passes its own environment on to the processes it starts over ssh, so
+    # the config's variables reach the other hosts too.
+    env = dict(
+        os.environ,
+        **(environment or {}),
+        **{
+            _info.INFO_VARIABLE: str(info_path),
+            "DET_CHIEF_IP": launcher.chief_address(hosts),
+            "DET_CHIEF_PORT": str(launcher.free_port()),
+            "PYTHONUNBUFFERED": "1",
+        },
+    )
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    process = launcher.start(launcher.process_command(command, info.slots, hosts), env, cwd)
+
+    def copy_output() -> None:
+        for line in process.stdout:
+            on_line(line)
+
+    pump = threading.Thread(target=copy_output, daemon=True)
+    pump.start()
+    return RunProcesses(process, pump)
+
+
 class TrialProcess:
     """One run of a trial in launched processes: started, polled, paused and finished by the experiment's loop.
 
@@ -133,6 +214,7 @@ class TrialProcess:
         self.allocation = allocation
         hosts = allocation.hosts
         self._store = store
+        self._lifecycle = RunLifecycle(store)
         self._experiment = experiment
         self._display = display
         self._verbose = verbose
@@ -148,42 +230,39 @@ class TrialProcess:
         """Records the run and starts its processes."""
         experiment, hosts, slots = self._experiment, self.allocation.hosts, self.allocation.slots
         addresses = tuple(entry.host for entry in launcher.parse_hosts(hosts)) if hosts else ("localhost",)
-        info = begin_run(self._store, experiment, self.trial, str(self.pause_file), addresses)
-        # This process, so that the run's processes notice when it is gone (see PauseWatcher).
-        self.info = dataclasses.replace(info, slots=slots, search_driven=True, launcher=launcher_columns())
-        info_path = Path(self._scratch.name) / "info.json"
-        self.info.write(info_path)
+        self.info = self._lifecycle.begin(
+            experiment.id,
+            self.trial.id,
+            pause_file=str(self.pause_file),
+            container_addrs=addresses,
+            slots=slots,
+            # This process, so that the run's processes notice when it is gone (see PauseWatcher).
+            launcher=launcher_columns(),
+            search_driven=True,
+        )
         command = (
             launcher.worker_command() if experiment.command is None else launcher.script_command(experiment.command)
         )
-        # horovodrun passes its own environment on to the processes it starts over ssh, so
-        # the config's variables reach the other hosts too.
-        env = dict(
-            os.environ,
-            **self._environment,
-            **{
-                _info.INFO_VARIABLE: str(info_path),
-                "DET_CHIEF_IP": launcher.chief_address(hosts),
-                "DET_CHIEF_PORT": str(launcher.free_port()),
-                "PYTHONUNBUFFERED": "1",
-            },
-        )
-        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         self._log = _TrialLog(Path(self.trial.log_path), self._display)
         self._log.write(_run_header(self._store, self.info))
-        self._process = launcher.start(launcher.process_command(command, slots, hosts), env, experiment.context_dir)
-        self._pump = threading.Thread(target=self._copy_output, daemon=True)
-        self._pump.start()
+        self._processes = start_processes(
+            self.info,
+            command,
+            experiment.context_dir,
+            Path(self._scratch.name),
+            self._output_line,
+            hosts=hosts,
+            environment=self._environment,
+        )
 
-    def _copy_output(self) -> None:
-        for line in self._process.stdout:
-            self._log.write(line)
-            if self._verbose:
-                self._display.echo(line)
+    def _output_line(self, line: str) -> None:
+        self._log.write(line)
+        if self._verbose:
+            self._display.echo(line)
 
     def poll(self) -> Optional[int]:
         """The processes' exit status once they ended, else None."""
-        return self._process.poll()
+        return self._processes.poll()
 
     def request_pause(self) -> None:
         """Asks the run to checkpoint and stop (every process watches the pause file)."""
@@ -200,29 +279,22 @@ class TrialProcess:
         A run ended by :meth:`stop` counts as paused: the trial goes on from its latest
         checkpoint when the experiment resumes, rather than failing.
         """
-        status = self._process.wait()
-        self._pump.join(timeout=30)
+        status = self._processes.wait()
         self._log.close()
-        if self.stopped:
-            state = end_run(self._store, self.info, False, status, stopped=True)
-            self.first_failure = None
-            self._scratch.cleanup()
-            return state
-        failed = status != 0
+        ending = Ending(exit_status=status, stopped=self.stopped)
         self.first_failure: Optional[tuple[int, int]] = None
-        if failed:
+        if ending.failed and not self.stopped:
             # A log that could not be written lacks this run's end, or is all of an earlier run.
             lines = _run_lines(Path(self.trial.log_path)) if self._log.intact else []
             self.first_failure = first_failed_process(lines)
             record_failure_from_log(self._store, self.info.trial.run_id, lines, status)
-        state = end_run(self._store, self.info, failed, status)
+        state = self._lifecycle.end(self.info, ending)
         self._scratch.cleanup()
         return state
 
     def kill(self) -> None:
         """Ends the run's processes at once (the launcher is going away)."""
-        if self._process.poll() is None:
-            self._process.kill()
+        self._processes.kill()
 
 
 class _TrialLog:
@@ -338,6 +410,7 @@ def record_failure_from_log(store: ExperimentStore, run_id: int, lines: list[str
     signal that ended the run's own process (one slot, killed), rather than whatever
     line the process printed last.
     """
+    lifecycle = RunLifecycle(store)
     recorded = store.trial_run(run_id).error
     first_failure = first_failed_process(lines)
     if recorded is not None:
@@ -346,33 +419,29 @@ def record_failure_from_log(store: ExperimentStore, run_id: int, lines: list[str
         # killed without a word, is the cause.
         if recorded.get("consequence") and first_failure is not None and first_failure[0] != recorded.get("rank"):
             rank, status = first_failure
-            store.record_run_error(
-                run_id, {"rank": rank, "type": None, "message": _exit_message(status), "traceback": ""}
-            )
+            lifecycle.record_error(run_id, RunError(ErrorKind.EXITED, _exit_message(status), rank=rank))
         return
+    lifecycle.record_error(run_id, _error_from_output(lines, status, first_failure))
+
+
+def _error_from_output(lines: list[str], status: int, first_failure: Optional[tuple[int, int]]) -> RunError:
+    """The likeliest cause of a run's failure from its output, when no process recorded one (see above)."""
     block = first_traceback(lines)
-    rank = None
     unreachable = _unreachable_hosts(lines)
     if unreachable and block and _HOROVODRUN_SSH_FAILURE in block[-1]:
         # horovodrun's traceback names no host: the hosts and what ssh said are the cause.
-        message = f"horovodrun could not reach {'; '.join(unreachable)}"
-        block = []
-    elif first_failure is not None and (not block or _HOROVODRUN_FAILURE in block[-1]):
+        return RunError(ErrorKind.UNREACHABLE, f"horovodrun could not reach {'; '.join(unreachable)}")
+    if first_failure is not None and (not block or _HOROVODRUN_FAILURE in block[-1]):
         # horovodrun's own traceback only says that a process failed, and names it after
         # its exception line, which is all a traceback's message keeps.
         rank, status = first_failure
-        message = _exit_message(status)
-        block = []
-    elif block:
-        message = block[-1]
-    elif _signal_name(status):  # no process horovodrun named: this run's own process (one slot) was killed
-        message = _exit_message(status)
-    else:
-        # Without output, the status is all there is to say (sys.exit(4) after the training, say).
-        message = lines[-1] if lines else f"{_exit_message(status)}, without output"
-    store.record_run_error(
-        run_id, {"rank": rank, "type": None, "message": message, "traceback": "\n".join(block) + "\n" if block else ""}
-    )
+        return RunError(ErrorKind.EXITED, _exit_message(status), rank=rank)
+    if block:
+        return RunError(ErrorKind.OUTPUT, block[-1], traceback="\n".join(block) + "\n")
+    if _signal_name(status):  # no process horovodrun named: this run's own process (one slot) was killed
+        return RunError(ErrorKind.EXITED, _exit_message(status))
+    # Without output, the status is all there is to say (sys.exit(4) after the training, say).
+    return RunError(ErrorKind.EXITED, lines[-1] if lines else f"{_exit_message(status)}, without output")
 
 
 def _unreachable_hosts(lines: list[str]) -> list[str]:

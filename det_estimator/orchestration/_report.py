@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional, TextIO
 
+from det_estimator.config import ExperimentConfig
 from det_estimator.orchestration._display import display_for
 from det_estimator.orchestration._experiment import CONFIG_ERRORS, run_experiment
 from det_estimator.orchestration._outcome import ExperimentSummary, summarize
@@ -25,8 +26,11 @@ def run_and_report(
     verbose: bool = False,
     stdout: Optional[TextIO] = None,
     stderr: Optional[TextIO] = None,
+    config: Optional[ExperimentConfig] = None,
 ) -> int:
     """Runs the experiment with a live display, then prints its summary or its error.
+
+    ``config`` is the experiment's config when the caller has it (see :func:`run_experiment`).
 
     Progress goes to standard output (to standard error with ``json_output``, where
     standard output gets the summary as JSON, a failed experiment's included).
@@ -42,7 +46,7 @@ def run_and_report(
     shown = _UntilTheReaderLeaves(stderr if json_output else stdout)
     display = display_for(shown, multi_trial=store.experiment(experiment_id).is_search)
     try:
-        state = run_experiment(store, experiment_id, display, verbose)
+        state = run_experiment(store, experiment_id, display, verbose, config)
     finally:
         display.close()
     if state == State.ERROR:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Optional
 
 from det_estimator.config import ExperimentConfig
+from det_estimator.lifecycle import ErrorKind, RunError, RunLifecycle
 from det_estimator.searcher import (
     Close,
     Create,
@@ -152,21 +153,14 @@ class SearchRunner:
             runs = self._store.trial_runs(trial.id)
             if runs and runs[-1].error is None:
                 unit = self._config.searcher.max_length.unit.value.lower()
-                self._store.record_run_error(
-                    runs[-1].id,
-                    {
-                        "rank": None,
-                        "type": None,
-                        "message": (
-                            "the trial's processes exited with status 0 without completing its searcher "
-                            f"operation (to {trial.target_length} {unit}): no op.report_completed() on the "
-                            f"chief, and no validation of searcher.metric {metric!r}. A script iterates "
-                            "core.searcher.operations() and completes each one with "
-                            "op.report_completed(searcher_metric) on the chief."
-                        ),
-                        "traceback": "",
-                    },
+                message = (
+                    "the trial's processes exited with status 0 without completing its searcher "
+                    f"operation (to {trial.target_length} {unit}): no op.report_completed() on the "
+                    f"chief, and no validation of searcher.metric {metric!r}. A script iterates "
+                    "core.searcher.operations() and completes each one with "
+                    "op.report_completed(searcher_metric) on the chief."
                 )
+                RunLifecycle(self._store).record_error(runs[-1].id, RunError(ErrorKind.INCOMPLETE, message))
             self._exit_early(trial, ExitedReason.ERRORED)
             return
         self._store.report_search_metric(trial.id, trial.target_length, validations[-1].metrics[metric])

@@ -6,7 +6,6 @@ from typing import Any, Optional
 
 from det_estimator.store._event_files import MetricEventFiles
 from det_estimator.store._records import MetricKind
-from det_estimator.store._store import ExperimentStore
 
 # Checkpoint metadata the store does not repeat: large, and only for resuming.
 _UNRECORDED_METADATA = ("rng_states", "config", "files")
@@ -15,18 +14,17 @@ _UNRECORDED_METADATA = ("rng_states", "config", "files")
 class StoreRecorder:
     """Records one trial's metrics and checkpoints in a store; the chief process holds it.
 
-    It may run in another process than the command following the experiment, so it opens
-    the store by path. Numeric metrics also go to TensorBoard event files in the trial's
-    ``tensorboard_dir``.
+    It writes through the store client it is given, which its owner closes. Numeric
+    metrics also go to TensorBoard event files in the trial's ``tensorboard_dir``.
 
     Args:
-        store_path: the store's database file.
+        store: the store (an :class:`ExperimentStore`, or any client with its methods).
         trial_id: the trial's id in that store.
         run_id: the trial run the records belong to, if the run was recorded.
     """
 
-    def __init__(self, store_path: str, trial_id: int, run_id: Optional[int] = None) -> None:
-        self.store = ExperimentStore(store_path)
+    def __init__(self, store: Any, trial_id: int, run_id: Optional[int] = None) -> None:
+        self.store = store
         self.trial_id = trial_id
         self.run_id = run_id
         start_batches = 0 if run_id is None else self.store.trial_run(run_id).start_batches
@@ -64,8 +62,8 @@ class StoreRecorder:
         self.store.mark_checkpoints_deleted(uuids)
 
     def close(self) -> None:
+        """Closes the TensorBoard event files (the store stays open: it is its owner's)."""
         self._event_files.close()
-        self.store.close()
 
 
 def _size_of(directory: str) -> int:

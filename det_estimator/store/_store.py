@@ -212,6 +212,10 @@ class ExperimentStore(JobTable):
         """Where a trial's output log and TensorBoard event files are kept."""
         return self.files_dir / "experiments" / str(experiment_id) / f"trial-{trial_id}"
 
+    def for_thread(self) -> "ExperimentStore":
+        """A new connection to this store, for another thread: an SQLite connection serves the thread that opened it."""
+        return ExperimentStore(self.path)
+
     def close(self) -> None:
         self._connection.close()
 

@@ -22,28 +22,30 @@ def main() -> int:
         )
         return 2
     from det_estimator import core
-    from det_estimator.errors import InvalidHP, error_record
+    from det_estimator.errors import InvalidHP
+    from det_estimator.lifecycle import RunError, RunLifecycle
     from det_estimator.store import ExperimentStore
     from det_estimator.worker._run import run_trial_class
 
     rank = 0
-    try:
-        distributed = _join_job(info)
-        rank = distributed.rank
-        trial_class = info.trial_class.load()
-        _disable_v2_behavior_for_estimators(trial_class)
-        with core.build_context(info, distributed) as core_context:
-            run_trial_class(trial_class, core_context)
-    except InvalidHP as error:
-        # Not a failure: the search replaces the trial. Recorded for the launcher to see.
-        with ExperimentStore(info.store_path) as store:
-            store.record_run_error(info.trial.run_id, error_record(error, rank))
-        print(f"The trial's hyperparameters are invalid (InvalidHP): {error}", file=sys.stderr)
-        return 0
-    except BaseException as error:
-        with ExperimentStore(info.store_path) as store:
-            store.record_run_error(info.trial.run_id, error_record(error, rank))
-        raise
+    # The one client of the store in this process: the core context records through it.
+    with ExperimentStore(info.store_path) as store:
+        lifecycle = RunLifecycle(store)
+        try:
+            distributed = _join_job(info)
+            rank = distributed.rank
+            trial_class = info.trial_class.load()
+            _disable_v2_behavior_for_estimators(trial_class)
+            with core.build_context(info, distributed, store=store) as core_context:
+                run_trial_class(trial_class, core_context)
+        except InvalidHP as error:
+            # Not a failure: the search replaces the trial. Recorded for the launcher to see.
+            lifecycle.record_error(info.trial.run_id, RunError.of(error, rank))
+            print(f"The trial's hyperparameters are invalid (InvalidHP): {error}", file=sys.stderr)
+            return 0
+        except BaseException as error:
+            lifecycle.record_error(info.trial.run_id, RunError.of(error, rank))
+            raise
     return 0
 
 

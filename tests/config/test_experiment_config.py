@@ -262,3 +262,53 @@ def test_a_trial_class_entrypoint_is_not_a_script():
         }
     )
     assert not config.is_script and config.entrypoint_command == ()
+
+
+def test_with_overrides_replaces_the_keys_given_and_reads_back_as_loading_the_edited_config_would():
+    config = load_experiment_config(FULL)
+
+    changed = config.with_overrides(slots=2, seed=11, max_length=Length(LengthUnit.BATCHES, 40), records_per_epoch=64)
+
+    edited = config.to_dict()
+    edited["resources"]["slots_per_trial"] = 2
+    edited["reproducibility"]["experiment_seed"] = 11
+    edited["searcher"]["max_length"] = {"batches": 40}
+    edited["records_per_epoch"] = 64
+    assert changed == load_experiment_config(edited)
+    assert config == load_experiment_config(config.to_dict())  # the original is unchanged
+
+
+def test_with_overrides_test_is_one_trial_of_one_batch_with_the_same_metric_and_seed():
+    search = {**FULL, "searcher": {**FULL["searcher"], "name": "random", "max_trials": 8}}
+    config = load_experiment_config(search)
+
+    tested = config.with_overrides(test=True)
+
+    assert tested.searcher.to_dict() == {
+        "name": "single",
+        "metric": "auc",
+        "smaller_is_better": False,
+        "max_length": {"batches": 1},
+    }
+    assert tested.reproducibility == config.reproducibility
+    assert tested.hyperparameters == config.hyperparameters
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"slots": 0}, "`resources.slots_per_trial` must be a positive integer. Received: 0"),
+        ({"slots": True}, "`resources.slots_per_trial` must be a positive integer. Received: True"),
+        ({"slots": 64}, "`hyperparameters.global_batch_size` must be at least `resources.slots_per_trial` (64)"),
+        ({"seed": 2**31}, "`reproducibility.experiment_seed` must be an integer from 0 to 2147483647"),
+        ({"records_per_epoch": -1}, "`records_per_epoch` must be a non-negative integer"),
+        ({"max_length": Length(LengthUnit.EPOCHS, 2)}, "`searcher.max_length` is given in epochs"),
+    ],
+)
+def test_with_overrides_refuses_what_loading_refuses_naming_the_key(overrides, message):
+    config = load_experiment_config({**MINIMAL, "hyperparameters": {"global_batch_size": 32}})
+
+    with pytest.raises(ConfigError) as raised:
+        config.with_overrides(**overrides)
+
+    assert message in str(raised.value)

@@ -23,6 +23,9 @@ from det_estimator.errors import DetEstimatorError, UndefinedHyperparameterError
 from det_estimator.launcher import free_port
 from det_estimator.store import ExperimentStore, MetricKind, State, StoreFullError
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
+from memory_store import MemoryStore  # noqa: E402
+
 _FORK = multiprocessing.get_context("fork")
 
 
@@ -64,13 +67,25 @@ def record_trial(store, config, tmp_path, trials=1, pause_file=None, hparams=Non
 
 @pytest.fixture
 def store(tmp_path):
-    with ExperimentStore(tmp_path / "store.sqlite") as opened:
-        yield opened
+    """The store the contexts are handed: in memory, as the contexts only need what it records and reads back."""
+    return MemoryStore(tmp_path / "store-files")
 
 
 @pytest.fixture
 def info(store, tmp_path):
     return record_trial(store, make_config(tmp_path), tmp_path)
+
+
+@pytest.fixture
+def sqlite_store(tmp_path):
+    """A store on disk, for contexts built in other processes (forked, or started), which open it by its path."""
+    with ExperimentStore(tmp_path / "store.sqlite") as opened:
+        yield opened
+
+
+@pytest.fixture
+def sqlite_info(sqlite_store, tmp_path):
+    return record_trial(sqlite_store, make_config(tmp_path), tmp_path)
 
 
 def save(core_context, steps, content="weights", **metadata):
@@ -92,8 +107,16 @@ def test_a_hyperparameter_the_config_lacks_is_an_error_naming_those_it_defines(i
         assert hparams == {"global_batch_size": 4, "lr": 0.5}
 
 
+def test_the_context_holds_the_trials_config_parsed_once_or_the_one_its_builder_parsed(store, info, tmp_path):
+    with core.build_context(info, core.DummyDistributedContext(), store=store) as core_context:
+        assert core_context.config == make_config(tmp_path)
+    parsed = make_config(tmp_path)
+    with core.build_context(info, core.DummyDistributedContext(), config=parsed, store=store) as core_context:
+        assert core_context.config is parsed
+
+
 def test_metrics_and_progress_reach_the_store(store, info):
-    with core.build_context(info, core.DummyDistributedContext()) as core_context:
+    with core.build_context(info, core.DummyDistributedContext(), store=store) as core_context:
         assert store.trial(info.trial.trial_id).max_batches is None
         next(core_context.searcher.operations())
         # records 40 at a global batch size of 4: 10 batches, known once the operation is given
@@ -114,7 +137,7 @@ def test_progress_in_records_without_a_global_batch_size_is_not_taken_for_batche
     # A script's own batch size is unknown: 40 records are not 40 batches, for the display
     # nor for the summary's "after N batches".
     info = record_trial(store, make_config(tmp_path), tmp_path, hparams={"lr": 0.5})
-    with core.build_context(info, core.DummyDistributedContext()) as core_context:
+    with core.build_context(info, core.DummyDistributedContext(), store=store) as core_context:
         op = next(core_context.searcher.operations())
         assert op.length == 40
         core_context.train.report_training_metrics(10, {"loss": 0.5})
@@ -128,7 +151,7 @@ def test_progress_in_records_without_a_global_batch_size_is_not_taken_for_batche
 
 def test_numpy_scalars_are_reported_and_checkpointed_as_python_numbers(store, info):
     # What a script computes with NumPy or TensorFlow (loss.numpy() is a numpy.float32).
-    with core.build_context(info, core.DummyDistributedContext()) as core_context:
+    with core.build_context(info, core.DummyDistributedContext(), store=store) as core_context:
         op = next(core_context.searcher.operations())
         core_context.train.report_training_metrics(5, {"loss": np.float32(0.5), "records": np.int64(20)})
         core_context.train.report_validation_metrics(5, {"loss": np.float32(0.25)})
@@ -143,7 +166,7 @@ def test_numpy_scalars_are_reported_and_checkpointed_as_python_numbers(store, in
 
 
 def test_a_metric_the_store_cannot_record_is_refused_on_every_process_naming_it(store, info):
-    with core.build_context(info, core.DummyDistributedContext()) as core_context:
+    with core.build_context(info, core.DummyDistributedContext(), store=store) as core_context:
         with pytest.raises(TypeError, match=r"report_training_metrics\(\): metric 'weights' is a ndarray"):
             core_context.train.report_training_metrics(1, {"loss": 0.5, "weights": np.zeros(3)})
         with pytest.raises(TypeError, match=r"report_validation_metrics\(\): metric 'model' is a object"):
@@ -155,9 +178,9 @@ def test_a_metric_the_store_cannot_record_is_refused_on_every_process_naming_it(
     assert store.metrics(info.trial.trial_id, MetricKind.TRAINING) == []
 
 
-def test_a_validation_without_the_searcher_metric_names_the_metrics_it_has(info):
+def test_a_validation_without_the_searcher_metric_names_the_metrics_it_has(store, info):
     with (
-        core.build_context(info, core.DummyDistributedContext()) as core_context,
+        core.build_context(info, core.DummyDistributedContext(), store=store) as core_context,
         pytest.raises(core.SearcherMetricError) as raised,
     ):
         core_context.train.report_validation_metrics(5, {"val_loss": 0.2, "accuracy": 0.5})
@@ -171,7 +194,7 @@ def test_a_validation_without_the_searcher_metric_names_the_metrics_it_has(info)
 def test_a_searcher_metric_that_is_not_a_number_is_refused_naming_what_was_reported(store, info, value):
     # A search could rank no trial by it, and a single trial would end COMPLETED with no best validation.
     with (
-        core.build_context(info, core.DummyDistributedContext()) as core_context,
+        core.build_context(info, core.DummyDistributedContext(), store=store) as core_context,
         pytest.raises(core.SearcherMetricError) as raised,
     ):
         core_context.train.report_validation_metrics(5, {"loss": value, "accuracy": 0.5})
@@ -183,14 +206,14 @@ def test_a_searcher_metric_that_is_not_a_number_is_refused_naming_what_was_repor
 
 
 def test_a_nan_searcher_metric_is_a_number_and_recorded(store, info):
-    with core.build_context(info, core.DummyDistributedContext()) as core_context:
+    with core.build_context(info, core.DummyDistributedContext(), store=store) as core_context:
         core_context.train.report_validation_metrics(5, {"loss": float("nan")})
         core_context.train.report_validation_metrics(6, {"loss": np.int64(1)})
     assert len(store.metrics(info.trial.trial_id, MetricKind.VALIDATION)) == 2
 
 
 def test_checkpoints_are_sealed_recorded_found_and_deleted(store, info):
-    with core.build_context(info, core.DummyDistributedContext()) as core_context:
+    with core.build_context(info, core.DummyDistributedContext(), store=store) as core_context:
         first = save(core_context, 5, "first")
         core_context.train.report_validation_metrics(5, {"loss": 0.5})  # after the checkpoint: joins it
         with core_context.checkpoint.restore_path(first) as path:
@@ -218,12 +241,12 @@ def test_checkpoints_are_sealed_recorded_found_and_deleted(store, info):
     assert [c.uuid for c in TrialCheckpoints(info.checkpoint_dir).list()] == [first]
     assert store.checkpoint(second).state == "DELETED"
     with pytest.raises(core.CheckpointError, match=f"There is no checkpoint '{second}'"):
-        core.build_context(info, core.DummyDistributedContext()).checkpoint.get_metadata(second)
+        core.build_context(info, core.DummyDistributedContext(), store=store).checkpoint.get_metadata(second)
 
 
 def test_delete_takes_one_storage_id_as_the_reference_does_or_a_list(store, tmp_path):
     info = record_trial(store, make_config(tmp_path, save_trial_latest=3), tmp_path)
-    with core.build_context(info, core.DummyDistributedContext()) as core_context:
+    with core.build_context(info, core.DummyDistributedContext(), store=store) as core_context:
         first, second, third = save(core_context, 1), save(core_context, 2), save(core_context, 3)
         core_context.checkpoint.delete(first)
         core_context.checkpoint.delete([second])
@@ -233,21 +256,21 @@ def test_delete_takes_one_storage_id_as_the_reference_does_or_a_list(store, tmp_
     assert store.checkpoint(first).state == store.checkpoint(second).state == "DELETED"
 
 
-def test_delete_is_for_the_chief_and_a_later_validation_of_its_step_does_not_look_for_it(info, caplog):
-    with core.build_context(info, core.DummyDistributedContext()) as core_context:
+def test_delete_is_for_the_chief_and_a_later_validation_of_its_step_does_not_look_for_it(store, info, caplog):
+    with core.build_context(info, core.DummyDistributedContext(), store=store) as core_context:
         storage_id = save(core_context, 5)
         core_context.checkpoint.delete(storage_id)
         core_context.train.report_validation_metrics(5, {"loss": 0.5})
     assert "validation metrics not stored" not in caplog.text
     worker = core.CheckpointContext(types.SimpleNamespace(rank=1, size=2), info.checkpoint_dir)
-    kept = save(core.build_context(info, core.DummyDistributedContext()), 6)
+    kept = save(core.build_context(info, core.DummyDistributedContext(), store=store), 6)
     with pytest.raises(core.CheckpointError, match=r"checkpoint.delete\(\) is for the chief only; process 1 called"):
         worker.delete(kept)
     assert [c.uuid for c in TrialCheckpoints(info.checkpoint_dir).list()] == [kept]
 
 
-def test_retention_keeps_the_latest_and_the_best_of_the_trial(info):
-    with core.build_context(info, core.DummyDistributedContext()) as core_context:
+def test_retention_keeps_the_latest_and_the_best_of_the_trial(store, info):
+    with core.build_context(info, core.DummyDistributedContext(), store=store) as core_context:
         best = save(core_context, 2, validation_metrics={"loss": 0.1})
         save(core_context, 4, validation_metrics={"loss": 0.3})
         latest = save(core_context, 6, validation_metrics={"loss": 0.2})
@@ -255,13 +278,13 @@ def test_retention_keeps_the_latest_and_the_best_of_the_trial(info):
 
 
 def test_retention_that_cannot_record_a_deletion_leaves_the_checkpoint_in_place(store, info, monkeypatch):
-    with core.build_context(info, core.DummyDistributedContext()) as core_context:
+    with core.build_context(info, core.DummyDistributedContext(), store=store) as core_context:
         first = save(core_context, 2, validation_metrics={"loss": 0.3})
 
         def store_full(self, uuids):
             raise StoreFullError(f"The store {self.path} cannot be written: database or disk is full")
 
-        monkeypatch.setattr(ExperimentStore, "mark_checkpoints_deleted", store_full)
+        monkeypatch.setattr(MemoryStore, "mark_checkpoints_deleted", store_full)
         with pytest.raises(StoreFullError):
             save(core_context, 4, validation_metrics={"loss": 0.1})  # retention would delete the first
     # The store still lists the first checkpoint as kept: its files must be there.
@@ -274,7 +297,7 @@ def test_save_experiment_best_keeps_the_best_checkpoint_over_all_trials(store, t
     info = record_trial(store, config, tmp_path, trials=2)
     first_trial = store.trials(info.trial.experiment_id)[0].id
     store.record_checkpoint(first_trial, "other", 3, "/elsewhere", 1, {"validation_metrics": {"loss": 0.4}})
-    with core.build_context(info, core.DummyDistributedContext()) as core_context:
+    with core.build_context(info, core.DummyDistributedContext(), store=store) as core_context:
         experiment_best = save(core_context, 2, validation_metrics={"loss": 0.1})
         save(core_context, 4, validation_metrics={"loss": 0.3})
         latest = save(core_context, 6, validation_metrics={"loss": 0.5})
@@ -298,7 +321,8 @@ def _sharded(rank, info_json, port, results):
                 results.put((rank, str(error)))
 
 
-def test_a_sharded_checkpoint_holds_every_process_files(info):
+def test_a_sharded_checkpoint_holds_every_process_files(sqlite_info):
+    info = sqlite_info  # the processes open the store by its path
     results = _FORK.Queue()
     port = free_port()
     processes = [_FORK.Process(target=_sharded, args=(rank, info.to_json(), port, results)) for rank in range(2)]
@@ -315,11 +339,11 @@ def test_a_sharded_checkpoint_holds_every_process_files(info):
     assert any("is for the chief only; process 1 called it" in value for _, value in reported)
 
 
-def test_upload_refuses_to_write_an_empty_checkpoint_and_restore_path_takes_a_selector(info, tmp_path):
+def test_upload_refuses_to_write_an_empty_checkpoint_and_restore_path_takes_a_selector(store, info, tmp_path):
     source = tmp_path / "source"
     source.mkdir()
     (source / "model.txt").write_text("weights")
-    with core.build_context(info, core.DummyDistributedContext()) as core_context:
+    with core.build_context(info, core.DummyDistributedContext(), store=store) as core_context:
         with pytest.raises(core.CheckpointError, match=r"upload\(ckpt_dir=None, shard=False\) would write an empty"):
             core_context.checkpoint.upload(None, {"steps_completed": 1})
         with pytest.raises(core.CheckpointError, match=r"upload\(ckpt_dir=None, shard=True\) on every process"):
@@ -348,7 +372,8 @@ def _sharded_uploads(rank, info_json, port, shared, results):
             results.put((rank, "both hold model.txt", str(error)))
 
 
-def test_sharded_uploads_copy_a_shared_directory_once_and_refuse_files_two_processes_hold(info, tmp_path):
+def test_sharded_uploads_copy_a_shared_directory_once_and_refuse_files_two_processes_hold(sqlite_info, tmp_path):
+    info = sqlite_info  # the processes open the store by its path
     # A file from two processes' directories would be one process's, silently.
     shared = tmp_path / "shared"
     shared.mkdir()
@@ -408,7 +433,8 @@ def _sharded_metadata(rank, info_json, port, results):
             results.put((rank, "conflict", str(error)))
 
 
-def test_a_sharded_checkpoint_holds_every_process_metadata_and_refuses_conflicting_values(info):
+def test_a_sharded_checkpoint_holds_every_process_metadata_and_refuses_conflicting_values(sqlite_info):
+    info = sqlite_info  # the processes open the store by its path
     results = _FORK.Queue()
     port = free_port()
     processes = [
@@ -431,7 +457,7 @@ def test_a_sharded_checkpoint_holds_every_process_metadata_and_refuses_conflicti
 def test_the_pause_file_and_signals_reach_should_preempt_and_its_acknowledgement_is_recorded(store, tmp_path):
     pause_file = tmp_path / "pause"
     info = record_trial(store, make_config(tmp_path), tmp_path, pause_file=str(pause_file))
-    with core.build_context(info, core.DummyDistributedContext()) as core_context:
+    with core.build_context(info, core.DummyDistributedContext(), store=store) as core_context:
         assert not core_context.preempt.should_preempt()
         pause_file.touch()
         for _ in range(100):
@@ -442,7 +468,7 @@ def test_the_pause_file_and_signals_reach_should_preempt_and_its_acknowledgement
     assert store.trial_run(info.trial.run_id).preempted
 
     other = record_trial(store, make_config(tmp_path), tmp_path)
-    with core.build_context(other, core.DummyDistributedContext()) as core_context:
+    with core.build_context(other, core.DummyDistributedContext(), store=store) as core_context:
         os.kill(os.getpid(), signal.SIGTERM)  # becomes a pause request, not the end of the process
         assert core_context.preempt.should_preempt(auto_ack=False)
     assert not store.trial_run(other.trial.run_id).preempted
@@ -474,7 +500,10 @@ with core.build_context(info, core.DummyDistributedContext()) as core_context:
 
 
 @pytest.mark.parametrize("moment", ["pause", "checkpoint"])
-def test_a_launched_process_whose_launcher_is_gone_ends_without_writing_a_checkpoint(store, info, tmp_path, moment):
+def test_a_launched_process_whose_launcher_is_gone_ends_without_writing_a_checkpoint(
+    sqlite_store, sqlite_info, tmp_path, moment
+):
+    store, info = sqlite_store, sqlite_info  # the process opens the store by its path
     # A run on several slots: killing its launcher kills horovodrun, whose helpers only
     # SIGTERM the trial's processes. A resume may start at once; a checkpoint sealed now
     # (and the retention after it) would race with the new run's start.
@@ -502,7 +531,8 @@ def test_a_launched_process_whose_launcher_is_gone_ends_without_writing_a_checkp
     assert store.checkpoints(info.trial.experiment_id) == []
 
 
-def test_a_launched_process_goes_on_while_its_launcher_lives(info, tmp_path):
+def test_a_launched_process_goes_on_while_its_launcher_lives(sqlite_info, tmp_path):
+    info = sqlite_info  # the process opens the store by its path
     info_path = tmp_path / "info.json"
     info.write(info_path)
     launcher = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
@@ -521,7 +551,7 @@ def test_a_launched_process_goes_on_while_its_launcher_lives(info, tmp_path):
 
 
 def test_experiment_pause_through_the_store_reaches_the_chief(store, info):
-    with core.build_context(info, core.DummyDistributedContext()) as core_context:
+    with core.build_context(info, core.DummyDistributedContext(), store=store) as core_context:
         store.request_pause(info.trial.experiment_id)
         for _ in range(100):
             if core_context.preempt.requested_locally():
@@ -530,8 +560,8 @@ def test_experiment_pause_through_the_store_reaches_the_chief(store, info):
         assert core_context.preempt.should_preempt()
 
 
-def test_the_single_searcher_gives_one_operation_of_max_length_in_its_unit(info):
-    with core.build_context(info, core.DummyDistributedContext()) as core_context:
+def test_the_single_searcher_gives_one_operation_of_max_length_in_its_unit(store, info):
+    with core.build_context(info, core.DummyDistributedContext(), store=store) as core_context:
         assert core_context.searcher.get_configured_units() == core.Unit.RECORDS
         operations = core_context.searcher.operations()
         op = next(operations)
@@ -543,8 +573,8 @@ def test_the_single_searcher_gives_one_operation_of_max_length_in_its_unit(info)
         assert next(operations, None) is None
 
 
-def test_an_operation_left_uncompleted_is_an_error(info):
-    with core.build_context(info, core.DummyDistributedContext()) as core_context:
+def test_an_operation_left_uncompleted_is_an_error(store, info):
+    with core.build_context(info, core.DummyDistributedContext(), store=store) as core_context:
         operations = core_context.searcher.operations()
         next(operations)
         with pytest.raises(DetEstimatorError, match=r"Call op.report_completed\(searcher_metric\) on each operation"):

@@ -882,7 +882,7 @@ def scalar_tags(directory):
 def test_recorder_records_progress_and_metrics_of_its_run_in_the_store(store, recorded_trial):
     _, trial_id = recorded_trial
     run_id = store.start_run(trial_id)
-    recorder = StoreRecorder(str(store.path), trial_id, run_id)
+    recorder = StoreRecorder(store, trial_id, run_id)
 
     recorder.on_start(20, 200)
     assert (store.trial(trial_id).batches_trained, store.trial(trial_id).max_batches) == (20, 200)
@@ -906,7 +906,7 @@ def test_recorder_records_progress_and_metrics_of_its_run_in_the_store(store, re
 
 def test_recorder_writes_numeric_metrics_to_tensorboard_event_files(store, recorded_trial):
     _, trial_id = recorded_trial
-    recorder = StoreRecorder(str(store.path), trial_id)
+    recorder = StoreRecorder(store, trial_id)
 
     recorder.on_training(10, {"loss": 0.5, "learning_rate": 2, "note": "x", "flag": True, "sizes": [1, 2]})
     recorder.on_training(20, {"loss": 0.25, "learning_rate": 1})
@@ -925,12 +925,12 @@ def test_recorder_writes_numeric_metrics_to_tensorboard_event_files(store, recor
 
 def test_metrics_a_later_run_trained_again_from_a_checkpoint_are_shown_once_from_that_run(store, recorded_trial):
     _, trial_id = recorded_trial
-    killed = StoreRecorder(str(store.path), trial_id, store.start_run(trial_id))
+    killed = StoreRecorder(store, trial_id, store.start_run(trial_id))
     for batches, loss in ((10, 0.5), (20, 0.25), (30, 0.0625)):
         killed.on_training(batches, {"loss": loss})
         killed.on_validation(batches, {"loss": loss})
     killed.close()  # killed after 30 batches; its latest checkpoint was after 20
-    restarted = StoreRecorder(str(store.path), trial_id, store.start_run(trial_id, start_batches=20))
+    restarted = StoreRecorder(store, trial_id, store.start_run(trial_id, start_batches=20))
     restarted.on_training(30, {"loss": 0.125})
     restarted.on_validation(30, {"loss": 0.125})
     restarted.close()
@@ -947,7 +947,7 @@ def test_metrics_a_later_run_trained_again_from_a_checkpoint_are_shown_once_from
 
 def test_recorder_creates_no_event_file_for_metrics_with_nothing_numeric(store, recorded_trial):
     _, trial_id = recorded_trial
-    recorder = StoreRecorder(str(store.path), trial_id)
+    recorder = StoreRecorder(store, trial_id)
 
     recorder.on_validation(10, {"comment": "text", "done": True})
 
@@ -972,7 +972,7 @@ def test_recorder_records_checkpoints_with_their_size_and_lean_metadata(tmp_path
         "config": {"searcher": {}},
         "files": {"model/model.ckpt-10.index": {"size": 1000}},
     }
-    recorder = StoreRecorder(str(store.path), trial_id)
+    recorder = StoreRecorder(store, trial_id)
 
     recorder.on_checkpoint("uuid-1", 10, str(checkpoint), metadata)
     recorder.on_checkpoint("uuid-2", 20, str(checkpoint), {"steps_completed": 20})
@@ -996,4 +996,4 @@ def test_recorder_records_checkpoints_with_their_size_and_lean_metadata(tmp_path
 
 def test_recorder_for_an_unknown_trial_raises_unknown_id_error(store):
     with pytest.raises(UnknownIdError):
-        StoreRecorder(str(store.path), 99)
+        StoreRecorder(store, 99)

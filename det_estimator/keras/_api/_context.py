@@ -8,6 +8,7 @@ from typing import Any, Optional
 import tensorflow as tf
 
 from det_estimator import _horovod, core
+from det_estimator.config import Length, LengthUnit
 from det_estimator.errors import DetEstimatorError
 from det_estimator.keras._api import _fit, _model_files
 from det_estimator.keras._api._sharding import ShardedSequence, Sharder, in_input_order
@@ -327,13 +328,14 @@ class KerasContext:
         steps = fit_kwargs.get("steps_per_epoch") or _fit.local_steps(x, fit_kwargs.get("batch_size"))
         batch_size = fit_kwargs.get("batch_size") or _fit.KERAS_DEFAULT_BATCH_SIZE
         training = self.training
+        config = training.core.config.with_overrides(
+            max_length=Length(LengthUnit.EPOCHS, epochs),
+            # Only the progress display reads it: the trial trains whole epochs of its input.
+            records_per_epoch=max(1, (steps or 1) * batch_size * self.distributed.size),
+        )
         with ExperimentStore(self._store_path) as store:
             experiment = store.experiment(training.experiment_id)
-            config = dict(experiment.config)
-            config["searcher"] = {**config["searcher"], "max_length": {"epochs": epochs}}
-            # Only the progress display reads it: the trial trains whole epochs of its input.
-            config["records_per_epoch"] = max(1, (steps or 1) * batch_size * self.distributed.size)
-            store.update_experiment(training.experiment_id, config, experiment.slots, experiment.test)
+            store.update_experiment(training.experiment_id, config.to_dict(), experiment.slots, experiment.test)
 
     def _prepare_inputs(self, model: tf.keras.Model, x: Any, y: Any, fit_kwargs: dict[str, Any]) -> tuple:
         """On several processes: a wrapped optimizer, the same weights everywhere, and equal batches per epoch."""

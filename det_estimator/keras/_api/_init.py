@@ -11,7 +11,6 @@ from typing import Any, Optional, Union
 import tensorflow as tf
 
 from det_estimator import _horovod, _info, core
-from det_estimator.config import load_experiment_config
 from det_estimator.config._errors import describe
 from det_estimator.config._source import read_source
 from det_estimator.errors import DetEstimatorError, TrialHyperparameters, UndefinedHyperparameterError
@@ -121,7 +120,7 @@ def _trial_context(
     # it again as a trial from its checkpoint, which must hold the states of its draws.
     _random_states.use_generators_in_layers()
     _seed_everything(seed)
-    experiment_config = load_experiment_config(trial.config)
+    experiment_config = core_context.config
     optimizations = experiment_config.optimizations
     training = TrainingContext(
         hparams=_hyperparameters(trial.hparams, by_hand_without_config=by_hand_without_config),

@@ -7,12 +7,11 @@ import pytest
 
 from det_estimator.checkpoint import TrialCheckpoints
 from det_estimator.config import load_experiment_config
-from det_estimator.orchestration._runs import resume_point
-from det_estimator.store import ExperimentStore
+from det_estimator.lifecycle import resume_point
 
 
 @pytest.fixture
-def trial_with_checkpoints(tmp_path):
+def trial_with_checkpoints(store, tmp_path):
     """A store with one trial and its checkpoints after 5, 10 and 15 batches; yields the store, trial and uuids."""
     config = load_experiment_config(
         {
@@ -22,7 +21,7 @@ def trial_with_checkpoints(tmp_path):
             "checkpoint_storage": {"type": "shared_fs", "host_path": str(tmp_path / "checkpoints")},
         }
     )
-    with ExperimentStore(tmp_path / "store.sqlite") as store:
+    with store:
         experiment_id = store.create_experiment("resume", config.to_dict(), str(tmp_path), config.entrypoint, 1, False)
         trial = store.trial(store.create_trial(experiment_id, {}, 1, tmp_path / "checkpoints"))
         uuids = {}
@@ -43,7 +42,7 @@ def test_a_latest_checkpoint_deleted_by_hand_is_named_with_the_one_resumed_from_
     store, trial, uuids = trial_with_checkpoints
     delete(trial, uuids[15])
 
-    with caplog.at_level(logging.WARNING, logger="det_estimator.orchestration"):
+    with caplog.at_level(logging.WARNING, logger="det_estimator.lifecycle"):
         latest = resume_point(store, trial)
 
     assert latest.uuid == uuids[10]
@@ -56,7 +55,7 @@ def test_a_latest_checkpoint_deleted_by_hand_is_named_with_the_one_resumed_from_
     assert store.checkpoint(uuids[15]).state == "DELETED"
 
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="det_estimator.orchestration"):
+    with caplog.at_level(logging.WARNING, logger="det_estimator.lifecycle"):
         assert resume_point(store, trial).uuid == uuids[10]
     assert not caplog.records  # said once
 
@@ -66,7 +65,7 @@ def test_every_checkpoint_deleted_by_hand_says_the_trial_starts_again_from_batch
     for uuid in uuids.values():
         delete(trial, uuid)
 
-    with caplog.at_level(logging.WARNING, logger="det_estimator.orchestration"):
+    with caplog.at_level(logging.WARNING, logger="det_estimator.lifecycle"):
         assert resume_point(store, trial) is None
 
     (warning,) = [record.getMessage() for record in caplog.records]
@@ -79,7 +78,7 @@ def test_an_older_checkpoint_deleted_by_hand_changes_nothing_the_run_resumes_fro
     store, trial, uuids = trial_with_checkpoints
     delete(trial, uuids[5])
 
-    with caplog.at_level(logging.WARNING, logger="det_estimator.orchestration"):
+    with caplog.at_level(logging.WARNING, logger="det_estimator.lifecycle"):
         assert resume_point(store, trial).uuid == uuids[15]
 
     assert not caplog.records

@@ -1,21 +1,15 @@
-"""What a completed experiment keeps of its checkpoints: ``checkpoint_storage``'s policy, applied at its end."""
+"""What a completed experiment keeps of its checkpoints: ``checkpoint_storage``'s policy, applied once at its end."""
 
 import pytest
 
 from det_estimator.checkpoint import TrialCheckpoints
 from det_estimator.config import load_experiment_config
-from det_estimator.orchestration._runs import delete_checkpoints_not_kept
-from det_estimator.store import ExperimentStore
+from det_estimator.lifecycle import RunLifecycle
+from det_estimator.store import State
 
 # Per trial, (batches, validation loss) of each checkpoint, oldest first. Trial "a"'s best
 # is neither its first nor its latest; trial "b" holds the experiment's best.
 LOSSES = {"a": [(2, 0.3), (4, 0.1), (6, 0.4)], "b": [(2, 0.05), (4, 0.2)]}
-
-
-@pytest.fixture
-def store(tmp_path):
-    with ExperimentStore(tmp_path / "store.sqlite") as opened:
-        yield opened
 
 
 def completed_experiment(store, tmp_path, save_trial_latest, save_trial_best, save_experiment_best):
@@ -63,7 +57,7 @@ def completed_experiment(store, tmp_path, save_trial_latest, save_trial_best, sa
 def test_a_completed_experiment_keeps_what_its_policy_says_over_all_trials(store, tmp_path, policy, kept):
     experiment_id, uuids = completed_experiment(store, tmp_path, *policy)
 
-    deleted = delete_checkpoints_not_kept(store, experiment_id)
+    deleted = RunLifecycle(store).end_experiment(experiment_id, State.COMPLETED)
 
     assert set(deleted) == {uuid for key, uuid in uuids.items() if key not in kept}
     on_disk = {c.uuid for trial in store.trials(experiment_id) for c in TrialCheckpoints(trial.checkpoint_dir).list()}
@@ -77,6 +71,6 @@ def test_a_completed_experiment_keeps_what_its_policy_says_over_all_trials(store
 def test_a_trial_that_never_wrote_a_checkpoint_is_passed_over(store, tmp_path):
     experiment_id, uuids = completed_experiment(store, tmp_path, 1, 0, 0)
     store.create_trial(experiment_id, {"global_batch_size": 4}, 1, tmp_path / "checkpoints")
-    assert set(delete_checkpoints_not_kept(store, experiment_id)) == {
+    assert set(RunLifecycle(store).end_experiment(experiment_id, State.COMPLETED)) == {
         uuids[key] for key in [("a", 2), ("a", 4), ("b", 2)]
     }
