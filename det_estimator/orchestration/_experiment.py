@@ -271,14 +271,18 @@ class _ExperimentLoop:
         for trial_id, process in list(self._running.items()):
             if process.poll() is None:
                 continue
-            outcome = process.finish()
+            finished = process.finish()
             self._slots.release(process.allocation)
             del self._running[trial_id]
             run = self._store.trial_runs(trial_id)[-1]
             invalid_hp = run.error is not None and RunError.from_record(run.error).kind == ErrorKind.INVALID_HP
-            if outcome == State.ERROR and not invalid_hp and self._restart(trial_id, run, process.first_failure):
+            if (
+                finished.state == State.ERROR
+                and not invalid_hp
+                and self._restart(trial_id, run, finished.first_failure)
+            ):
                 continue
-            self._search.on_run_ended(process.trial, outcome, invalid_hp=invalid_hp)
+            self._search.on_run_ended(process.trial, finished.state, invalid_hp=invalid_hp)
 
     def _restart(self, trial_id: int, failed: TrialRunRecord, first_failure: Optional[tuple[int, int]]) -> bool:
         """Queues a failed trial again, to run from its latest valid checkpoint; False when it may not.
@@ -331,11 +335,10 @@ class _ExperimentLoop:
             allocation = self._slots.allocate(self._per_trial)
             if allocation is None:
                 break
-            process = TrialProcess(
+            self._store.set_search_state(trial.id, SearchState.RUNNING)
+            process = TrialProcess.launch(
                 self._store, self._experiment, trial, allocation, self._display, self._verbose, self._environment
             )
-            self._store.set_search_state(trial.id, SearchState.RUNNING)
-            process.start()
             self._running[trial.id] = process
             launched += 1
         return launched

@@ -182,25 +182,60 @@ def start_processes(
     return RunProcesses(process, pump)
 
 
-class TrialProcess:
-    """One run of a trial in launched processes: started, polled, paused and finished by the experiment's loop.
+@dataclass(frozen=True)
+class FinishedRun:
+    """How a launched run of a trial ended.
 
-    Everything the processes print goes to the trial's log (after a header line naming
-    the run), and to the display with ``verbose``.
+    Attributes:
+        state: the state the run ended in.
+        first_failure: ``(rank, exit status)`` of the first process that failed, when the
+            run failed and its log tells.
+    """
+
+    state: State
+    first_failure: Optional[tuple[int, int]] = None
+
+
+class TrialProcess:
+    """One run of a trial in launched processes: polled, paused and finished by the experiment's loop.
+
+    :meth:`launch` records the run and starts its processes. Everything the processes
+    print goes to the trial's log (after a header line naming the run), and to the
+    display with ``verbose``.
 
     Args:
         store: the experiment store.
-        experiment: the experiment.
-        trial: the trial to run.
+        trial: the trial the run is of.
         allocation: its slots, and their hosts.
-        display: where ``verbose`` output goes.
-        verbose: show the processes' output.
-        environment: variables set in every process of the run, on every host (the
-            config's ``environment.environment_variables``).
+        info: what the run's processes know of it.
+        scratch: the run's own directory (the pause file); removed when the run finishes.
+        log: the trial's log.
+        processes: the run's processes.
     """
 
     def __init__(
         self,
+        store: ExperimentStore,
+        trial: TrialRecord,
+        allocation: Allocation,
+        info: _info.ClusterInfo,
+        scratch: tempfile.TemporaryDirectory,
+        log: "_TrialLog",
+        processes: RunProcesses,
+    ) -> None:
+        self.trial = trial
+        self.allocation = allocation
+        self.info = info
+        self._store = store
+        self._lifecycle = RunLifecycle(store)
+        self._scratch = scratch
+        self._log = log
+        self._processes = processes
+        self.stopped = False
+
+    @classmethod
+    def launch(
+        cls,
         store: ExperimentStore,
         experiment: ExperimentRecord,
         trial: TrialRecord,
@@ -208,32 +243,30 @@ class TrialProcess:
         display: Display,
         verbose: bool,
         environment: Optional[dict[str, str]] = None,
-    ) -> None:
-        self.trial = trial
-        self._environment = dict(environment or {})
-        self.allocation = allocation
-        hosts = allocation.hosts
-        self._store = store
-        self._lifecycle = RunLifecycle(store)
-        self._experiment = experiment
-        self._display = display
-        self._verbose = verbose
+    ) -> "TrialProcess":
+        """Records a run of ``trial`` and starts its processes.
+
+        Args:
+            store: the experiment store.
+            experiment: the experiment.
+            trial: the trial to run.
+            allocation: its slots, and their hosts.
+            display: where ``verbose`` output goes.
+            verbose: show the processes' output.
+            environment: variables set in every process of the run, on every host (the
+                config's ``environment.environment_variables``).
+        """
+        hosts, slots = allocation.hosts, allocation.slots
         # With other hosts, the run's files go beside the checkpoints, on the shared file system.
         shared = str(Path(trial.checkpoint_dir).parent) if hosts else None
         if shared is not None:
             os.makedirs(shared, exist_ok=True)
-        self._scratch = _scratch_directory(shared)
-        self.pause_file = Path(self._scratch.name) / "pause"
-        self.stopped = False
-
-    def start(self) -> None:
-        """Records the run and starts its processes."""
-        experiment, hosts, slots = self._experiment, self.allocation.hosts, self.allocation.slots
+        scratch = _scratch_directory(shared)
         addresses = tuple(entry.host for entry in launcher.parse_hosts(hosts)) if hosts else ("localhost",)
-        self.info = self._lifecycle.begin(
+        info = RunLifecycle(store).begin(
             experiment.id,
-            self.trial.id,
-            pause_file=str(self.pause_file),
+            trial.id,
+            pause_file=str(Path(scratch.name) / "pause"),
             container_addrs=addresses,
             slots=slots,
             # This process, so that the run's processes notice when it is gone (see PauseWatcher).
@@ -243,22 +276,24 @@ class TrialProcess:
         command = (
             launcher.worker_command() if experiment.command is None else launcher.script_command(experiment.command)
         )
-        self._log = _TrialLog(Path(self.trial.log_path), self._display)
-        self._log.write(_run_header(self._store, self.info))
-        self._processes = start_processes(
-            self.info,
+        log = _TrialLog(Path(trial.log_path), display)
+        log.write(_run_header(store, info))
+
+        def output_line(line: str) -> None:
+            log.write(line)
+            if verbose:
+                display.echo(line)
+
+        processes = start_processes(
+            info,
             command,
             experiment.context_dir,
-            Path(self._scratch.name),
-            self._output_line,
+            Path(scratch.name),
+            output_line,
             hosts=hosts,
-            environment=self._environment,
+            environment=dict(environment or {}),
         )
-
-    def _output_line(self, line: str) -> None:
-        self._log.write(line)
-        if self._verbose:
-            self._display.echo(line)
+        return cls(store, trial, allocation, info, scratch, log, processes)
 
     def poll(self) -> Optional[int]:
         """The processes' exit status once they ended, else None."""
@@ -266,15 +301,15 @@ class TrialProcess:
 
     def request_pause(self) -> None:
         """Asks the run to checkpoint and stop (every process watches the pause file)."""
-        self.pause_file.touch()
+        Path(str(self.info.pause_file)).touch()
 
     def stop(self) -> None:
         """Ends the run's processes at once, as a pause that cannot wait for its checkpoint (see :meth:`finish`)."""
         self.stopped = True
         self.kill()
 
-    def finish(self) -> State:
-        """Records how the run ended (its error, from the log if no process recorded one); returns its state.
+    def finish(self) -> FinishedRun:
+        """Records how the run ended (its error, from the log if no process recorded one).
 
         A run ended by :meth:`stop` counts as paused: the trial goes on from its latest
         checkpoint when the experiment resumes, rather than failing.
@@ -282,15 +317,15 @@ class TrialProcess:
         status = self._processes.wait()
         self._log.close()
         ending = Ending(exit_status=status, stopped=self.stopped)
-        self.first_failure: Optional[tuple[int, int]] = None
+        first_failure: Optional[tuple[int, int]] = None
         if ending.failed and not self.stopped:
             # A log that could not be written lacks this run's end, or is all of an earlier run.
             lines = _run_lines(Path(self.trial.log_path)) if self._log.intact else []
-            self.first_failure = first_failed_process(lines)
+            first_failure = first_failed_process(lines)
             record_failure_from_log(self._store, self.info.trial.run_id, lines, status)
         state = self._lifecycle.end(self.info, ending)
         self._scratch.cleanup()
-        return state
+        return FinishedRun(state, first_failure)
 
     def kill(self) -> None:
         """Ends the run's processes at once (the launcher is going away)."""
