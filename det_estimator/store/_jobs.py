@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from det_estimator.store._errors import UnknownIdError
 from det_estimator.store._launchers import launcher_columns, state_as_seen
 from det_estimator.store._records import State
 
@@ -108,8 +109,6 @@ class JobTable:
         Raises:
             UnknownIdError: there is no job ``job_id``.
         """
-        from det_estimator.store._store import UnknownIdError
-
         row = self._connection.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
         if row is None:
             raise UnknownIdError(f"There is no job {job_id} in the store {self.path}.")  # type: ignore[attr-defined]

@@ -8,7 +8,7 @@ takes a store from version ``i`` to ``i + 1``; a store newer than
 import sqlite3
 from typing import Optional
 
-from det_estimator.errors import DetEstimatorError
+from det_estimator.store._errors import StoreError
 
 # Each step is plain statements separated by semicolons (no triggers).
 MIGRATIONS: list[str] = [
@@ -144,10 +144,6 @@ MIGRATIONS: list[str] = [
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
-
-
-class StoreError(DetEstimatorError, RuntimeError):
-    """The store cannot be used: unreadable, or of a schema this version does not know."""
 
 
 def migrate(connection: sqlite3.Connection, path: str, migrations: Optional[list[str]] = None) -> None:

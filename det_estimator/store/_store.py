@@ -12,6 +12,14 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Optional, Union
 
+from det_estimator.store._errors import (
+    ExperimentBusyError,
+    StoreError,
+    StoreFullError,
+    StoreLockedError,
+    StoreUnusableError,
+    UnknownIdError,
+)
 from det_estimator.store._jobs import JobTable
 from det_estimator.store._launchers import launcher_alive, launcher_columns, state_as_seen
 from det_estimator.store._records import (
@@ -28,7 +36,7 @@ from det_estimator.store._records import (
     TrialRunRecord,
 )
 from det_estimator.store._restarts import RestartRecord
-from det_estimator.store._schema import StoreError, migrate
+from det_estimator.store._schema import migrate
 
 STORE_VARIABLE = "DET_ESTIMATOR_STORE"
 
@@ -55,19 +63,11 @@ def trial_checkpoint_dir(storage_root: Union[str, os.PathLike], experiment_id: i
     return Path(storage_root) / f"experiment-{experiment_id}-{tag}" / f"trial-{trial_id}"
 
 
-class UnknownIdError(StoreError, LookupError):
-    """No experiment, trial or checkpoint has the id given."""
-
-
 def _read_only_message(path: Path, error: Exception) -> str:
     return (
         f"The store {path} cannot be written: {error}. Expected a store file, and a folder, that this user can "
         "write (SQLite keeps its journal beside the file, and writes there even to read the store)."
     )
-
-
-class StoreUnusableError(StoreError):
-    """The store file cannot be opened, read or written (corrupt, read-only, of a newer schema, not a file)."""
 
 
 def damaged_store_error(path: Path, error: sqlite3.DatabaseError) -> Optional[StoreUnusableError]:
@@ -84,14 +84,6 @@ def damaged_store_error(path: Path, error: sqlite3.DatabaseError) -> Optional[St
         f"Cannot read the store {path}: {error}. Its file is damaged; restore it from a copy, or give the "
         "--store (or DET_ESTIMATOR_STORE) of another store."
     )
-
-
-class StoreFullError(StoreError):
-    """The store could not be written: its file system (or its quota) is full."""
-
-
-class StoreLockedError(StoreError):
-    """The store could not be written: another process held its write lock for longer than a write waits."""
 
 
 # How long a write waits for another process's write transaction to end.
@@ -125,10 +117,6 @@ def _full_message(path: Path, error: sqlite3.OperationalError) -> str:
         f"The store {path} cannot be written: {error} ({os.strerror(errno.ENOSPC)}, {free}). What it recorded "
         "before stays; free space there, then resume the experiment (`det-estimator experiment resume ID`)."
     )
-
-
-class ExperimentBusyError(StoreError):
-    """Another live process already runs the experiment."""
 
 
 class ExperimentStore(JobTable):
