@@ -5,15 +5,27 @@ TensorFlow that is already installed, so ``scripts/setup.sh`` builds it after
 TensorFlow. See the README.
 """
 
+import ast
 from pathlib import Path
 
 from setuptools import Extension, find_packages, setup
 
 TENSORFLOW_RANGE = ">=2.15,<2.16"
 
+
+def read_version() -> str:
+    """``__version__`` of det_estimator/_version.py, the version's one copy (read, not imported)."""
+    path = Path(__file__).with_name("det_estimator") / "_version.py"
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        names = [getattr(target, "id", None) for target in getattr(node, "targets", ())]
+        if isinstance(node, ast.Assign) and names == ["__version__"]:
+            return ast.literal_eval(node.value)
+    raise RuntimeError(f"{path} assigns no __version__")
+
+
 setup(
     name="det-estimator",
-    version="0.2.0",
+    version=read_version(),
     description=(
         "Train, evaluate and serve tf.estimator models on one to many Horovod workers, "
         "with validation metrics that are exact across workers."

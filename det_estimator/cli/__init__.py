@@ -10,7 +10,7 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional, TextIO
 
-from det_estimator import __version__
+from det_estimator._version import __version__
 from det_estimator.cli import _checkpoints as checkpoints
 from det_estimator.cli import _experiments as experiments
 from det_estimator.cli import _jobs as jobs

@@ -8,9 +8,10 @@ from typing import Any, Optional
 import numpy as np
 import tensorflow as tf
 
-from det_estimator import __version__, core
+from det_estimator import core
 from det_estimator._process_random_state import python_and_numpy_state, restore_python_and_numpy_state
 from det_estimator._trial_controller import TrialController
+from det_estimator._version import __version__
 from det_estimator.checkpoint import read_checkpoint
 from det_estimator.errors import PermanentTrialError, TrialDefinitionError
 from det_estimator.estimator._checkpointing import check_serving_names, restore_into, write_checkpoint_files

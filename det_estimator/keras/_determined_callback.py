@@ -10,9 +10,10 @@ from typing import Any, Optional, Union
 import numpy as np
 import tensorflow as tf
 
-from det_estimator import __version__, core
+from det_estimator import core
 from det_estimator._checkpoint_kind import CALLBACK_WEIGHTS
 from det_estimator._process_random_state import python_and_numpy_state, restore_python_and_numpy_state
+from det_estimator._version import __version__
 from det_estimator.keras import _random_states
 
 logger = logging.getLogger("det_estimator.keras")
