@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 from det_estimator import _info, _root_cause
+from det_estimator._root_cause import error_record
 from det_estimator.checkpoint import check_checkpoint_storage
 from det_estimator.config import ExperimentConfig, Length, LengthUnit, load_experiment_config
 from det_estimator.config._errors import describe
@@ -19,7 +20,7 @@ from det_estimator.core._distributed import DistributedContext, DummyDistributed
 from det_estimator.core._preempt import PauseWatcher, PreemptContext, PreemptMode
 from det_estimator.core._searcher import FixedLengths, SearcherContext, StoreOperations, Unit
 from det_estimator.core._train import EarlyExitReason, TrainContext
-from det_estimator.errors import DetEstimatorError, InvalidHP, error_record
+from det_estimator.errors import DetEstimatorError, InvalidHP
 from det_estimator.store import ExperimentStore, State, StoreRecorder, launcher_alive
 
 logger = logging.getLogger("det_estimator.core")

@@ -13,7 +13,7 @@ from det_estimator._process_random_state import python_and_numpy_state, restore_
 from det_estimator._trial_controller import TrialController
 from det_estimator._version import __version__
 from det_estimator.checkpoint import read_checkpoint
-from det_estimator.errors import PermanentTrialError, TrialDefinitionError
+from det_estimator.errors import TrialDefinitionError, TrialLifecycleError
 from det_estimator.estimator._checkpointing import check_serving_names, restore_into, write_checkpoint_files
 from det_estimator.estimator._estimator_setup import EXAMPLES_KEY, GraphRecorder, rebuild_estimator
 from det_estimator.estimator._inputs import training_input_fn, validation_input_fn
@@ -27,10 +27,6 @@ from det_estimator.store import State
 
 # EvalSpec's defaults; other values ask for something the harness does not do.
 _DEFAULT_THROTTLE_SECS, _DEFAULT_START_DELAY_SECS = 600, 120
-
-
-class TrialLifecycleError(PermanentTrialError, RuntimeError):
-    """The trial was built or used in a way the harness cannot run."""
 
 
 class EstimatorTrialController(TrialController):

@@ -14,7 +14,7 @@ from det_estimator._process_random_state import python_and_numpy_state, restore_
 from det_estimator._trial_controller import TrialController
 from det_estimator._version import __version__
 from det_estimator.checkpoint import read_checkpoint
-from det_estimator.errors import PermanentTrialError
+from det_estimator.errors import TrialLifecycleError
 from det_estimator.keras import _callback_states, _data, _random_states
 from det_estimator.keras._callback_list import TrialCallbacks
 from det_estimator.keras._checkpoints import read_variables, write_variables
@@ -27,10 +27,6 @@ from det_estimator.keras._trial import TFKerasTrial, check_model
 from det_estimator.store import State
 
 logger = logging.getLogger("det_estimator.keras")
-
-
-class TrialLifecycleError(PermanentTrialError, RuntimeError):
-    """The trial was built or used in a way the harness cannot run."""
 
 
 class TFKerasTrialController(TrialController):

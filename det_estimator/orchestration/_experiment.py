@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Optional
 
 from det_estimator import _info, launcher
+from det_estimator._root_cause import error_record
 from det_estimator.config import ExperimentConfig, load_experiment_config
-from det_estimator.errors import DetEstimatorError, error_record
+from det_estimator.errors import DetEstimatorError
 from det_estimator.orchestration._display import Display
 from det_estimator.orchestration._follow import StoreFollower
 from det_estimator.orchestration._processes import SlotPool, TrialProcess, device_type, restart_cause

@@ -17,6 +17,7 @@ import numpy as np
 
 from det_estimator import _root_cause
 from det_estimator._root_cause import RootCause
+from det_estimator.errors import DetEstimatorError
 from det_estimator.reducers import _validation as validation
 from det_estimator.reducers._base import MetricReducer
 from det_estimator.reducers._function_reducer import FunctionReducer
@@ -32,7 +33,7 @@ Envelope = tuple[str, Any]
 _Failure = tuple[str, RootCause]
 
 
-class MetricReductionError(RuntimeError):
+class MetricReductionError(DetEstimatorError, RuntimeError):
     """A reducer failed, or could not run, on some rank of a distributed evaluation."""
 
 

@@ -22,7 +22,8 @@ def main() -> int:
         )
         return 2
     from det_estimator import core
-    from det_estimator.errors import InvalidHP, error_record
+    from det_estimator._root_cause import error_record
+    from det_estimator.errors import InvalidHP
     from det_estimator.store import ExperimentStore
     from det_estimator.worker._run import run_trial_class
 
