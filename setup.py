@@ -55,6 +55,10 @@ setup(
         "optuna>=4.0",
         # The live progress bar: redrawn in place, with throughput and time left.
         "tqdm>=4.60",
+        # The store writes TensorBoard event files with tensorboard's protos and record writer
+        # (tensorboard.compat.proto, tensorboard.summary.writer), without TensorFlow, which is
+        # an extra: the command alone must not depend on TensorFlow bringing tensorboard along.
+        "tensorboard>=2.15",
     ],
     extras_require={
         "cpu": [f"tensorflow-cpu{TENSORFLOW_RANGE}"],
