@@ -14,9 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from det_estimator import _environment_variables as environment_variables
 from det_estimator.errors import TrialHyperparameters
 
-INFO_VARIABLE = "DET_CLUSTER_INFO"
+# The variable that names a launched process's info file (kept under this name for callers of _info).
+INFO_VARIABLE = environment_variables.CLUSTER_INFO
 
 TRIAL_TASK = "TRIAL"
 
@@ -142,7 +144,7 @@ class ClusterInfo:
     @property
     def container_rank(self) -> int:
         """The index of this process's machine among ``container_addrs`` (from Horovod's or TF's launch)."""
-        for variable in ("HOROVOD_CROSS_RANK", "DET_CROSS_RANK"):
+        for variable in ("HOROVOD_CROSS_RANK", environment_variables.CROSS_RANK):
             if variable in os.environ:
                 return int(os.environ[variable])
         return 0

@@ -10,6 +10,7 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional, TextIO
 
+from det_estimator import _environment_variables as environment_variables
 from det_estimator._version import __version__
 from det_estimator.cli import _checkpoints as checkpoints
 from det_estimator.cli import _experiments as experiments
@@ -108,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"det-estimator {__version__}")
     store_help = (
-        "the experiment store's database file (default: $DET_ESTIMATOR_STORE, else "
+        f"the experiment store's database file (default: ${environment_variables.STORE}, else "
         "$XDG_DATA_HOME/det-estimator/store.sqlite)"
     )
     parser.add_argument("--store", metavar="PATH", type=_store, help=store_help)
@@ -250,7 +251,7 @@ def _store_to_open(args: argparse.Namespace) -> Optional[str]:
     """
     from det_estimator.store import default_store_path
 
-    given = args.store or os.environ.get("DET_ESTIMATOR_STORE")
+    given = args.store or os.environ.get(environment_variables.STORE)
     path = Path(given).expanduser() if given else default_store_path()
     if (args.command, getattr(args, "action", None)) in _CREATING_COMMANDS:
         return str(path)
@@ -258,7 +259,7 @@ def _store_to_open(args: argparse.Namespace) -> Optional[str]:
         # SQLite would take an empty file for an empty database, and opening it makes a store there.
         raise UsageError(
             f"The store {path} is an empty file, not a store det-estimator made. Give the --store (or "
-            "DET_ESTIMATOR_STORE) of an existing store; `det-estimator experiment create` makes one."
+            f"{environment_variables.STORE}) of an existing store; `det-estimator experiment create` makes one."
         )
     if path.exists():
         return str(path)
@@ -272,7 +273,7 @@ def _store_to_open(args: argparse.Namespace) -> Optional[str]:
             print(f"No {what} yet: there is no store at {path}.")
         return None
     raise UsageError(
-        f"There is no experiment store at {path}. Give the --store (or DET_ESTIMATOR_STORE) of an existing "
+        f"There is no experiment store at {path}. Give the --store (or {environment_variables.STORE}) of an existing "
         "store; `det-estimator experiment create` makes one."
     )
 

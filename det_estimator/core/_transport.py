@@ -23,11 +23,12 @@ import sys
 import time
 from typing import Any, Optional
 
+from det_estimator import _environment_variables as environment_variables
 from det_estimator.errors import DetEstimatorError, PermanentTrialError
 
 _LENGTH = struct.Struct("!Q")
 # How long processes wait for each other to start, before giving up with a clear error.
-_RENDEZVOUS_SECONDS = float(os.environ.get("DET_RENDEZVOUS_TIMEOUT", "300"))
+_RENDEZVOUS_SECONDS = float(os.environ.get(environment_variables.RENDEZVOUS_TIMEOUT, "300"))
 # det-estimator's own frames are skipped when naming where a collective was called from.
 _PACKAGE_DIRECTORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
@@ -134,7 +135,7 @@ class Star:
         except OSError as error:
             raise PeerGoneError(
                 f"The chief process cannot listen on port {address[1]} for the job's other processes ({error}). "
-                "Set DET_CHIEF_PORT to a free port."
+                f"Set {environment_variables.CHIEF_PORT} to a free port."
             ) from error
         self._accept_on(server)
 

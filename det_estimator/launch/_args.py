@@ -4,11 +4,9 @@ import argparse
 import os
 from typing import Optional
 
+from det_estimator import _environment_variables as environment_variables
 from det_estimator import _info
 from det_estimator.launcher import HostSlots, resolve_slots
-
-CHIEF_IP_VARIABLE = "DET_CHIEF_IP"
-CHIEF_PORT_VARIABLE = "DET_CHIEF_PORT"
 
 
 def parse(prog: str, description: str, argv: Optional[list[str]]) -> tuple[argparse.Namespace, list[str]]:
@@ -48,6 +46,6 @@ def chief_settings(entries: list[HostSlots]) -> dict[str, str]:
 
     hosts = None if all(entry.is_local for entry in entries) else ",".join(f"{e.host}:{e.slots}" for e in entries)
     return {
-        CHIEF_IP_VARIABLE: os.environ.get(CHIEF_IP_VARIABLE) or chief_address(hosts),
-        CHIEF_PORT_VARIABLE: os.environ.get(CHIEF_PORT_VARIABLE) or str(free_port()),
+        environment_variables.CHIEF_IP: os.environ.get(environment_variables.CHIEF_IP) or chief_address(hosts),
+        environment_variables.CHIEF_PORT: os.environ.get(environment_variables.CHIEF_PORT) or str(free_port()),
     }

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, TextIO
 
+from det_estimator import _environment_variables as environment_variables
 from det_estimator import _info, launcher
 from det_estimator.config import ConfigError, EnvironmentConfig, load_environment
 from det_estimator.config._errors import PREFIX
@@ -185,9 +186,9 @@ def run_job(
             os.environ,
             **spec.environment.variables_for(device_type()),
             **{
-                _info.INFO_VARIABLE: str(info_path),
-                "DET_CHIEF_IP": "127.0.0.1",
-                "DET_CHIEF_PORT": str(launcher.free_port()),
+                environment_variables.CLUSTER_INFO: str(info_path),
+                environment_variables.CHIEF_IP: "127.0.0.1",
+                environment_variables.CHIEF_PORT: str(launcher.free_port()),
                 "PYTHONUNBUFFERED": "1",
             },
         )

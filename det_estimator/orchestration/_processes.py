@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, TextIO
 
+from det_estimator import _environment_variables as environment_variables
 from det_estimator import _info, launcher
 from det_estimator.orchestration._display import Display
 from det_estimator.orchestration._runs import begin_run, end_run
@@ -162,9 +163,9 @@ class TrialProcess:
             os.environ,
             **self._environment,
             **{
-                _info.INFO_VARIABLE: str(info_path),
-                "DET_CHIEF_IP": launcher.chief_address(hosts),
-                "DET_CHIEF_PORT": str(launcher.free_port()),
+                environment_variables.CLUSTER_INFO: str(info_path),
+                environment_variables.CHIEF_IP: launcher.chief_address(hosts),
+                environment_variables.CHIEF_PORT: str(launcher.free_port()),
                 "PYTHONUNBUFFERED": "1",
             },
         )

@@ -8,6 +8,7 @@ takes a store from version ``i`` to ``i + 1``; a store newer than
 import sqlite3
 from typing import Optional
 
+from det_estimator import _environment_variables as environment_variables
 from det_estimator.store._errors import StoreError
 
 # Each step is plain statements separated by semicolons (no triggers).
@@ -167,7 +168,7 @@ def migrate(connection: sqlite3.Connection, path: str, migrations: Optional[list
             raise StoreError(
                 f"The store {path} has schema version {version}, made by a newer det-estimator; this "
                 f"version reads schema versions up to {len(migrations)}. Upgrade det-estimator, or point "
-                "--store (or DET_ESTIMATOR_STORE) at another file."
+                f"--store (or {environment_variables.STORE}) at another file."
             )
         if version == len(migrations):
             return

@@ -12,6 +12,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Optional, Union
 
+from det_estimator import _environment_variables as environment_variables
 from det_estimator.store._errors import (
     ExperimentBusyError,
     StoreError,
@@ -38,7 +39,7 @@ from det_estimator.store._records import (
 from det_estimator.store._restarts import RestartRecord
 from det_estimator.store._schema import migrate
 
-STORE_VARIABLE = "DET_ESTIMATOR_STORE"
+STORE_VARIABLE = environment_variables.STORE
 
 
 def default_store_path() -> Path:
@@ -82,7 +83,7 @@ def damaged_store_error(path: Path, error: sqlite3.DatabaseError) -> Optional[St
         return None
     return StoreUnusableError(
         f"Cannot read the store {path}: {error}. Its file is damaged; restore it from a copy, or give the "
-        "--store (or DET_ESTIMATOR_STORE) of another store."
+        f"--store (or {environment_variables.STORE}) of another store."
     )
 
 

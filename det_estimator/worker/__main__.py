@@ -8,6 +8,7 @@ upon which horovodrun ends the others.
 
 import sys
 
+from det_estimator import _environment_variables as environment_variables
 from det_estimator import _info
 
 
@@ -16,8 +17,8 @@ def main() -> int:
     info = _info.get_cluster_info()
     if info is None or info.trial_class is None:
         print(
-            f"{_info.INFO_VARIABLE} is not set or names no trial class: this module is started by det-estimator's "
-            "launcher.",
+            f"{environment_variables.CLUSTER_INFO} is not set or names no trial class: this module is started by "
+            "det-estimator's launcher.",
             file=sys.stderr,
         )
         return 2
