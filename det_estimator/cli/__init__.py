@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional, TextIO
 
 from det_estimator import _environment_variables as environment_variables
+from det_estimator._host_list import HostSlots, parse_hosts
 from det_estimator._version import __version__
 from det_estimator.cli import _checkpoints as checkpoints
 from det_estimator.cli import _experiments as experiments
@@ -92,13 +93,12 @@ def _store(text: str) -> str:
     return text
 
 
-def _hosts(text: str) -> str:
-    """Horovod's host list: ``host:slots`` entries separated by commas."""
-    for entry in text.split(","):
-        host, _, slots = entry.partition(":")
-        if not host or not slots.isdigit() or int(slots) < 1:
-            raise argparse.ArgumentTypeError(f"must be host:slots entries separated by commas, not {text!r}")
-    return text
+def _hosts(text: str) -> list[HostSlots]:
+    """``--hosts``: ``host:slots`` entries separated by commas, each with its slots."""
+    try:
+        return parse_hosts(text, require_slots=True)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be host:slots entries separated by commas, not {text!r}") from None
 
 
 def build_parser() -> argparse.ArgumentParser:

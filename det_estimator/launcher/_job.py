@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Optional, TextIO
 
-from det_estimator.launcher._hosts import LOCAL_HOSTS, HostSlots, parse_hosts
+from det_estimator._host_list import LOCAL_HOSTS, HostSlots, format_hosts
 from det_estimator.launcher._launch import _die_with_parent, script_command
 
 # How often the launcher looks at its processes.
@@ -45,7 +45,10 @@ class ProcessSpec:
 
 
 def resolve_slots(
-    slots: Optional[int], hosts: Optional[str], cluster_slots: Optional[int], cluster_addrs: Sequence[str]
+    slots: Optional[int],
+    hosts: Optional[Sequence[HostSlots]],
+    cluster_slots: Optional[int],
+    cluster_addrs: Sequence[str],
 ) -> list[HostSlots]:
     """Where the job's processes run: ``--hosts``, else ``--slots`` here, else the cluster info's, else one here.
 
@@ -61,13 +64,12 @@ def resolve_slots(
         ValueError: ``--slots`` disagrees with ``--hosts``, or is not positive.
     """
     if hosts:
-        entries = parse_hosts(hosts)
-        if slots is not None and slots != sum(entry.slots for entry in entries):
+        if slots is not None and slots != sum(entry.slots for entry in hosts):
             raise ValueError(
                 f"Argument `--slots` must equal the slots of `--hosts` when both are given. "
-                f"Received: slots={slots}, hosts={hosts!r}"
+                f"Received: slots={slots}, hosts={format_hosts(hosts)!r}"
             )
-        return entries
+        return list(hosts)
     if slots is not None:
         if slots < 1:
             raise ValueError(f"Argument `--slots` must be at least 1. Received: slots={slots}")

@@ -5,11 +5,12 @@ import dataclasses
 import shlex
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Optional
 
 from det_estimator import _info, launcher
+from det_estimator._host_list import HostSlots
 from det_estimator._root_cause import error_record
 from det_estimator.config import ExperimentConfig, load_experiment_config
 from det_estimator.errors import DetEstimatorError
@@ -38,7 +39,7 @@ def record_experiment(
     *,
     name: Optional[str] = None,
     test: bool = False,
-    hosts: Optional[str] = None,
+    hosts: Optional[Sequence[HostSlots]] = None,
     slots: Optional[int] = None,
     command: Optional[list[str]] = None,
     trial_class: Optional[_info.TrialClassSpec] = None,
@@ -52,7 +53,7 @@ def record_experiment(
         context_dir: the directory the trial runs in (absolute).
         name: the experiment's name (default: the config's).
         test: one batch, one validation step and one checkpoint.
-        hosts: the machines it runs on (``"host1:2,host2:2"``); None for this one.
+        hosts: the machines it runs on; None for this one.
         slots: the slots its trials share on this machine (default: one trial's,
             ``resources.slots_per_trial``); with ``hosts``, theirs.
         command: the command every slot runs, for a script given outside the config
@@ -69,7 +70,7 @@ def record_experiment(
     else:
         entrypoint = config.entrypoint
     if hosts:
-        slots = sum(entry.slots for entry in launcher.parse_hosts(hosts))
+        slots = sum(entry.slots for entry in hosts)
     experiment_id = store.create_experiment(
         name=name or config.name or "experiment",
         config=config.to_dict(),

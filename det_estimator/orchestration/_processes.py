@@ -10,12 +10,14 @@ import socket
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, TextIO
 
 from det_estimator import _environment_variables as environment_variables
 from det_estimator import _info, launcher
+from det_estimator._host_list import HostSlots
 from det_estimator.orchestration._display import Display
 from det_estimator.orchestration._runs import begin_run, end_run
 from det_estimator.store import (
@@ -43,7 +45,7 @@ class Allocation:
     """Slots given to one trial run: how many, and on which hosts (None: this machine)."""
 
     slots: int
-    hosts: Optional[str] = None
+    hosts: Optional[tuple[HostSlots, ...]] = None
 
 
 class SlotPool:
@@ -51,16 +53,16 @@ class SlotPool:
 
     Args:
         budget: slots on this machine, when ``hosts`` is None.
-        hosts: Horovod's host list (``"host1:2,host2:2"``), or None.
+        hosts: the machines and their slots, or None.
     """
 
-    def __init__(self, budget: int, hosts: Optional[str] = None) -> None:
+    def __init__(self, budget: int, hosts: Optional[Sequence[HostSlots]] = None) -> None:
         if hosts:
             # A host named twice has the slots of both entries: counted once, the pool would
             # hold fewer slots than the experiment was given, and a trial needing all of them
             # would wait for ever.
             self._free = {}
-            for entry in launcher.parse_hosts(hosts):
+            for entry in hosts:
                 self._free[entry.host] = self._free.get(entry.host, 0) + entry.slots
         else:
             self._free = {"": budget}
@@ -84,21 +86,21 @@ class SlotPool:
         for host, free in self._free.items():
             if free >= slots:
                 self._free[host] -= slots
-                return Allocation(slots, f"{host}:{slots}")
-        taken = []
+                return Allocation(slots, (HostSlots(host, slots),))
+        taken: list[HostSlots] = []
         for host in self._free:
-            share = min(self._free[host], slots - sum(count for _, count in taken))
+            share = min(self._free[host], slots - sum(entry.slots for entry in taken))
             if share:
                 self._free[host] -= share
-                taken.append((host, share))
-        return Allocation(slots, ",".join(f"{host}:{count}" for host, count in taken))
+                taken.append(HostSlots(host, share))
+        return Allocation(slots, tuple(taken))
 
     def release(self, allocation: Allocation) -> None:
         """Gives back what :meth:`allocate` took."""
         if allocation.hosts is None:
             self._free[""] += allocation.slots
             return
-        for entry in launcher.parse_hosts(allocation.hosts):
+        for entry in allocation.hosts:
             self._free[entry.host] += entry.slots
 
 
@@ -148,7 +150,7 @@ class TrialProcess:
     def start(self) -> None:
         """Records the run and starts its processes."""
         experiment, hosts, slots = self._experiment, self.allocation.hosts, self.allocation.slots
-        addresses = tuple(entry.host for entry in launcher.parse_hosts(hosts)) if hosts else ("localhost",)
+        addresses = tuple(entry.host for entry in hosts) if hosts else ("localhost",)
         info = begin_run(self._store, experiment, self.trial, str(self.pause_file), addresses)
         # This process, so that the run's processes notice when it is gone (see PauseWatcher).
         self.info = dataclasses.replace(info, slots=slots, search_driven=True, launcher=launcher_columns())

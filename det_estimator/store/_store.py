@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 from det_estimator import _environment_variables as environment_variables
+from det_estimator._host_list import HostSlots, format_hosts, parse_hosts
 from det_estimator.store._errors import (
     ExperimentBusyError,
     StoreError,
@@ -241,7 +242,7 @@ class ExperimentStore(JobTable):
         slots: int,
         test: bool,
         command: Optional[list[str]] = None,
-        hosts: Optional[str] = None,
+        hosts: Optional[Sequence[HostSlots]] = None,
         run_key: Optional[str] = None,
         trial_class: Optional[dict[str, Any]] = None,
     ) -> int:
@@ -259,7 +260,7 @@ class ExperimentStore(JobTable):
             test: one batch, one validation step and one checkpoint.
             command: the command a script experiment runs on each slot; None when
                 det-estimator's worker runs the ``entrypoint`` trial class.
-            hosts: the machines its processes run on (``"host1:2,host2:2"``); None for this one.
+            hosts: the machines its processes run on; None for this one.
             run_key: the key a run that resumes by name finds it again by.
             trial_class: how a worker imports the trial class, when it is not the
                 config's entrypoint (a class handed to ``run_trial``).
@@ -277,7 +278,7 @@ class ExperimentStore(JobTable):
                     entrypoint,
                     None if command is None else json.dumps(command),
                     slots,
-                    hosts,
+                    format_hosts(hosts) if hosts else None,
                     int(test),
                     time.time(),
                     run_key,
@@ -800,7 +801,7 @@ def _experiment_record(row: sqlite3.Row) -> ExperimentRecord:
         entrypoint=row["entrypoint"],
         command=None if row["command"] is None else json.loads(row["command"]),
         slots=row["slots"],
-        hosts=row["hosts"],
+        hosts=tuple(parse_hosts(row["hosts"])) if row["hosts"] else None,
         test=bool(row["test_mode"]),
         created_at=row["created_at"],
         ended_at=row["ended_at"],
