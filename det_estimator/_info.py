@@ -63,6 +63,8 @@ class TrialClassSpec:
                 sys.path.insert(0, entry)
         if self.module == "__main__" and self.file:
             spec = importlib.util.spec_from_file_location("det_estimator_trial_module", self.file)
+            if spec is None or spec.loader is None:
+                raise ImportError(f"Cannot load the trial class's module from {self.file}: it is not a Python file.")
             module = importlib.util.module_from_spec(spec)
             sys.modules[spec.name] = module
             spec.loader.exec_module(module)
@@ -140,6 +142,16 @@ class ClusterInfo:
     container_addrs: tuple[str, ...] = field(default=("localhost",))
     search_driven: bool = False
     launcher: Optional[tuple[int, str, Optional[int]]] = None
+
+    def require_trial(self) -> TrialInfo:
+        """The trial this process works for.
+
+        Raises:
+            RuntimeError: the process works for no trial (a job's process).
+        """
+        if self.trial is None:
+            raise RuntimeError(f"This process runs a {self.task_type} task, not a trial: its cluster info has none.")
+        return self.trial
 
     @property
     def container_rank(self) -> int:
