@@ -147,6 +147,13 @@ MIGRATIONS: list[str] = [
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
+def inserted_id(cursor: sqlite3.Cursor) -> int:
+    """The id of the row the ``INSERT`` that ``cursor`` ran made."""
+    if cursor.lastrowid is None:
+        raise StoreError("The store's INSERT made no row.")
+    return cursor.lastrowid
+
+
 def migrate(connection: sqlite3.Connection, path: str, migrations: Optional[list[str]] = None) -> None:
     """Brings the store at ``path`` to the newest schema, one transaction per step.
 

@@ -38,7 +38,7 @@ from det_estimator.store._records import (
     TrialRunRecord,
 )
 from det_estimator.store._restarts import RestartRecord
-from det_estimator.store._schema import migrate
+from det_estimator.store._schema import inserted_id, migrate
 
 STORE_VARIABLE = environment_variables.STORE
 
@@ -287,7 +287,7 @@ class ExperimentStore(JobTable):
                     *launcher_columns(),
                 ),
             )
-            return int(cursor.lastrowid)
+            return inserted_id(cursor)
 
     def create_trial(
         self,
@@ -324,7 +324,7 @@ class ExperimentStore(JobTable):
             " created_at) VALUES (?, ?, ?, ?, '', '', ?, ?)",
             (experiment_id, State.ACTIVE.value, json.dumps(hparams), seed, max_batches, time.time()),
         )
-        trial_id = int(cursor.lastrowid)
+        trial_id = inserted_id(cursor)
         checkpoint_dir = trial_checkpoint_dir(checkpoint_storage, experiment_id, tag, trial_id)
         log_path = self.trial_dir(experiment_id, trial_id) / "output.log"
         db.execute(
@@ -543,7 +543,7 @@ class ExperimentStore(JobTable):
                 "INSERT INTO trial_runs (trial_id, started_at, state, start_batches) VALUES (?, ?, ?, ?)",
                 (trial_id, time.time(), State.ACTIVE.value, start_batches),
             )
-            return int(cursor.lastrowid)
+            return inserted_id(cursor)
 
     def acknowledge_preemption(self, run_id: int) -> None:
         """Records that the run stops because it was asked to pause, not because it is done."""
