@@ -93,7 +93,7 @@ def _names_this_machine(host: str) -> bool:
     Raises:
         socket.gaierror: the name does not resolve.
     """
-    addresses = {found[4][0] for found in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)}
+    addresses = {str(found[4][0]) for found in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)}
     return any(_is_this_machine(address) for address in addresses)
 
 

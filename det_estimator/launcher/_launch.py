@@ -20,7 +20,7 @@ import subprocess
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import IO, Any, Callable, Optional
 
 from det_estimator._host_list import HostSlots, format_hosts
 from det_estimator.launcher._hosts import address_towards
@@ -105,8 +105,8 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
 
 
-def start(command: list[str], env: dict[str, str], cwd: Optional[str] = None) -> subprocess.Popen:
-    """Starts ``command`` in a session of its own, its stdout and stderr merged into one text pipe."""
+def start(command: list[str], env: dict[str, str], cwd: Optional[str] = None) -> subprocess.Popen[str]:
+    """Starts ``command`` in a session of its own, its stdout and stderr merged into one text pipe (``output_pipe``)."""
     return subprocess.Popen(
         command,
         env=env,
@@ -118,6 +118,17 @@ def start(command: list[str], env: dict[str, str], cwd: Optional[str] = None) ->
         start_new_session=True,
         preexec_fn=_die_with_parent,
     )
+
+
+def output_pipe(process: subprocess.Popen[str]) -> IO[str]:
+    """The text pipe of a process that :func:`start` started: its stdout and stderr, merged.
+
+    Raises:
+        ValueError: the process has no such pipe (it was not started by :func:`start`).
+    """
+    if process.stdout is None:
+        raise ValueError(f"process {process.pid} has no output pipe: it was not started by launcher.start")
+    return process.stdout
 
 
 def describe(command: list[str]) -> str:
