@@ -358,7 +358,8 @@ def in_process_run(store: ExperimentStore, experiment_id: int, display: Display)
     store.set_state(experiment_id, State.ACTIVE)
     trial = store.trials(experiment_id)[0]
     info = begin_run(store, experiment, trial)
-    since = store.trial_run(info.trial.run_id).started_at
+    run_id = info.require_trial().run_id
+    since = store.trial_run(run_id).started_at
     stop = threading.Event()
     shown = threading.Thread(target=_follow_in_thread, args=(store.path, experiment_id, since, display, stop))
     shown.daemon = True
@@ -369,7 +370,7 @@ def in_process_run(store: ExperimentStore, experiment_id: int, display: Display)
         yield info
         failed = False
     except BaseException as error:
-        store.record_run_error(info.trial.run_id, error_record(error, 0))
+        store.record_run_error(run_id, error_record(error, 0))
         raise
     finally:
         _info.set_in_process(None)

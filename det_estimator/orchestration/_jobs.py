@@ -219,7 +219,7 @@ def _run_processes(
             process.terminate()
 
         def copy() -> None:
-            for line in process.stdout:
+            for line in launcher.output_pipe(process):
                 log.write(line)
                 log.flush()
                 if echo is not None:

@@ -61,7 +61,7 @@ class SlotPool:
             # A host named twice has the slots of both entries: counted once, the pool would
             # hold fewer slots than the experiment was given, and a trial needing all of them
             # would wait for ever.
-            self._free = {}
+            self._free: dict[str, int] = {}
             for entry in hosts:
                 self._free[entry.host] = self._free.get(entry.host, 0) + entry.slots
         else:
@@ -146,6 +146,8 @@ class TrialProcess:
         self._scratch = _scratch_directory(shared)
         self.pause_file = Path(self._scratch.name) / "pause"
         self.stopped = False
+        # The process horovodrun saw fail first, and its status, once a failed run finished.
+        self.first_failure: Optional[tuple[int, int]] = None
 
     def start(self) -> None:
         """Records the run and starts its processes."""
@@ -179,7 +181,7 @@ class TrialProcess:
         self._pump.start()
 
     def _copy_output(self) -> None:
-        for line in self._process.stdout:
+        for line in launcher.output_pipe(self._process):
             self._log.write(line)
             if self._verbose:
                 self._display.echo(line)
@@ -212,12 +214,12 @@ class TrialProcess:
             self._scratch.cleanup()
             return state
         failed = status != 0
-        self.first_failure: Optional[tuple[int, int]] = None
+        self.first_failure = None
         if failed:
             # A log that could not be written lacks this run's end, or is all of an earlier run.
             lines = _run_lines(Path(self.trial.log_path)) if self._log.intact else []
             self.first_failure = first_failed_process(lines)
-            record_failure_from_log(self._store, self.info.trial.run_id, lines, status)
+            record_failure_from_log(self._store, self.info.require_trial().run_id, lines, status)
         state = end_run(self._store, self.info, failed, status)
         self._scratch.cleanup()
         return state
@@ -298,7 +300,7 @@ def _scratch_directory(shared: Optional[str]) -> tempfile.TemporaryDirectory:
 
 def _run_header(store: ExperimentStore, info: _info.ClusterInfo) -> str:
     """The line that starts each run's output in the trial's log."""
-    run = store.trial_run(info.trial.run_id)
+    run = store.trial_run(info.require_trial().run_id)
     number = [r.id for r in store.trial_runs(run.trial_id)].index(run.id) + 1
     start = f"from checkpoint {info.latest_checkpoint}" if info.latest_checkpoint else "from the start"
     started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.started_at))
@@ -348,13 +350,13 @@ def record_failure_from_log(store: ExperimentStore, run_id: int, lines: list[str
         # record that before horovodrun ends it; the peer horovodrun saw fail first,
         # killed without a word, is the cause.
         if recorded.get("consequence") and first_failure is not None and first_failure[0] != recorded.get("rank"):
-            rank, status = first_failure
+            first_rank, first_status = first_failure
             store.record_run_error(
-                run_id, {"rank": rank, "type": None, "message": _exit_message(status), "traceback": ""}
+                run_id, {"rank": first_rank, "type": None, "message": _exit_message(first_status), "traceback": ""}
             )
         return
     block = first_traceback(lines)
-    rank = None
+    rank: Optional[int] = None
     unreachable = _unreachable_hosts(lines)
     if unreachable and block and _HOROVODRUN_SSH_FAILURE in block[-1]:
         # horovodrun's traceback names no host: the hosts and what ssh said are the cause.

@@ -113,7 +113,8 @@ def end_run(
 
     A run that did not complete leaves its trial's progress at its latest checkpoint.
     """
-    run_id = info.trial.run_id
+    trial = info.require_trial()
+    run_id = trial.run_id
     run = store.trial_run(run_id)
     if failed:
         state = State.ERROR
@@ -122,12 +123,12 @@ def end_run(
     else:
         state = State.COMPLETED
     store.end_run(run_id, state, exit_status)
-    store.set_trial_state(info.trial.trial_id, state)
+    store.set_trial_state(trial.trial_id, state)
     if state != State.COMPLETED:
         # What counts now is where a resume continues: batches trained since the last
         # checkpoint are lost with the run.
-        trial_id = info.trial.trial_id
-        kept = store.checkpoints(info.trial.experiment_id, trial_id=trial_id)
+        trial_id = trial.trial_id
+        kept = store.checkpoints(trial.experiment_id, trial_id=trial_id)
         store.set_progress(trial_id, max((checkpoint.batches for checkpoint in kept), default=0))
     return state
 
