@@ -95,11 +95,12 @@ class Context:
         self._exits.close()
         self._watcher.close()
         self.train.flush()
-        if exc_val is not None and not isinstance(exc_val, (KeyboardInterrupt, SystemExit)):
+        trial = self.info.trial
+        if exc_val is not None and not isinstance(exc_val, (KeyboardInterrupt, SystemExit)) and trial is not None:
             # The process that raised records its own error (the first recorded wins), so the
             # launcher shows it with its rank; InvalidHP is not a failure: a search replaces the trial.
             with contextlib.suppress(Exception), ExperimentStore(self.info.store_path) as store:
-                store.record_run_error(self.info.trial.run_id, error_record(exc_val, self.distributed.rank))
+                store.record_run_error(trial.run_id, error_record(exc_val, self.distributed.rank))
         self.distributed.close()
         if self._owned_run is not None and self._recorder is not None:
             store = self._recorder.store
@@ -116,7 +117,7 @@ class Context:
                 except OSError as error:  # the training is done and recorded: a leftover checkpoint is no failure
                     logger.warning("Not every checkpoint that checkpoint_storage does not keep was deleted: %s", error)
             store.end_run(self._owned_run, state)
-            store.set_state(self.info.trial.experiment_id, state)
+            store.set_state(self.info.require_trial().experiment_id, state)
         if self._recorder is not None:
             self._recorder.close()
 
@@ -181,14 +182,15 @@ def init(
             process refused its arguments or could not record the run (its rank and
             message are given); every process raises, none waits for the others.
     """
-    info = _info.get_cluster_info()
+    launched = _info.get_cluster_info()
     owned_run = None
-    by_hand = info is None
-    if by_hand:
+    by_hand = launched is None
+    if launched is None:
         # A script started by hand, on one process or several (a launcher run without an
         # experiment): the chief records one experiment and tells the others about it.
         info, owned_run, distributed = _init_by_hand(distributed, checkpoint_storage, preempt_mode, config)
     else:
+        info = launched
         _check_init_arguments(distributed, checkpoint_storage, preempt_mode, config)
     if distributed is None:
         distributed = DistributedContext.from_environment() if info.slots > 1 else DummyDistributedContext()
@@ -237,8 +239,9 @@ def _init_by_hand(
             except Exception as error:  # an invalid config or checkpoint storage, above all
                 refused = error
         _raise_if_refused(distributed, refused, distributed.allgather(_refusal(refused)))
-        info, owned_run, failure = None, None, None
-        if distributed.rank == 0:
+        info: Optional[_info.ClusterInfo] = None
+        owned_run, failure = None, None
+        if experiment_config is not None:  # the chief's, as nothing was refused
             try:
                 info, owned_run = _record_script_run(experiment_config, slots=distributed.size)
             except Exception as error:  # the store cannot be used, say
@@ -251,6 +254,7 @@ def _init_by_hand(
             info = _info.ClusterInfo.from_json(shared["info"])
         elif failure is not None:
             raise failure
+        assert info is not None  # recorded by the chief (and told to the others), or its failure raised
     except BaseException:
         if made_here:
             distributed.close()

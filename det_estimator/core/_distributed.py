@@ -98,7 +98,7 @@ class DistributedContext:
                 f"{environment_variables.CHIEF_IP}. Received: chief_ip=None"
             )
         port = int(os.environ.get(environment_variables.CHIEF_PORT, default_port))
-        address = (chief_ip if self.cross_size > 1 else "127.0.0.1", port)
+        address = (chief_ip if self.cross_size > 1 and chief_ip else "127.0.0.1", port)
         self._global = Star(self.rank, self.size, address, listen_host="" if self.cross_size > 1 else None)
         if self.local_size == self.size:
             self._local = self._global
