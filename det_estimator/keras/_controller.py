@@ -204,9 +204,10 @@ class TFKerasTrialController(TrialController):
                 if not checkpoint_now:
                     self._checkpoint(iterator, metrics)
             if stopping == "end":
-                max_batches = self._next_operation()
-                if max_batches is None:
+                next_target = self._next_operation()
+                if next_target is None:
                     break
+                max_batches = next_target
             elif stopping == "pause":
                 self._pause()
                 break
@@ -365,7 +366,7 @@ def _one_step_per_execution(model: tf.keras.Model) -> Iterator[None]:
     """
     steps = getattr(model, "_steps_per_execution", None)
     saved = int(steps.numpy()) if steps is not None else 1
-    if saved == 1:
+    if steps is None or saved == 1:
         yield
         return
     steps.assign(1)
