@@ -151,8 +151,8 @@ class MetricAccumulator:
         else:
             call = f"{type(self._reducer).__name__}.cross_slot_reduce"
         message = f"Metric {self.name!r}: {call} {problem}"
-        error = MetricReductionError.__name__
-        _root_cause.note(RootCause(self._rank, error, message, f"{error}: {message}", f"metric {self.name!r} ({call})"))
+        kind = MetricReductionError.__name__
+        _root_cause.note(RootCause(self._rank, kind, message, f"{kind}: {message}", f"metric {self.name!r} ({call})"))
         raise MetricReductionError(message)
 
     def _reduce(self, envelopes: Sequence[Envelope]) -> Any:
