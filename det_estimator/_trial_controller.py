@@ -38,9 +38,10 @@ class TrialController:
         info = core_context.info
         self._core = core_context
         self._distributed = core_context.distributed
-        self._config: ExperimentConfig = load_experiment_config(info.trial.config)
-        self._hparams = info.trial.hparams
-        self._seed = info.trial.trial_seed
+        self._trial = info.require_trial()
+        self._config: ExperimentConfig = load_experiment_config(self._trial.config)
+        self._hparams = self._trial.hparams
+        self._seed = self._trial.trial_seed
         self._test = info.test_mode
         self._latest_checkpoint = info.latest_checkpoint
         self._state = State.COMPLETED
@@ -50,12 +51,13 @@ class TrialController:
         self._last_checkpoint = -1
         self._last_metrics: Optional[dict[str, Any]] = None
         self._improved = False
-        self._operations: Optional[Iterator[core.SearcherOperation]] = None
+        # The searcher's operations, from _start_operations on.
+        self._operations: Iterator[core.SearcherOperation] = iter(())
         self._operation: Optional[core.SearcherOperation] = None
 
     def _new_context(self, context_class: type) -> Any:
         """A new trial context of ``context_class`` (both trial contexts take the same arguments)."""
-        trial = self._core.info.trial
+        trial = self._trial
         return context_class(
             self._config,
             self._hparams,
@@ -89,8 +91,9 @@ class TrialController:
 
     def _next_operation(self) -> Optional[int]:
         """Completes the operation just trained; returns the batches to train in all for the next, or None."""
-        if self._is_chief:
-            self._operation.report_completed(self._searcher_metric())
+        trained = self._operation
+        if self._is_chief and trained is not None:
+            trained.report_completed(self._searcher_metric())
         self._operation = next(self._operations, None)
         self._complete_operations_reached()
         if self._operation is None:

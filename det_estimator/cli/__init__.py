@@ -298,7 +298,12 @@ def main(argv: Optional[list[str]] = None) -> int:
         python_show = warnings.showwarning
 
         def show(
-            message: Any, category: type, filename: str, lineno: int, file: Optional[TextIO] = None, line: Any = None
+            message: Any,
+            category: type[Warning],
+            filename: str,
+            lineno: int,
+            file: Optional[TextIO] = None,
+            line: Optional[str] = None,
         ) -> None:
             # What the config says to the user, as the command's other warnings: Python's
             # format would name the det-estimator line that loaded the config instead.
@@ -323,6 +328,7 @@ def _main(argv: Optional[list[str]]) -> int:
     if run is None:
         parser.print_help()
         return 2
+    store_path: Optional[str] = None
     try:
         store_path = _store_to_open(args)
         if store_path is None:
@@ -340,7 +346,7 @@ def _main(argv: Optional[list[str]]) -> int:
         print(f"det-estimator: error: {error}", file=sys.stderr)
         return 2
     except sqlite3.DatabaseError as error:
-        damaged = damaged_store_error(Path(store_path).resolve(), error)
+        damaged = None if store_path is None else damaged_store_error(Path(store_path).resolve(), error)
         if damaged is None:
             raise
         print(f"det-estimator: error: {damaged}", file=sys.stderr)

@@ -23,6 +23,7 @@ from det_estimator.errors import DetEstimatorError
 from det_estimator.orchestration import format_metrics, print_json
 from det_estimator.orchestration._processes import device_type
 from det_estimator.store import (
+    BestValidation,
     ExperimentBusyError,
     ExperimentStore,
     MetricKind,
@@ -238,6 +239,10 @@ def pause(store: ExperimentStore, args: argparse.Namespace) -> int:
     return 0 if experiment.state in (State.PAUSED, State.COMPLETED) else 1
 
 
+def _best_text(best: Optional[BestValidation]) -> str:
+    return "-" if best is None else f"{best.metric} {best.value:.6g}"
+
+
 def list_experiments(store: ExperimentStore, args: argparse.Namespace) -> int:
     """Every experiment: id, name, state, progress and best validation."""
     experiments = store.experiments()
@@ -257,7 +262,7 @@ def list_experiments(store: ExperimentStore, args: argparse.Namespace) -> int:
             _progress(e),
             e.slots,
             format_time(e.created_at),
-            "-" if best[e.id] is None else f"{best[e.id].metric} {best[e.id].value:.6g}",
+            _best_text(best[e.id]),
         ]
         for e in experiments
     ]

@@ -156,16 +156,19 @@ class EstimatorTrialController(TrialController):
         self._batches = batches
         self._report_training()
         validate = self._validation_due(stopping)
-        local_checkpoint = self._save_local(session, saver) if validate else None
-        metrics = self._validate(local_checkpoint) if validate else None
+        local_checkpoint: Optional[str] = None
+        metrics = None
+        if validate:
+            local_checkpoint = self._save_local(session, saver)
+            metrics = self._validate(local_checkpoint)
         checkpoint_now = bool(stopping) or self._checkpoint_due(metrics)
         if checkpoint_now:
             local_checkpoint = local_checkpoint or self._save_local(session, saver)
             self._checkpoint(session, local_checkpoint, metrics)
         if self._pause_asked_meanwhile(stopping, validate, checkpoint_now):
             stopping = "pause"  # at this batch
-            if not checkpoint_now:
-                self._checkpoint(session, local_checkpoint, metrics)
+            if not checkpoint_now:  # validated, so saved already
+                self._checkpoint(session, local_checkpoint or self._save_local(session, saver), metrics)
         if stopping == "end":
             max_batches = self._next_operation()
             if max_batches is None:

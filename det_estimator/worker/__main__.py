@@ -39,12 +39,12 @@ def main() -> int:
     except InvalidHP as error:
         # Not a failure: the search replaces the trial. Recorded for the launcher to see.
         with ExperimentStore(info.store_path) as store:
-            store.record_run_error(info.trial.run_id, error_record(error, rank))
+            store.record_run_error(info.require_trial().run_id, error_record(error, rank))
         print(f"The trial's hyperparameters are invalid (InvalidHP): {error}", file=sys.stderr)
         return 0
     except BaseException as error:
         with ExperimentStore(info.store_path) as store:
-            store.record_run_error(info.trial.run_id, error_record(error, rank))
+            store.record_run_error(info.require_trial().run_id, error_record(error, rank))
         raise
     return 0
 
