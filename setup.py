@@ -63,7 +63,16 @@ setup(
     extras_require={
         "cpu": [f"tensorflow-cpu{TENSORFLOW_RANGE}"],
         "gpu": [f"tensorflow[and-cuda]{TENSORFLOW_RANGE}"],
-        "dev": ["pytest", "pytest-timeout", "pytest-xdist", "psutil", "ruff==0.17.6"],
+        # mypy 1.19 and these PyYAML stubs are the last releases that support Python 3.9.
+        "dev": [
+            "pytest",
+            "pytest-timeout",
+            "pytest-xdist",
+            "psutil",
+            "ruff==0.17.6",
+            "mypy==1.19.1",
+            "types-PyYAML==6.0.12.20250915",
+        ],
     },
     entry_points={"console_scripts": ["det-estimator=det_estimator.cli:main"]},
     classifiers=[
