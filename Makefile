@@ -19,6 +19,7 @@ setup:
 lint: setup
 	$(VENV_PYTHON) -m ruff check .
 	$(VENV_PYTHON) -m ruff format --check .
+	$(VENV_PYTHON) -m mypy det_estimator
 
 format: setup
 	$(VENV_PYTHON) -m ruff check --fix .

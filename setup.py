@@ -5,15 +5,27 @@ TensorFlow that is already installed, so ``scripts/setup.sh`` builds it after
 TensorFlow. See the README.
 """
 
+import ast
 from pathlib import Path
 
 from setuptools import Extension, find_packages, setup
 
 TENSORFLOW_RANGE = ">=2.15,<2.16"
 
+
+def read_version() -> str:
+    """``__version__`` of det_estimator/_version.py, the version's one copy (read, not imported)."""
+    path = Path(__file__).with_name("det_estimator") / "_version.py"
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        names = [getattr(target, "id", None) for target in getattr(node, "targets", ())]
+        if isinstance(node, ast.Assign) and names == ["__version__"]:
+            return ast.literal_eval(node.value)
+    raise RuntimeError(f"{path} assigns no __version__")
+
+
 setup(
     name="det-estimator",
-    version="0.2.0",
+    version=read_version(),
     description=(
         "Train, evaluate and serve tf.estimator models on one to many Horovod workers, "
         "with validation metrics that are exact across workers."
@@ -43,11 +55,24 @@ setup(
         "optuna>=4.0",
         # The live progress bar: redrawn in place, with throughput and time left.
         "tqdm>=4.60",
+        # The store writes TensorBoard event files with tensorboard's protos and record writer
+        # (tensorboard.compat.proto, tensorboard.summary.writer), without TensorFlow, which is
+        # an extra: the command alone must not depend on TensorFlow bringing tensorboard along.
+        "tensorboard>=2.15",
     ],
     extras_require={
         "cpu": [f"tensorflow-cpu{TENSORFLOW_RANGE}"],
         "gpu": [f"tensorflow[and-cuda]{TENSORFLOW_RANGE}"],
-        "dev": ["pytest", "pytest-timeout", "pytest-xdist", "psutil", "ruff==0.17.6"],
+        # mypy 1.19 and these PyYAML stubs are the last releases that support Python 3.9.
+        "dev": [
+            "pytest",
+            "pytest-timeout",
+            "pytest-xdist",
+            "psutil",
+            "ruff==0.17.6",
+            "mypy==1.19.1",
+            "types-PyYAML==6.0.12.20250915",
+        ],
     },
     entry_points={"console_scripts": ["det-estimator=det_estimator.cli:main"]},
     classifiers=[

@@ -16,7 +16,7 @@ do) does not import TensorFlow.
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.2.0"
+from det_estimator._version import __version__
 
 # Public name -> the module that defines it.
 _EXPORTS = {

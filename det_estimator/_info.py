@@ -14,9 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from det_estimator import _environment_variables as environment_variables
 from det_estimator.errors import TrialHyperparameters
 
-INFO_VARIABLE = "DET_CLUSTER_INFO"
+# The variable that names a launched process's info file (kept under this name for callers of _info).
+INFO_VARIABLE = environment_variables.CLUSTER_INFO
 
 TRIAL_TASK = "TRIAL"
 
@@ -61,6 +63,8 @@ class TrialClassSpec:
                 sys.path.insert(0, entry)
         if self.module == "__main__" and self.file:
             spec = importlib.util.spec_from_file_location("det_estimator_trial_module", self.file)
+            if spec is None or spec.loader is None:
+                raise ImportError(f"Cannot load the trial class's module from {self.file}: it is not a Python file.")
             module = importlib.util.module_from_spec(spec)
             sys.modules[spec.name] = module
             spec.loader.exec_module(module)
@@ -139,10 +143,20 @@ class ClusterInfo:
     search_driven: bool = False
     launcher: Optional[tuple[int, str, Optional[int]]] = None
 
+    def require_trial(self) -> TrialInfo:
+        """The trial this process works for.
+
+        Raises:
+            RuntimeError: the process works for no trial (a job's process).
+        """
+        if self.trial is None:
+            raise RuntimeError(f"This process runs a {self.task_type} task, not a trial: its cluster info has none.")
+        return self.trial
+
     @property
     def container_rank(self) -> int:
         """The index of this process's machine among ``container_addrs`` (from Horovod's or TF's launch)."""
-        for variable in ("HOROVOD_CROSS_RANK", "DET_CROSS_RANK"):
+        for variable in ("HOROVOD_CROSS_RANK", environment_variables.CROSS_RANK):
             if variable in os.environ:
                 return int(os.environ[variable])
         return 0

@@ -5,7 +5,7 @@ into each checkpoint's metadata. Imports nothing of det-estimator, and no Tensor
 """
 
 import random
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -13,7 +13,9 @@ import numpy as np
 def python_and_numpy_state() -> dict[str, Any]:
     """This process's Python and NumPy random states, as JSON values."""
     version, state, gauss = random.getstate()
-    name, keys, position, has_gauss, cached = np.random.get_state()
+    # The legacy form (the default): a tuple, not the dict of other bit generators.
+    legacy = cast(tuple[str, np.ndarray, int, int, float], np.random.get_state(legacy=True))
+    name, keys, position, has_gauss, cached = legacy
     return {
         "python": [version, list(state), gauss],
         "numpy": [name, keys.tolist(), int(position), int(has_gauss), float(cached)],

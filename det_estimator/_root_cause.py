@@ -138,6 +138,16 @@ def root_cause(error: BaseException, rank: Optional[int], origin: str = "", use_
     )
 
 
+def error_record(error: BaseException, rank: int) -> dict[str, Any]:
+    """What a failing process records of its error: its root cause, as the store's run error.
+
+    The record has the rank whose code raised it, the exception's type and message, its
+    traceback from the user's own frames, and what raised it (a metric, a hook); the
+    whole traceback stays in the process's output.
+    """
+    return root_cause(error, rank).to_record()
+
+
 def cause_of_current_exception(rank: Optional[int], origin: str) -> RootCause:
     """The root cause of the exception being handled now (inside an ``except`` block)."""
     error = sys.exc_info()[1]

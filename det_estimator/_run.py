@@ -116,7 +116,8 @@ def run_in_this_process(
         core.build_context(info, core.DummyDistributedContext(), store=store) as core_context,
     ):
         train(core_context)
-    return orchestration.trial_outcome(store, info.trial.trial_id, info.trial.run_id)
+    trial = info.require_trial()
+    return orchestration.trial_outcome(store, trial.trial_id, trial.run_id)
 
 
 def _with_slots(config: ExperimentConfig, slots: Optional[int]) -> ExperimentConfig:

@@ -21,7 +21,7 @@ from det_estimator.store import State
 
 def new_trial_context(context_class: type, core_context: core.Context) -> Any:
     """A new trial context of ``context_class`` for the trial of ``core_context`` (both trial contexts take these)."""
-    trial = core_context.info.trial
+    trial = core_context.info.require_trial()
     return context_class(
         core_context.config,
         trial.hparams,
@@ -51,9 +51,10 @@ class TrialController:
         info = core_context.info
         self._core = core_context
         self._distributed = core_context.distributed
+        self._trial = info.require_trial()
         self._config: ExperimentConfig = core_context.config
-        self._hparams = info.trial.hparams
-        self._seed = info.trial.trial_seed
+        self._hparams = self._trial.hparams
+        self._seed = self._trial.trial_seed
         self._test = info.test_mode
         self._latest_checkpoint = info.latest_checkpoint
         self._state = State.COMPLETED
@@ -63,7 +64,8 @@ class TrialController:
         self._last_checkpoint = -1
         self._last_metrics: Optional[dict[str, Any]] = None
         self._improved = False
-        self._operations: Optional[Iterator[core.SearcherOperation]] = None
+        # The searcher's operations, from _start_operations on.
+        self._operations: Iterator[core.SearcherOperation] = iter(())
         self._operation: Optional[core.SearcherOperation] = None
 
     @property
@@ -90,8 +92,9 @@ class TrialController:
 
     def _next_operation(self) -> Optional[int]:
         """Completes the operation just trained; returns the batches to train in all for the next, or None."""
-        if self._is_chief:
-            self._operation.report_completed(self._searcher_metric())
+        trained = self._operation
+        if self._is_chief and trained is not None:
+            trained.report_completed(self._searcher_metric())
         self._operation = next(self._operations, None)
         self._complete_operations_reached()
         if self._operation is None:

@@ -7,8 +7,7 @@ all. Most also derive from the built-in class that describes them (``ValueError`
 a bad config, ``RuntimeError`` for misuse of a lifecycle), so code that catches those
 keeps working.
 
-This module imports nothing else of det-estimator but ``_root_cause`` (which imports
-nothing of it): every layer may use it.
+This module imports nothing of det-estimator: every layer may use it.
 """
 
 
@@ -24,6 +23,13 @@ class PermanentTrialError(DetEstimatorError):
     """
 
     permanent = True
+
+
+class TrialLifecycleError(PermanentTrialError, RuntimeError):
+    """The trial was built or used in a way the harness cannot run.
+
+    Raised by the controllers of both trial types (``EstimatorTrial``, ``TFKerasTrial``).
+    """
 
 
 class TrialDefinitionError(PermanentTrialError, TypeError, ValueError):
@@ -62,15 +68,3 @@ class TrialHyperparameters(dict):
             f"Hyperparameter {name!r} is not defined in the experiment config; "
             f"the defined hyperparameters are: {defined}"
         )
-
-
-def error_record(error: BaseException, rank: int) -> dict:
-    """What a failing process records of its error: its root cause (see ``det_estimator._root_cause``).
-
-    The record has the rank whose code raised it, the exception's type and message, its
-    traceback from the user's own frames, and what raised it (a metric, a hook); the
-    whole traceback stays in the process's output.
-    """
-    from det_estimator._root_cause import root_cause
-
-    return root_cause(error, rank).to_record()

@@ -37,9 +37,10 @@ find_python() {
 }
 
 # The stamp records what the environment was built from; a change to any of these files
-# rebuilds (the C file is compiled into the editable install).
+# rebuilds (the C file is compiled into the editable install, and the version file gives
+# the installed metadata its version).
 setup_fingerprint() {
-    cat setup.py scripts/setup.sh det_estimator/reducers/*.c | sha256sum | cut -d' ' -f1
+    cat setup.py scripts/setup.sh det_estimator/_version.py det_estimator/reducers/*.c | sha256sum | cut -d' ' -f1
 }
 
 horovod_is_ready() {

@@ -5,7 +5,7 @@ import copy
 import pytest
 
 from det_estimator import _root_cause
-from det_estimator.errors import error_record
+from det_estimator._root_cause import error_record
 from det_estimator.reducers._accumulator import MetricAccumulator, MetricReductionError
 from det_estimator.store import ExperimentStore
 

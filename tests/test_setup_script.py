@@ -10,11 +10,13 @@ import pytest
 ROOT = Path(__file__).parent.parent
 
 
-def fake_python(path: Path, version: str, log: Path, runs: str = "") -> Path:
+def fake_python(path: Path, version: str, log: Path, runs: tuple[str, ...] = ()) -> Path:
     """An executable that logs its arguments and answers setup.sh's questions as Python ``version`` would.
 
-    ``python -m <runs>`` succeeds; anything else (making a venv, pip) fails.
+    ``python -m <one of runs>`` succeeds; anything else (making a venv, pip) fails.
     """
+    modules = "|".join(f'"-m {module}"' for module in runs)
+    succeeds = f'case "$1 $2" in {modules}) exit 0;; esac\n' if runs else ""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(
         "#!/usr/bin/env bash\n"
@@ -23,7 +25,7 @@ def fake_python(path: Path, version: str, log: Path, runs: str = "") -> Path:
         f'    if [[ "$2" == *print* ]]; then echo {version}; fi\n'
         "    exit 0\n"
         "fi\n"
-        f'if [[ -n "{runs}" && "$1 $2" == "-m {runs}" ]]; then exit 0; fi\n'
+        f"{succeeds}"
         "exit 1\n"
     )
     path.chmod(0o755)
@@ -40,7 +42,7 @@ def test_make_hands_python_to_setup_and_runs_the_tools_with_the_venvs(tmp_path, 
     (repo / "scripts" / "setup.sh").write_text(f'echo "PYTHON=${{PYTHON:-}} DET_VENV=$DET_VENV" >"{seen}"\n')
     (repo / "scripts" / "setup_system.sh").write_text("exit 0\n")
     log = tmp_path / "calls"
-    venv_python = fake_python(repo / ".venv" / "bin" / "python", "3.11", log, runs="ruff")
+    venv_python = fake_python(repo / ".venv" / "bin" / "python", "3.11", log, runs=("ruff", "mypy"))
     chosen = str(tmp_path / "bin" / "python3.9")
 
     env = {key: value for key, value in os.environ.items() if key not in ("PYTHON", "MAKEFLAGS", "MAKELEVEL")}
@@ -53,7 +55,11 @@ def test_make_hands_python_to_setup_and_runs_the_tools_with_the_venvs(tmp_path, 
 
     assert result.returncode == 0, result.stdout + result.stderr
     assert seen.read_text().strip() == f"PYTHON={chosen} DET_VENV=.venv"
-    assert log.read_text().splitlines() == [f"{venv_python} -m ruff check .", f"{venv_python} -m ruff format --check ."]
+    assert log.read_text().splitlines() == [
+        f"{venv_python} -m ruff check .",
+        f"{venv_python} -m ruff format --check .",
+        f"{venv_python} -m mypy det_estimator",
+    ]
 
 
 def run_setup(tmp_path: Path, python: Path, venv: Path) -> subprocess.CompletedProcess:

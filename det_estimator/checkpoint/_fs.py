@@ -108,7 +108,7 @@ def list_files(root: Path) -> list[str]:
     Returns:
         Paths relative to ``root`` with ``/`` separators, sorted.
     """
-    found = []
+    found: list[str] = []
     for directory, _, names in os.walk(root):
         relative = Path(directory).relative_to(root)
         found.extend((relative / name).as_posix() for name in names)

@@ -12,6 +12,8 @@ import re
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from det_estimator.errors import DetEstimatorError
+
 METADATA_FILE = "metadata.json"
 FORMAT_VERSION = 1
 STEPS_COMPLETED = "steps_completed"
@@ -22,7 +24,7 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 _JSON_TYPES = "None, bool, int, float, str, or a list or dict of those (dict keys must be str)"
 
 
-class InvalidCheckpointError(ValueError):
+class InvalidCheckpointError(DetEstimatorError, ValueError):
     """A directory whose ``metadata.json`` is missing, unreadable or malformed.
 
     Attributes:

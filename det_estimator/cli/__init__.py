@@ -10,7 +10,9 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional, TextIO
 
-from det_estimator import __version__
+from det_estimator import _environment_variables as environment_variables
+from det_estimator._host_list import HostSlots, parse_hosts
+from det_estimator._version import __version__
 from det_estimator.cli import _checkpoints as checkpoints
 from det_estimator.cli import _experiments as experiments
 from det_estimator.cli import _jobs as jobs
@@ -91,13 +93,12 @@ def _store(text: str) -> str:
     return text
 
 
-def _hosts(text: str) -> str:
-    """Horovod's host list: ``host:slots`` entries separated by commas."""
-    for entry in text.split(","):
-        host, _, slots = entry.partition(":")
-        if not host or not slots.isdigit() or int(slots) < 1:
-            raise argparse.ArgumentTypeError(f"must be host:slots entries separated by commas, not {text!r}")
-    return text
+def _hosts(text: str) -> list[HostSlots]:
+    """``--hosts``: ``host:slots`` entries separated by commas, each with its slots."""
+    try:
+        return parse_hosts(text, require_slots=True)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be host:slots entries separated by commas, not {text!r}") from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -108,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"det-estimator {__version__}")
     store_help = (
-        "the experiment store's database file (default: $DET_ESTIMATOR_STORE, else "
+        f"the experiment store's database file (default: ${environment_variables.STORE}, else "
         "$XDG_DATA_HOME/det-estimator/store.sqlite)"
     )
     parser.add_argument("--store", metavar="PATH", type=_store, help=store_help)
@@ -250,7 +251,7 @@ def _store_to_open(args: argparse.Namespace) -> Optional[str]:
     """
     from det_estimator.store import default_store_path
 
-    given = args.store or os.environ.get("DET_ESTIMATOR_STORE")
+    given = args.store or os.environ.get(environment_variables.STORE)
     path = Path(given).expanduser() if given else default_store_path()
     if (args.command, getattr(args, "action", None)) in _CREATING_COMMANDS:
         return str(path)
@@ -258,7 +259,7 @@ def _store_to_open(args: argparse.Namespace) -> Optional[str]:
         # SQLite would take an empty file for an empty database, and opening it makes a store there.
         raise UsageError(
             f"The store {path} is an empty file, not a store det-estimator made. Give the --store (or "
-            "DET_ESTIMATOR_STORE) of an existing store; `det-estimator experiment create` makes one."
+            f"{environment_variables.STORE}) of an existing store; `det-estimator experiment create` makes one."
         )
     if path.exists():
         return str(path)
@@ -272,7 +273,7 @@ def _store_to_open(args: argparse.Namespace) -> Optional[str]:
             print(f"No {what} yet: there is no store at {path}.")
         return None
     raise UsageError(
-        f"There is no experiment store at {path}. Give the --store (or DET_ESTIMATOR_STORE) of an existing "
+        f"There is no experiment store at {path}. Give the --store (or {environment_variables.STORE}) of an existing "
         "store; `det-estimator experiment create` makes one."
     )
 
@@ -297,7 +298,12 @@ def main(argv: Optional[list[str]] = None) -> int:
         python_show = warnings.showwarning
 
         def show(
-            message: Any, category: type, filename: str, lineno: int, file: Optional[TextIO] = None, line: Any = None
+            message: Any,
+            category: type[Warning],
+            filename: str,
+            lineno: int,
+            file: Optional[TextIO] = None,
+            line: Optional[str] = None,
         ) -> None:
             # What the config says to the user, as the command's other warnings: Python's
             # format would name the det-estimator line that loaded the config instead.
@@ -322,6 +328,7 @@ def _main(argv: Optional[list[str]]) -> int:
     if run is None:
         parser.print_help()
         return 2
+    store_path: Optional[str] = None
     try:
         store_path = _store_to_open(args)
         if store_path is None:
@@ -339,7 +346,7 @@ def _main(argv: Optional[list[str]]) -> int:
         print(f"det-estimator: error: {error}", file=sys.stderr)
         return 2
     except sqlite3.DatabaseError as error:
-        damaged = damaged_store_error(Path(store_path).resolve(), error)
+        damaged = None if store_path is None else damaged_store_error(Path(store_path).resolve(), error)
         if damaged is None:
             raise
         print(f"det-estimator: error: {damaged}", file=sys.stderr)

@@ -13,6 +13,7 @@ import shlex
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Optional
 
 from det_estimator import launcher
 from det_estimator.errors import DetEstimatorError
@@ -155,9 +156,9 @@ def check_program(context_dir: Path, command: list[str], environment: Mapping[st
         )
 
 
-def _top_level_definition(tree: ast.Module, name: str) -> "ast.AST | None":
+def _top_level_definition(tree: ast.Module, name: str) -> Optional[ast.stmt]:
     """The last top-level statement that binds ``name`` (a class, function, assignment or import)."""
-    found = None
+    found: Optional[ast.stmt] = None
     for node in tree.body:
         if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
             found = node

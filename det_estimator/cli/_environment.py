@@ -9,7 +9,7 @@ import sysconfig
 from pathlib import Path
 from typing import Optional
 
-from det_estimator import __version__
+from det_estimator._version import __version__
 
 
 def _installed_version(distribution: str) -> str:

@@ -23,6 +23,7 @@ from det_estimator.errors import DetEstimatorError
 from det_estimator.orchestration import format_metrics, print_json
 from det_estimator.orchestration._processes import device_type
 from det_estimator.store import (
+    BestValidation,
     ExperimentBusyError,
     ExperimentStore,
     MetricKind,
@@ -58,9 +59,11 @@ def create(open_store: Callable[[], ExperimentStore], args: argparse.Namespace) 
                 config.resources.slots_per_trial if slots is None else slots, "resources.slots_per_trial"
             )
         else:
-            on_hosts = sum(entry.slots for entry in launcher.parse_hosts(args.hosts))
+            on_hosts = sum(entry.slots for entry in args.hosts)
             if slots is not None and slots != on_hosts:
-                raise UsageError(f"--slots {slots} differs from the {on_hosts} slots of --hosts {args.hosts}.")
+                raise UsageError(
+                    f"--slots {slots} differs from the {on_hosts} slots of --hosts {launcher.format_hosts(args.hosts)}."
+                )
             slots = on_hosts
         if slots is not None and config.searcher.name == "single":
             # One trial: the slots are its processes. A search shares them among its trials.
@@ -91,8 +94,9 @@ def create(open_store: Callable[[], ExperimentStore], args: argparse.Namespace) 
         cpus = _cpus()
         if here > cpus:
             raise UsageError(
-                f"--hosts {args.hosts} gives this machine {here} slots, but it has {cpus} CPUs: each slot is a "
-                f"process of its own, and more processes than CPUs cannot start together. Give it {cpus} or fewer."
+                f"--hosts {launcher.format_hosts(args.hosts)} gives this machine {here} slots, but it has {cpus} CPUs: "
+                "each slot is a process of its own, and more processes than CPUs cannot start together. "
+                f"Give it {cpus} or fewer."
             )
     storage = orchestration.checkpoint_storage_root(config, str(context_dir))
     made = outermost_missing(storage)
@@ -156,8 +160,8 @@ def resume(store: ExperimentStore, args: argparse.Namespace) -> int:
             launcher.check_hosts(experiment.hosts)
         except ValueError as error:
             raise UsageError(
-                f"Experiment {args.experiment_id} runs on --hosts {experiment.hosts}: {error} Resume it once every "
-                "host is back."
+                f"Experiment {args.experiment_id} runs on --hosts {launcher.format_hosts(experiment.hosts)}: {error} "
+                "Resume it once every host is back."
             ) from None
     _check_code_is_there(experiment)
     _tell(args.json, f"Resuming experiment {args.experiment_id} from its latest checkpoint")
@@ -225,6 +229,10 @@ def pause(store: ExperimentStore, args: argparse.Namespace) -> int:
     return 0 if experiment.state in (State.PAUSED, State.COMPLETED) else 1
 
 
+def _best_text(best: Optional[BestValidation]) -> str:
+    return "-" if best is None else f"{best.metric} {best.value:.6g}"
+
+
 def list_experiments(store: ExperimentStore, args: argparse.Namespace) -> int:
     """Every experiment: id, name, state, progress and best validation."""
     experiments = store.experiments()
@@ -244,7 +252,7 @@ def list_experiments(store: ExperimentStore, args: argparse.Namespace) -> int:
             _progress(e),
             e.slots,
             format_time(e.created_at),
-            "-" if best[e.id] is None else f"{best[e.id].metric} {best[e.id].value:.6g}",
+            _best_text(best[e.id]),
         ]
         for e in experiments
     ]

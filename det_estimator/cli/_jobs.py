@@ -52,10 +52,10 @@ def run(open_store: Callable[[], ExperimentStore], args: argparse.Namespace) -> 
     else:
         print(f"Job {job.id} {job.state} (exit status {job.exit_status}); its output: det-estimator job logs {job.id}")
     if job.state != State.COMPLETED:
-        error = job.error or {}
-        print(f"Job {job.id} failed: {error.get('message', '')}", file=sys.stderr)
-        if error.get("traceback"):
-            sys.stderr.write(error["traceback"])
+        recorded = job.error or {}
+        print(f"Job {job.id} failed: {recorded.get('message', '')}", file=sys.stderr)
+        if recorded.get("traceback"):
+            sys.stderr.write(recorded["traceback"])
         return 1
     return 0
 

@@ -3,6 +3,7 @@
 import math
 import numbers
 from pathlib import Path
+from typing import Optional
 
 from det_estimator.store import ExperimentStore, MetricKind, MetricRecord
 
@@ -49,11 +50,12 @@ def plot_learning_curves(store: ExperimentStore, experiment_id: int, output: Pat
         figure.text(0.5, 0.5, "no metrics reported yet", ha="center", va="center")
     for axis, (title, curves) in zip(axes.flat, panels.items()):
         others_labelled = False
-        for label, batches, values in curves:
-            thin = len(trials) > 1 and "(best)" not in label
-            marker = "o" if "validation" in label else None
+        for curve_label, batches, values in curves:
+            thin = len(trials) > 1 and "(best)" not in curve_label
+            marker = "o" if "validation" in curve_label else None
+            legend: Optional[str] = curve_label
             if thin:  # one legend entry for all the other trials
-                label, others_labelled = (None if others_labelled else "other trials"), True
+                legend, others_labelled = (None if others_labelled else "other trials"), True
             axis.plot(
                 batches,
                 values,
@@ -61,7 +63,7 @@ def plot_learning_curves(store: ExperimentStore, experiment_id: int, output: Pat
                 markersize=2 if thin else 3,
                 linewidth=0.8 if thin else 2.0,
                 alpha=0.45 if thin else 1.0,
-                label=label,
+                label=legend,
             )
         axis.set_title(title)
         axis.set_xlabel("batches")

@@ -29,7 +29,7 @@ from det_estimator.config._hyperparameters import (
     grid_size,
 )
 from det_estimator.config._lengths import Length, LengthUnit
-from det_estimator.config._searcher import AshaBracket, SearcherConfig
+from det_estimator.config._searcher import AshaBracket, SearcherConfig, searcher_key
 from det_estimator.config._sections import OptimizationsConfig, ReproducibilityConfig, ResourcesConfig
 
 __all__ = [
@@ -55,4 +55,5 @@ __all__ = [
     "grid_size",
     "load_environment",
     "load_experiment_config",
+    "searcher_key",
 ]

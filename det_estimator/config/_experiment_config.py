@@ -434,12 +434,10 @@ def _parse(raw: Mapping[Any, Any]) -> ExperimentConfig:
     raw = cluster_only_keys(raw, ignored)
     check_keys(raw, "", _TOP_LEVEL_KEYS)
     entrypoint_module, entrypoint_class, entrypoint_command = _parse_entrypoint(raw)
-    metadata = {
-        "name": read_str(raw, "name", "", default=""),
-        "description": read_str(raw, "description", "", default=""),
-        "labels": _parse_labels(raw),
-        "data": _parse_data(raw),
-    }
+    name = read_str(raw, "name", "", default="")
+    description = read_str(raw, "description", "", default="")
+    labels = _parse_labels(raw)
+    data = _parse_data(raw)
     if entrypoint_command and raw.get("hyperparameters") is None:
         hyperparameters = parse_hyperparameters({}, "hyperparameters")
     else:
@@ -453,7 +451,10 @@ def _parse(raw: Mapping[Any, Any]) -> ExperimentConfig:
         entrypoint_module=entrypoint_module,
         entrypoint_class=entrypoint_class,
         entrypoint_command=entrypoint_command,
-        **metadata,
+        name=name,
+        description=description,
+        labels=labels,
+        data=data,
         hyperparameters=hyperparameters,
         searcher=searcher,
         **_parse_schedule(raw),

@@ -13,7 +13,7 @@ import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Optional, Union
+from typing import Any, Optional, TypeVar, Union
 
 from det_estimator.config._errors import PREFIX, ConfigError, describe, invalid_value, missing_key
 from det_estimator.config._fields import (
@@ -164,6 +164,23 @@ class SearcherConfig:
         return _plan_brackets(self, "searcher")
 
 
+_Value = TypeVar("_Value")
+
+
+def searcher_key(value: Optional[_Value], key: str) -> _Value:
+    """``value``, of a key of the searcher's section that validation sets (to its default if not given).
+
+    Keys a searcher does not take are None in :class:`SearcherConfig`; a searcher reads
+    its own keys through this, which tells the type checker (and a reader) that they are set.
+
+    Raises:
+        AssertionError: the key is None: the searcher does not take it.
+    """
+    if value is None:
+        raise AssertionError(f"searcher.{key} is unset: the searcher reading it does not take it")
+    return value
+
+
 def _powers_up_to(divisor: Fraction, limit: Fraction, cap: int) -> int:
     """Returns ``min(floor(log_divisor(limit)) + 1, cap)``, exactly."""
     count, power = 1, divisor
@@ -201,25 +218,26 @@ def _bracket_rungs(config: SearcherConfig, divisor: Fraction, path: str) -> list
                 )
                 raise invalid_value(join(join(path, "bracket_rungs"), index), rule, rungs)
         return sorted(config.bracket_rungs, reverse=True)
-    cap = config.max_rungs
+    cap = searcher_key(config.max_rungs, "max_rungs")
     top = min(
         cap,
         _rungs_with_distinct_lengths(length, divisor, cap),
-        _powers_up_to(divisor, Fraction(config.max_trials), cap),
+        _powers_up_to(divisor, Fraction(searcher_key(config.max_trials, "max_trials")), cap),
     )
-    lowest = {"aggressive": top, "standard": (top - 1) // 2 + 1, "conservative": 1}[config.mode]
+    lowest = {"aggressive": top, "standard": (top - 1) // 2 + 1, "conservative": 1}[searcher_key(config.mode, "mode")]
     return list(range(top, lowest - 1, -1))
 
 
 def _split_trials(config: SearcherConfig, divisor: Fraction, rungs: list[int], path: str) -> list[int]:
+    max_trials = searcher_key(config.max_trials, "max_trials")
     weights = [divisor ** (count - 1) / count for count in rungs]
     total = sum(weights)
-    trials = [max(math.floor(weight / total * config.max_trials), 1) for weight in weights]
-    trials[0] += config.max_trials - sum(trials)
+    trials = [max(math.floor(weight / total * max_trials), 1) for weight in weights]
+    trials[0] += max_trials - sum(trials)
     if trials[0] < 1:
         counts = ", ".join(str(count) for count in rungs)
         rule = f"large enough to give each of the {len(rungs)} brackets (of {counts} rungs) at least one trial"
-        raise invalid_value(join(path, "max_trials"), rule, config.max_trials)
+        raise invalid_value(join(path, "max_trials"), rule, max_trials)
     return trials
 
 
@@ -233,10 +251,10 @@ def _split_concurrency(max_concurrent_trials: int, brackets: int) -> list[int]:
 
 
 def _plan_brackets(config: SearcherConfig, path: str) -> tuple[AshaBracket, ...]:
-    divisor = Fraction(config.divisor)
+    divisor = Fraction(searcher_key(config.divisor, "divisor"))
     rungs = _bracket_rungs(config, divisor, path)
     trials = _split_trials(config, divisor, rungs, path)
-    concurrency = _split_concurrency(config.max_concurrent_trials, len(rungs))
+    concurrency = _split_concurrency(searcher_key(config.max_concurrent_trials, "max_concurrent_trials"), len(rungs))
     length = config.max_length.value
     return tuple(
         AshaBracket(

@@ -52,14 +52,15 @@ def _storage_failure(error: BaseException) -> Optional[int]:
     savers raise errors of their own that quote the OS's message. A failure to clean up
     the partial files, on a file system turned read-only, is chained to the first one.
     """
-    while error is not None:
-        number = getattr(error, "errno", None)
+    link: Optional[BaseException] = error
+    while link is not None:
+        number = getattr(link, "errno", None)
         if number in _STORAGE_FAILURES:
             return number
         for candidate in _STORAGE_FAILURES:
-            if os.strerror(candidate) in str(error):
+            if os.strerror(candidate) in str(link):
                 return candidate
-        error = error.__context__
+        link = link.__context__
     return None
 
 
@@ -230,7 +231,7 @@ class CheckpointContext:
         # Every process's metadata goes into the checkpoint, as the reference merges it; every
         # process finds the same conflicts in the same shares, and so raises or not with the others.
         merged, conflicts = merge_metadata([theirs for _, theirs in shares])
-        if writer is not None:
+        if writer is not None and pending is not None:
             if all(succeeded) and not conflicts:
                 pending.metadata.update(merged)
                 self._before_seal()
@@ -342,7 +343,7 @@ class CheckpointContext:
             )
         copies = source is not None and uploaders[identity] == self._distributed.rank
         with self.store_path(metadata, shard=True) as (path, storage_id):
-            if copies:
+            if copies and source is not None:
                 shutil.copytree(source, path, dirs_exist_ok=True)
         return storage_id
 

@@ -110,12 +110,12 @@ class Context:
             # launcher shows it with its rank; InvalidHP too, which is not a failure: a search
             # replaces the trial.
             with contextlib.suppress(Exception):
-                lifecycle.record_error(self.info.trial.run_id, RunError.of(exc_val, self.distributed.rank))
+                lifecycle.record_error(self.info.require_trial().run_id, RunError.of(exc_val, self.distributed.rank))
         self.distributed.close()
         if self._owned_run is not None:
             # sys.exit(0) is a clean end (after should_preempt(), say), as a launched script's is.
             state = lifecycle.end(self.info, Ending(error=exc_val))
-            lifecycle.end_experiment(self.info.trial.experiment_id, state, self.config)
+            lifecycle.end_experiment(self.info.require_trial().experiment_id, state, self.config)
         if self._recorder is not None:
             self._recorder.close()
         if self._owns_store:
@@ -182,18 +182,19 @@ def init(
             process refused its arguments or could not record the run (its rank and
             message are given); every process raises, none waits for the others.
     """
-    info = _info.get_cluster_info()
+    launched = _info.get_cluster_info()
     owned_run = None
-    by_hand = info is None
+    by_hand = launched is None
     recorded_config = None
     store = None
-    if by_hand:
+    if launched is None:
         # A script started by hand, on one process or several (a launcher run without an
         # experiment): the chief records one experiment and tells the others about it.
         info, owned_run, distributed, recorded_config, store = _init_by_hand(
             distributed, checkpoint_storage, preempt_mode, config
         )
     else:
+        info = launched
         _check_init_arguments(distributed, checkpoint_storage, preempt_mode, config)
     if distributed is None:
         distributed = DistributedContext.from_environment() if info.slots > 1 else DummyDistributedContext()
@@ -252,14 +253,15 @@ def _init_by_hand(
             except Exception as error:  # an invalid config or checkpoint storage, above all
                 refused = error
         _raise_if_refused(distributed, refused, distributed.allgather(_refusal(refused)))
-        info, owned_run, failure = None, None, None
-        if distributed.rank == 0:
+        info: Optional[_info.ClusterInfo] = None
+        owned_run, failure = None, None
+        if experiment_config is not None:  # the chief's, as nothing was refused
             try:
                 store = ExperimentStore()
                 info = RunLifecycle(store).begin_by_hand(
                     experiment_config, command=_script_command(), slots=distributed.size
                 )
-                owned_run = info.trial.run_id
+                owned_run = info.require_trial().run_id
             except Exception as error:  # the store cannot be used, say
                 failure = error
         if distributed.size > 1:
@@ -270,6 +272,7 @@ def _init_by_hand(
             info = _info.ClusterInfo.from_json(shared["info"])
         elif failure is not None:
             raise failure
+        assert info is not None  # recorded by the chief (and told to the others), or its failure raised
     except BaseException:
         if store is not None:
             store.close()
@@ -384,7 +387,7 @@ def _parts(
     store: CoreStore,
 ) -> dict[str, Any]:
     """The parts of a :class:`Context` (and what they share), each recording through ``store``."""
-    trial = info.trial
+    trial = info.require_trial()
     recorder = StoreRecorder(store, trial.trial_id, trial.run_id) if distributed.rank == 0 else None
     searcher_config = config.searcher
     watcher = PauseWatcher(

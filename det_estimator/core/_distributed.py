@@ -4,12 +4,10 @@ import json
 import os
 from typing import Any, Optional
 
+from det_estimator import _environment_variables as environment_variables
 from det_estimator.core import _devices
 from det_estimator.core._transport import Star
 
-# Set by det-estimator's launchers for every process they start.
-CHIEF_IP_VARIABLE = "DET_CHIEF_IP"
-CHIEF_PORT_VARIABLE = "DET_CHIEF_PORT"
 # The reference system's default port, for processes started by hand without DET_CHIEF_PORT.
 _DEFAULT_PORT = 12360
 
@@ -104,17 +102,17 @@ class DistributedContext:
         self._global = Star(0, 1, ("", 0))
         self._local = self._global
         if size > 1:
-            self._connect(chief_ip or os.environ.get(CHIEF_IP_VARIABLE), pub_port + port_offset)
+            self._connect(chief_ip or os.environ.get(environment_variables.CHIEF_IP), pub_port + port_offset)
             _open_contexts.append(self)
 
     def _connect(self, chief_ip: Optional[str], default_port: int) -> None:
         if self.cross_size > 1 and not chief_ip:
             raise ValueError(
                 f"A job on {self.cross_size} machines needs the chief's address: pass chief_ip= or set "
-                f"{CHIEF_IP_VARIABLE}. Received: chief_ip=None"
+                f"{environment_variables.CHIEF_IP}. Received: chief_ip=None"
             )
-        port = int(os.environ.get(CHIEF_PORT_VARIABLE, default_port))
-        address = (chief_ip if self.cross_size > 1 else "127.0.0.1", port)
+        port = int(os.environ.get(environment_variables.CHIEF_PORT, default_port))
+        address = (chief_ip if self.cross_size > 1 and chief_ip else "127.0.0.1", port)
         self._global = Star(self.rank, self.size, address, listen_host="" if self.cross_size > 1 else None)
         if self.local_size == self.size:
             self._local = self._global
@@ -197,7 +195,7 @@ class DistributedContext:
                 local_size=local_size,
                 cross_rank=cross_rank,
                 cross_size=cross_size,
-                chief_ip=os.environ.get(CHIEF_IP_VARIABLE) or workers[0].rsplit(":", 1)[0],
+                chief_ip=os.environ.get(environment_variables.CHIEF_IP) or workers[0].rsplit(":", 1)[0],
             )
             return distributed, tf.distribute.MultiWorkerMirroredStrategy()
         gpus = tf.config.list_physical_devices("GPU")
@@ -232,7 +230,7 @@ class DistributedContext:
                 local_size=local_size,
                 cross_rank=cross_rank,
                 cross_size=cross_size,
-                chief_ip=os.environ.get(CHIEF_IP_VARIABLE) or workers[0].rsplit(":", 1)[0],
+                chief_ip=os.environ.get(environment_variables.CHIEF_IP) or workers[0].rsplit(":", 1)[0],
             )
         return DummyDistributedContext()
 
@@ -317,9 +315,16 @@ def _machine_placement(rank: int, size: int) -> tuple[int, int, int, int]:
     and the like, for the same rank and size); a ``TF_CONFIG`` written by hand does not,
     and each worker then counts as a machine of its own.
     """
-    names = ("RANK", "SIZE", "LOCAL_RANK", "LOCAL_SIZE", "CROSS_RANK", "CROSS_SIZE")
+    variables = (
+        environment_variables.RANK,
+        environment_variables.SIZE,
+        environment_variables.LOCAL_RANK,
+        environment_variables.LOCAL_SIZE,
+        environment_variables.CROSS_RANK,
+        environment_variables.CROSS_SIZE,
+    )
     try:
-        launched = [int(os.environ[f"DET_{name}"]) for name in names]
+        launched = [int(os.environ[variable]) for variable in variables]
     except (KeyError, ValueError):
         return 0, 1, rank, size
     if launched[:2] != [rank, size]:

@@ -21,13 +21,15 @@ import socket
 import struct
 import sys
 import time
+from types import FrameType
 from typing import Any, Optional
 
+from det_estimator import _environment_variables as environment_variables
 from det_estimator.errors import DetEstimatorError, PermanentTrialError
 
 _LENGTH = struct.Struct("!Q")
 # How long processes wait for each other to start, before giving up with a clear error.
-_RENDEZVOUS_SECONDS = float(os.environ.get("DET_RENDEZVOUS_TIMEOUT", "300"))
+_RENDEZVOUS_SECONDS = float(os.environ.get(environment_variables.RENDEZVOUS_TIMEOUT, "300"))
 # det-estimator's own frames are skipped when naming where a collective was called from.
 _PACKAGE_DIRECTORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
@@ -76,7 +78,7 @@ def _call_site() -> str:
     ``"should_preempt() at train.py:31"``: the outermost det-estimator function on the
     stack, and the first frame outside det-estimator that called it.
     """
-    frame = sys._getframe(1)
+    frame: Optional[FrameType] = sys._getframe(1)
     entered = None
     while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIRECTORY):
         entered = frame.f_code.co_name
@@ -106,6 +108,8 @@ class Star:
         self.size = size
         self._peers: list[socket.socket] = []
         self._hub: Optional[socket.socket] = None
+        # The listening socket of a hub made by hub_listening, until its members connect.
+        self._server: Optional[socket.socket] = None
         if size < 2:
             return
         if member == 0:
@@ -120,12 +124,18 @@ class Star:
         The members connect while the hub waits in :meth:`wait_for_members`.
         """
         star = cls.__new__(cls)
-        star.member, star.size, star._peers, star._hub = 0, size, [], None
-        star._server = socket.create_server((host, 0))
-        return star, (host, star._server.getsockname()[1])
+        server = socket.create_server((host, 0))
+        star.member, star.size, star._peers, star._hub, star._server = 0, size, [], None, server
+        return star, (host, server.getsockname()[1])
 
     def wait_for_members(self) -> None:
-        """Accepts the members of a hub made by :meth:`hub_listening`."""
+        """Accepts the members of a hub made by :meth:`hub_listening`.
+
+        Raises:
+            RuntimeError: the star was not made by :meth:`hub_listening`.
+        """
+        if self._server is None:
+            raise RuntimeError("Star.wait_for_members is for a hub made by Star.hub_listening.")
         self._accept_on(self._server)
 
     def _accept(self, address: tuple[str, int], listen_host: str) -> None:
@@ -134,7 +144,7 @@ class Star:
         except OSError as error:
             raise PeerGoneError(
                 f"The chief process cannot listen on port {address[1]} for the job's other processes ({error}). "
-                "Set DET_CHIEF_PORT to a free port."
+                f"Set {environment_variables.CHIEF_PORT} to a free port."
             ) from error
         self._accept_on(server)
 
@@ -180,7 +190,7 @@ class Star:
         if self.size < 2:
             return [obj]
         if self._hub is not None:
-            self._tell_hub("allgather", obj)
+            self._tell_hub(self._hub, "allgather", obj)
             return _receive(self._hub, "the chief")
         gathered = [obj, *self._hear_members("allgather")]
         for index, peer in enumerate(self._peers, 1):
@@ -192,7 +202,7 @@ class Star:
         if self.size < 2:
             return [obj]
         if self._hub is not None:
-            self._tell_hub("gather", obj)
+            self._tell_hub(self._hub, "gather", obj)
             return None
         return [obj, *self._hear_members("gather")]
 
@@ -201,16 +211,17 @@ class Star:
         if self.size < 2:
             return obj
         if self._hub is not None:
-            self._tell_hub("broadcast", None)
+            self._tell_hub(self._hub, "broadcast", None)
             return _receive(self._hub, "the chief")
         self._hear_members("broadcast")
         for index, peer in enumerate(self._peers, 1):
             _send(peer, obj, f"process {index}")
         return obj
 
-    def _tell_hub(self, collective: str, obj: Any) -> None:
+    @staticmethod
+    def _tell_hub(hub: socket.socket, collective: str, obj: Any) -> None:
         """A member's side of a collective: which one it is in, where it was called, and its ``obj``."""
-        _send(self._hub, (collective, _call_site(), obj), "the chief")
+        _send(hub, (collective, _call_site(), obj), "the chief")
 
     def _hear_members(self, collective: str) -> list[Any]:
         """The hub's side: every member's ``obj``, once each says it is in the same collective as the hub.

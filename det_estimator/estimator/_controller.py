@@ -9,12 +9,13 @@ from typing import Any, Optional
 import numpy as np
 import tensorflow as tf
 
-from det_estimator import __version__, core
+from det_estimator import core
 from det_estimator._process_random_state import python_and_numpy_state, restore_python_and_numpy_state
 from det_estimator._trial_controller import TrialController, new_trial_context
+from det_estimator._version import __version__
 from det_estimator.checkpoint import read_checkpoint
 from det_estimator.core._metrics import RankMetrics, combine_across_ranks
-from det_estimator.errors import PermanentTrialError, TrialDefinitionError
+from det_estimator.errors import TrialDefinitionError, TrialLifecycleError
 from det_estimator.estimator._checkpointing import check_serving_names, restore_into, write_checkpoint_files
 from det_estimator.estimator._estimator_setup import EXAMPLES_KEY, GraphRecorder, rebuild_estimator
 from det_estimator.estimator._inputs import training_input_fn, validation_input_fn
@@ -28,10 +29,6 @@ from det_estimator.store import State
 
 # EvalSpec's defaults; other values ask for something the harness does not do.
 _DEFAULT_THROTTLE_SECS, _DEFAULT_START_DELAY_SECS = 600, 120
-
-
-class TrialLifecycleError(PermanentTrialError, RuntimeError):
-    """The trial was built or used in a way the harness cannot run."""
 
 
 @dataclass(frozen=True)
@@ -93,7 +90,7 @@ def run_estimator_trial(
     if not (isinstance(trial_class, type) and issubclass(trial_class, EstimatorTrial)):
         raise TypeError(f"Argument `trial_class` must be a subclass of EstimatorTrial. Received: {trial_class!r}")
     context = context or new_trial_context(EstimatorTrialContext, core_context)
-    seed_everything(core_context.info.trial.trial_seed)
+    seed_everything(core_context.info.require_trial().trial_seed)
     built = BuiltTrial.of(trial_class(context), context)
     try:
         with scratch_model_dir(core_context.distributed.rank) as model_dir:
@@ -201,16 +198,19 @@ class EstimatorTrialController(TrialController):
         self._batches = batches
         self._report_training()
         validate = self._validation_due(stopping)
-        local_checkpoint = self._save_local(session, saver) if validate else None
-        metrics = self._validate(local_checkpoint) if validate else None
+        local_checkpoint: Optional[str] = None
+        metrics = None
+        if validate:
+            local_checkpoint = self._save_local(session, saver)
+            metrics = self._validate(local_checkpoint)
         checkpoint_now = bool(stopping) or self._checkpoint_due(metrics)
         if checkpoint_now:
             local_checkpoint = local_checkpoint or self._save_local(session, saver)
             self._checkpoint(session, local_checkpoint, metrics)
         if self._pause_asked_meanwhile(stopping, validate, checkpoint_now):
             stopping = "pause"  # at this batch
-            if not checkpoint_now:
-                self._checkpoint(session, local_checkpoint, metrics)
+            if not checkpoint_now:  # validated, so saved already
+                self._checkpoint(session, local_checkpoint or self._save_local(session, saver), metrics)
         if stopping == "end":
             max_batches = self._next_operation()
             if max_batches is None:

@@ -126,7 +126,7 @@ def overridden_estimator_methods(kind: type) -> list[str]:
     inherited = {
         name for base in bases for name, value in vars(base).items() if callable(value) or isinstance(value, property)
     }
-    overridden = set()
+    overridden: set[str] = set()
     for klass in kind.__mro__:
         if klass in bases or klass is object:
             break

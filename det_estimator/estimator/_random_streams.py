@@ -60,7 +60,7 @@ def _substitute(original: Callable[..., tf.Tensor], draw: Callable[..., tf.Tenso
     return build
 
 
-_SUBSTITUTES = {
+_SUBSTITUTES: dict[str, Callable[..., Any]] = {
     "random_uniform": lambda g, shape, dtype, name: g.uniform(shape, dtype=dtype, name=name),
     "random_uniform_int": lambda g, shape, low, high, name: g.uniform(
         shape, minval=low, maxval=high, dtype=tf.convert_to_tensor(low).dtype, name=name

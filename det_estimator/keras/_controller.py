@@ -9,12 +9,13 @@ from typing import Any, Optional
 import numpy as np
 import tensorflow as tf
 
-from det_estimator import __version__, core
+from det_estimator import core
 from det_estimator._process_random_state import python_and_numpy_state, restore_python_and_numpy_state
 from det_estimator._trial_controller import TrialController, new_trial_context
+from det_estimator._version import __version__
 from det_estimator.checkpoint import read_checkpoint
 from det_estimator.core._metrics import combine_across_ranks
-from det_estimator.errors import PermanentTrialError
+from det_estimator.errors import TrialLifecycleError
 from det_estimator.keras import _callback_states, _data, _random_states
 from det_estimator.keras._callback_list import TrialCallbacks
 from det_estimator.keras._checkpoints import read_variables, write_variables
@@ -28,10 +29,6 @@ from det_estimator.keras._trial import TFKerasTrial, check_model
 from det_estimator.store import State
 
 logger = logging.getLogger("det_estimator.keras")
-
-
-class TrialLifecycleError(PermanentTrialError, RuntimeError):
-    """The trial was built or used in a way the harness cannot run."""
 
 
 class TFKerasTrialController(TrialController):
@@ -209,9 +206,10 @@ class TFKerasTrialController(TrialController):
                 if not checkpoint_now:
                     self._checkpoint(iterator, metrics)
             if stopping == "end":
-                max_batches = self._next_operation()
-                if max_batches is None:
+                next_target = self._next_operation()
+                if next_target is None:
                     break
+                max_batches = next_target
             elif stopping == "pause":
                 self._pause()
                 break
@@ -350,7 +348,7 @@ def _one_step_per_execution(model: tf.keras.Model) -> Iterator[None]:
     """
     steps = getattr(model, "_steps_per_execution", None)
     saved = int(steps.numpy()) if steps is not None else 1
-    if saved == 1:
+    if steps is None or saved == 1:
         yield
         return
     steps.assign(1)

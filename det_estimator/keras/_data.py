@@ -14,7 +14,7 @@ Every kind becomes a ``tf.data.Dataset`` of batches:
 """
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
@@ -76,8 +76,9 @@ class TrainingData:
         iterator = iter(dataset)
         if not self._saves_iterator or batches == 0:
             return iterator
-        prefix = None if saved is None else saved[0] / ITERATORS_DIR / f"rank{self._rank}"
-        if prefix is not None and saved[1] == size and Path(f"{prefix}.index").exists():
+        # This process's position, if the checkpoint was written by as many processes.
+        prefix = saved[0] / ITERATORS_DIR / f"rank{self._rank}" if saved is not None and saved[1] == size else None
+        if prefix is not None and Path(f"{prefix}.index").exists():
             try:
                 tf.train.Checkpoint(iterator=iterator).read(str(prefix)).assert_consumed()
             except (tf.errors.OpError, AssertionError, ValueError) as error:
@@ -261,7 +262,9 @@ def _reader(loader: Any, context: TFKerasTrialContext, which: str) -> BatchReade
 
 def _sequence_plan(num_batches: int, first: int, size: int, shuffle_seed: Optional[int]) -> Iterator[Placement]:
     """Batches ``first``, ``first + size``, ... of the endless stream of a Sequence's epochs."""
-    element, epoch, order = first, -1, None
+    element = first
+    epoch = element // num_batches
+    order = epoch_order(num_batches, epoch, shuffle_seed)
     while True:
         if element // num_batches != epoch:
             epoch = element // num_batches
@@ -279,7 +282,7 @@ def _check_wrapped(dataset: tf.data.Dataset, context: TFKerasTrialContext, which
         )
 
 
-def _class_weighted(dataset: tf.data.Dataset, class_weight: Optional[dict]) -> tf.data.Dataset:
+def _class_weighted(dataset: tf.data.Dataset, class_weight: Optional[Mapping[Any, float]]) -> tf.data.Dataset:
     if not class_weight:
         return dataset
     from keras.src.engine import data_adapter  # Keras' own rule, as model.fit(class_weight=...) applies it

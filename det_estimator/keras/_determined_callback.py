@@ -10,9 +10,10 @@ from typing import Any, Optional, Union
 import numpy as np
 import tensorflow as tf
 
-from det_estimator import __version__, core
+from det_estimator import core
 from det_estimator._checkpoint_kind import CALLBACK_WEIGHTS
 from det_estimator._process_random_state import python_and_numpy_state, restore_python_and_numpy_state
+from det_estimator._version import __version__
 from det_estimator.keras import _random_states
 from det_estimator.keras._global_metrics import GlobalMetrics, global_metrics
 
@@ -138,7 +139,8 @@ class DeterminedCallback(tf.keras.callbacks.Callback):
                     "Argument `train_metrics_report_period` must be 'epoch' or a positive int. "
                     f"Received: train_metrics_report_period={train_metrics_report_period!r}"
                 )
-            report_every_batches = None if train_metrics_report_period == "epoch" else train_metrics_report_period
+            # "epoch", or a positive int (checked above).
+            report_every_batches = train_metrics_report_period if isinstance(train_metrics_report_period, int) else None
         if checkpoint_epochs is not None:
             checkpoint_every_epochs = checkpoint_epochs or None
         for name, value in (
@@ -155,6 +157,8 @@ class DeterminedCallback(tf.keras.callbacks.Callback):
             )
         self._core = core_context
         self._checkpoint = checkpoint
+        # The storage id of the last checkpoint this callback wrote, on every process.
+        self._saved_storage_id: Optional[str] = None
         self._continue_id = continue_id
         self._report_every = report_every_batches
         self._checkpoint_epochs = checkpoint_every_epochs
@@ -325,7 +329,7 @@ class DeterminedCallback(tf.keras.callbacks.Callback):
 
         def due(period: Optional[int]) -> bool:
             # Crossed rather than equal: with steps_per_execution > 1 Keras calls back every few batches.
-            return bool(period) and steps // period > before // period
+            return period is not None and steps // period > before // period
 
         if due(self._report_every):
             self._report_training(self._running_metrics(logs))
@@ -454,13 +458,18 @@ class DeterminedCallback(tf.keras.callbacks.Callback):
                 checkpoint.write(str(Path(path) / WEIGHTS_PREFIX))
                 with_random = {**state, "random_states": random_states, "generator_states": generator_states}
                 (Path(path) / STATE_FILE).write_text(json.dumps(with_random, indent=2), encoding="utf-8")
+                self._write_chief_files(Path(path))
             else:
                 # Reading variables of a tf.distribute strategy can be a collective: every
                 # process writes, the others into a directory thrown away.
                 with tempfile.TemporaryDirectory(prefix="det-estimator-ckpt-") as scratch:
                     checkpoint.write(str(Path(scratch) / WEIGHTS_PREFIX))
         self._last_checkpoint_steps = self._steps_completed
+        self._saved_storage_id = storage_id
         logger.info("checkpoint %s after %d batches", storage_id, self._steps_completed)
+
+    def _write_chief_files(self, path: Path) -> None:
+        """Writes files of a subclass's into a checkpoint, beside the chief's weights and state (none here)."""
 
 
 class _ResumePosition:

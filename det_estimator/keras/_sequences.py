@@ -175,7 +175,10 @@ def _share_sequence(sequence: tf.keras.utils.Sequence) -> None:
 
 
 def _read_batch(sequence: Optional[tf.keras.utils.Sequence], index: int) -> Any:
-    return (sequence if sequence is not None else _SHARED_SEQUENCE)[index]
+    source = sequence if sequence is not None else _SHARED_SEQUENCE
+    if source is None:
+        raise RuntimeError("No Sequence to read a batch of: none was given, and none was shared with this process.")
+    return source[index]
 
 
 def as_batch(item: Any, index: int) -> tuple:

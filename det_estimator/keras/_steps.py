@@ -48,8 +48,11 @@ class TrainStep:
 
         On one process the flags are returned as given.
         """
-        if batches != self.batches_per_call:
-            self._per_execution.assign(batches)
+        # The variable to set for this call, if it runs other than batches_per_call batches
+        # (without steps_per_execution, batches_per_call and every call's batches are 1).
+        resized = self._per_execution if batches != self.batches_per_call else None
+        if resized is not None:
+            resized.assign(batches)
         try:
             if self._agreeing is None:
                 return self._function(iterator), pause, stop
@@ -57,5 +60,5 @@ class TrainStep:
             agreed = agreed.numpy()
             return logs, bool(agreed[0]), bool(agreed[1])
         finally:
-            if batches != self.batches_per_call:
-                self._per_execution.assign(self.batches_per_call)
+            if resized is not None:
+                resized.assign(self.batches_per_call)

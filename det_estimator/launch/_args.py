@@ -4,11 +4,9 @@ import argparse
 import os
 from typing import Optional
 
+from det_estimator import _environment_variables as environment_variables
 from det_estimator import _info
-from det_estimator.launcher import HostSlots, resolve_slots
-
-CHIEF_IP_VARIABLE = "DET_CHIEF_IP"
-CHIEF_PORT_VARIABLE = "DET_CHIEF_PORT"
+from det_estimator.launcher import HostSlots, parse_hosts, resolve_slots
 
 
 def parse(prog: str, description: str, argv: Optional[list[str]]) -> tuple[argparse.Namespace, list[str]]:
@@ -19,7 +17,7 @@ def parse(prog: str, description: str, argv: Optional[list[str]]) -> tuple[argpa
     """
     parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("--slots", type=int, default=None, help="processes to start on this machine")
-    parser.add_argument("--hosts", default=None, help="host:slots entries separated by commas")
+    parser.add_argument("--hosts", type=_hosts, default=None, help="host:slots entries separated by commas")
     parser.add_argument("--port", type=int, default=None, help="first port of the workers on other hosts")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command to run on every slot")
     args = parser.parse_args(argv)
@@ -29,6 +27,14 @@ def parse(prog: str, description: str, argv: Optional[list[str]]) -> tuple[argpa
     if not command:
         parser.error("give the command to run after --, e.g. -- python3 train.py")
     return args, command
+
+
+def _hosts(text: str) -> list[HostSlots]:
+    """``--hosts`` as entries; a host without ``:slots`` has one."""
+    try:
+        return parse_hosts(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be host:slots entries separated by commas, not {text!r}") from None
 
 
 def placement(args: argparse.Namespace) -> list[HostSlots]:
@@ -46,8 +52,8 @@ def chief_settings(entries: list[HostSlots]) -> dict[str, str]:
     """``DET_CHIEF_IP`` and ``DET_CHIEF_PORT`` for det-estimator's object collectives (kept when already set)."""
     from det_estimator.launcher import chief_address, free_port
 
-    hosts = None if all(entry.is_local for entry in entries) else ",".join(f"{e.host}:{e.slots}" for e in entries)
+    hosts = None if all(entry.is_local for entry in entries) else entries
     return {
-        CHIEF_IP_VARIABLE: os.environ.get(CHIEF_IP_VARIABLE) or chief_address(hosts),
-        CHIEF_PORT_VARIABLE: os.environ.get(CHIEF_PORT_VARIABLE) or str(free_port()),
+        environment_variables.CHIEF_IP: os.environ.get(environment_variables.CHIEF_IP) or chief_address(hosts),
+        environment_variables.CHIEF_PORT: os.environ.get(environment_variables.CHIEF_PORT) or str(free_port()),
     }

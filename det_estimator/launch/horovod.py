@@ -24,8 +24,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     if len(entries) == 1 and entries[0].slots == 1 and entries[0].is_local:
         exec_single(command)
     slots = sum(entry.slots for entry in entries)
-    hosts = ",".join(f"{entry.host}:{entry.slots}" for entry in entries)
-    run = horovodrun_command(slots, script_command(command), hosts)
+    run = horovodrun_command(slots, script_command(command), entries)
     return Job([ProcessSpec(0, "localhost", run, _args.chief_settings(entries))], prefix=False).run()
 
 

@@ -15,6 +15,7 @@ import json
 import sys
 from typing import Optional
 
+from det_estimator import _environment_variables as environment_variables
 from det_estimator.launch import _args
 from det_estimator.launcher import HostSlots, Job, ProcessSpec, address_towards, exec_single, free_port
 
@@ -43,12 +44,12 @@ def tf_config_processes(
         env = {
             TF_CONFIG: json.dumps(config),
             **chief,
-            "DET_RANK": str(rank),
-            "DET_SIZE": str(len(addresses)),
-            "DET_LOCAL_RANK": str(local_rank),
-            "DET_LOCAL_SIZE": str(entry.slots),
-            "DET_CROSS_RANK": str(entries.index(entry)),
-            "DET_CROSS_SIZE": str(len(entries)),
+            environment_variables.RANK: str(rank),
+            environment_variables.SIZE: str(len(addresses)),
+            environment_variables.LOCAL_RANK: str(local_rank),
+            environment_variables.LOCAL_SIZE: str(entry.slots),
+            environment_variables.CROSS_RANK: str(entries.index(entry)),
+            environment_variables.CROSS_SIZE: str(len(entries)),
         }
         processes.append(ProcessSpec(rank, entry.host, list(command), env))
     return processes

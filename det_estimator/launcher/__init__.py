@@ -1,6 +1,7 @@
 """Starts the processes of a trial run (horovodrun, or the command itself on one slot). Imports no TensorFlow."""
 
-from det_estimator.launcher._hosts import HostSlots, address_towards, check_hosts, parse_hosts, slots_on_this_machine
+from det_estimator._host_list import HostSlots, format_hosts, parse_hosts
+from det_estimator.launcher._hosts import address_towards, check_hosts, slots_on_this_machine
 from det_estimator.launcher._job import Job, ProcessSpec, exec_single, resolve_slots
 from det_estimator.launcher._launch import (
     chief_address,
@@ -8,6 +9,7 @@ from det_estimator.launcher._launch import (
     free_port,
     horovodrun_command,
     is_self_launching,
+    output_pipe,
     pause_on_signals,
     process_command,
     script_command,
@@ -24,9 +26,11 @@ __all__ = [
     "chief_address",
     "describe",
     "exec_single",
+    "format_hosts",
     "free_port",
     "horovodrun_command",
     "is_self_launching",
+    "output_pipe",
     "parse_hosts",
     "pause_on_signals",
     "process_command",

@@ -1,48 +1,15 @@
-"""The ``--hosts`` of a run: its entries, and what can be known of each host before anything starts.
+"""The ``--hosts`` of a run: what can be known of each host before anything starts.
 
 Imports no TensorFlow. A host is this machine under any of its names or addresses, or
-another machine that horovodrun reaches over ssh.
+another machine that horovodrun reaches over ssh. The entries themselves, and their
+text, are ``det_estimator._host_list``'s.
 """
 
 import socket
 import subprocess
-from dataclasses import dataclass
+from collections.abc import Sequence
 
-# Hosts that mean this machine: processes for them start here, without ssh.
-LOCAL_HOSTS = ("localhost", "127.0.0.1", "")
-
-
-@dataclass(frozen=True)
-class HostSlots:
-    """A host and how many processes run on it.
-
-    Attributes:
-        host: its name or address (``localhost`` for this machine).
-        slots: processes on it.
-    """
-
-    host: str
-    slots: int
-
-    @property
-    def is_local(self) -> bool:
-        return self.host in LOCAL_HOSTS
-
-
-def parse_hosts(hosts: str) -> list[HostSlots]:
-    """``"h1:2,h2:1"`` as host entries (a host without ``:n`` has one slot).
-
-    Raises:
-        ValueError: an entry is empty or its slot count is not a positive int.
-    """
-    entries = []
-    for entry in hosts.split(","):
-        entry = entry.strip()
-        host, _, count = entry.rpartition(":") if ":" in entry else (entry, "", "1")
-        if not host or not count.isdigit() or int(count) < 1:
-            raise ValueError(f"Argument `--hosts` must be host:slots entries separated by commas. Received: {hosts!r}")
-        entries.append(HostSlots(host, int(count)))
-    return entries
+from det_estimator._host_list import HostSlots
 
 
 def address_towards(host: str) -> str:
@@ -59,7 +26,7 @@ def address_towards(host: str) -> str:
 _SSH_CONNECT_SECONDS = 10
 
 
-def check_hosts(hosts: str) -> None:
+def check_hosts(hosts: Sequence[HostSlots]) -> None:
     """Refuses a host of ``hosts`` that horovodrun could not start processes on, before anything runs.
 
     A name that does not resolve, or a host that ``ssh`` (as horovodrun calls it) cannot
@@ -70,7 +37,7 @@ def check_hosts(hosts: str) -> None:
     Raises:
         ValueError: a host is unknown or unreachable; the message names it and why.
     """
-    for host in dict.fromkeys(entry.host for entry in parse_hosts(hosts) if not entry.is_local):
+    for host in dict.fromkeys(entry.host for entry in hosts if not entry.is_local):
         try:
             if _names_this_machine(host):
                 continue
@@ -108,10 +75,10 @@ def check_hosts(hosts: str) -> None:
             )
 
 
-def slots_on_this_machine(hosts: str) -> int:
+def slots_on_this_machine(hosts: Sequence[HostSlots]) -> int:
     """How many of the slots of ``hosts`` are on this machine (under any of its names or addresses)."""
     slots = 0
-    for entry in parse_hosts(hosts):
+    for entry in hosts:
         try:
             here = entry.is_local or _names_this_machine(entry.host)
         except socket.gaierror:
@@ -126,7 +93,7 @@ def _names_this_machine(host: str) -> bool:
     Raises:
         socket.gaierror: the name does not resolve.
     """
-    addresses = {found[4][0] for found in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)}
+    addresses = {str(found[4][0]) for found in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)}
     return any(_is_this_machine(address) for address in addresses)
 
 

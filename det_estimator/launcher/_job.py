@@ -16,10 +16,14 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Optional, TextIO
+from types import FrameType
+from typing import Any, Callable, Optional, TextIO, Union
 
-from det_estimator.launcher._hosts import LOCAL_HOSTS, HostSlots, parse_hosts
-from det_estimator.launcher._launch import _die_with_parent, script_command
+from det_estimator._host_list import LOCAL_HOSTS, HostSlots, format_hosts
+from det_estimator.launcher._launch import output_pipe, script_command, start
+
+# What signal.signal takes and returns.
+_SignalHandler = Union[Callable[[int, Optional[FrameType]], Any], int, signal.Handlers, None]
 
 # How often the launcher looks at its processes.
 _POLL_SECONDS = 0.05
@@ -45,7 +49,10 @@ class ProcessSpec:
 
 
 def resolve_slots(
-    slots: Optional[int], hosts: Optional[str], cluster_slots: Optional[int], cluster_addrs: Sequence[str]
+    slots: Optional[int],
+    hosts: Optional[Sequence[HostSlots]],
+    cluster_slots: Optional[int],
+    cluster_addrs: Sequence[str],
 ) -> list[HostSlots]:
     """Where the job's processes run: ``--hosts``, else ``--slots`` here, else the cluster info's, else one here.
 
@@ -61,13 +68,12 @@ def resolve_slots(
         ValueError: ``--slots`` disagrees with ``--hosts``, or is not positive.
     """
     if hosts:
-        entries = parse_hosts(hosts)
-        if slots is not None and slots != sum(entry.slots for entry in entries):
+        if slots is not None and slots != sum(entry.slots for entry in hosts):
             raise ValueError(
                 f"Argument `--slots` must equal the slots of `--hosts` when both are given. "
-                f"Received: slots={slots}, hosts={hosts!r}"
+                f"Received: slots={slots}, hosts={format_hosts(hosts)!r}"
             )
-        return entries
+        return list(hosts)
     if slots is not None:
         if slots < 1:
             raise ValueError(f"Argument `--slots` must be at least 1. Received: slots={slots}")
@@ -111,7 +117,7 @@ class Job:
         self._output = output or sys.stdout
         self._prefix = prefix
         self._lock = threading.Lock()
-        self._procs: list[subprocess.Popen] = []
+        self._procs: list[subprocess.Popen[str]] = []
         self._pumps: list[threading.Thread] = []
 
     def run(self) -> int:
@@ -139,25 +145,15 @@ class Job:
         env.update(spec.env)
         env.setdefault("PYTHONUNBUFFERED", "1")
         command = script_command(spec.command) if spec.host in LOCAL_HOSTS else _ssh_command(spec, self._cwd)
-        process = subprocess.Popen(
-            command,
-            env=env,
-            cwd=self._cwd,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            errors="replace",
-            start_new_session=True,
-            preexec_fn=_die_with_parent,
-        )
+        process = start(command, env, self._cwd)
         self._procs.append(process)
         pump = threading.Thread(target=self._copy, args=(spec.rank, process), daemon=True)
         pump.start()
         self._pumps.append(pump)
 
-    def _copy(self, rank: int, process: subprocess.Popen) -> None:
+    def _copy(self, rank: int, process: subprocess.Popen[str]) -> None:
         head = f"[{rank}] " if self._prefix else ""
-        for line in process.stdout:
+        for line in output_pipe(process):
             with self._lock:
                 self._output.write(head + line)
                 self._output.flush()
@@ -165,7 +161,7 @@ class Job:
     def _wait(self) -> int:
         while True:
             statuses = [process.poll() for process in self._procs]
-            failed = [(rank, status) for rank, status in enumerate(statuses) if status not in (None, 0)]
+            failed = [(rank, status) for rank, status in enumerate(statuses) if status is not None and status != 0]
             if failed:
                 rank, status = failed[0]
                 self._pumps[rank].join(timeout=2)  # its last lines (a traceback) first
@@ -180,11 +176,11 @@ class Job:
                 return 0
             time.sleep(_POLL_SECONDS)
 
-    def _forward_signals(self) -> dict[int, object]:
+    def _forward_signals(self) -> dict[signal.Signals, _SignalHandler]:
         if threading.current_thread() is not threading.main_thread():
             return {}
 
-        def forward(sig: int, _frame: object) -> None:
+        def forward(sig: int, _frame: Optional[FrameType]) -> None:
             for process in self._procs:
                 if process.poll() is None:
                     with contextlib.suppress(ProcessLookupError):

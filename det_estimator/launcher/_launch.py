@@ -18,11 +18,12 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import IO, Any, Callable, Optional
 
-from det_estimator.launcher._hosts import address_towards, parse_hosts
+from det_estimator._host_list import HostSlots, format_hosts
+from det_estimator.launcher._hosts import address_towards
 
 # `python`, `python3` or `python3.11` at the head of a command means this interpreter,
 # which has det-estimator and TensorFlow (the one on PATH may not).
@@ -31,7 +32,9 @@ _PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
 _SELF_LAUNCHING = ("det_estimator.launch.horovod", "det_estimator.launch.tensorflow")
 
 
-def horovodrun_command(num_processes: int, command: list[str], hosts: Optional[str] = None) -> list[str]:
+def horovodrun_command(
+    num_processes: int, command: list[str], hosts: Optional[Sequence[HostSlots]] = None
+) -> list[str]:
     """The command line that runs ``command`` on ``num_processes`` slots of ``hosts`` (default: this machine)."""
     horovodrun = Path(sys.executable).with_name("horovodrun")
     if not horovodrun.exists():
@@ -39,7 +42,8 @@ def horovodrun_command(num_processes: int, command: list[str], hosts: Optional[s
             f"horovodrun was not found next to {sys.executable}; install Horovod with TensorFlow and Gloo "
             "(scripts/setup.sh does) to run a trial on several processes."
         )
-    return [str(horovodrun), "-np", str(num_processes), "-H", hosts or f"localhost:{num_processes}", "--gloo", *command]
+    host_list = format_hosts(hosts) if hosts else f"localhost:{num_processes}"
+    return [str(horovodrun), "-np", str(num_processes), "-H", host_list, "--gloo", *command]
 
 
 def worker_command() -> list[str]:
@@ -59,7 +63,7 @@ def is_self_launching(command: list[str]) -> bool:
     return len(command) > 2 and command[1] == "-m" and command[2] in _SELF_LAUNCHING
 
 
-def process_command(command: list[str], slots: int, hosts: Optional[str]) -> list[str]:
+def process_command(command: list[str], slots: int, hosts: Optional[Sequence[HostSlots]]) -> list[str]:
     """What to start for a run of ``command`` on ``slots`` processes.
 
     One slot on this machine runs the command itself; several (or any on other hosts)
@@ -77,7 +81,7 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def chief_address(hosts: Optional[str]) -> str:
+def chief_address(hosts: Optional[Sequence[HostSlots]]) -> str:
     """Where the other processes reach the chief: the first host of ``hosts``, else this machine.
 
     A first host named ``localhost`` is this machine; when other hosts take part, they
@@ -86,10 +90,9 @@ def chief_address(hosts: Optional[str]) -> str:
     """
     if not hosts:
         return "127.0.0.1"
-    entries = parse_hosts(hosts)
-    if not entries[0].is_local:
-        return entries[0].host
-    others = [entry.host for entry in entries if not entry.is_local]
+    if not hosts[0].is_local:
+        return hosts[0].host
+    others = [entry.host for entry in hosts if not entry.is_local]
     return address_towards(others[0]) if others else "127.0.0.1"
 
 
@@ -102,8 +105,8 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
 
 
-def start(command: list[str], env: dict[str, str], cwd: Optional[str] = None) -> subprocess.Popen:
-    """Starts ``command`` in a session of its own, its stdout and stderr merged into one text pipe."""
+def start(command: list[str], env: dict[str, str], cwd: Optional[str] = None) -> subprocess.Popen[str]:
+    """Starts ``command`` in a session of its own, its stdout and stderr merged into one text pipe (``output_pipe``)."""
     return subprocess.Popen(
         command,
         env=env,
@@ -115,6 +118,17 @@ def start(command: list[str], env: dict[str, str], cwd: Optional[str] = None) ->
         start_new_session=True,
         preexec_fn=_die_with_parent,
     )
+
+
+def output_pipe(process: subprocess.Popen[str]) -> IO[str]:
+    """The text pipe of a process that :func:`start` started: its stdout and stderr, merged.
+
+    Raises:
+        ValueError: the process has no such pipe (it was not started by :func:`start`).
+    """
+    if process.stdout is None:
+        raise ValueError(f"process {process.pid} has no output pipe: it was not started by launcher.start")
+    return process.stdout
 
 
 def describe(command: list[str]) -> str:

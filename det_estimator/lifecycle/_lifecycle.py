@@ -237,7 +237,7 @@ class RunLifecycle:
         owns its experiment ends it next, with :meth:`end_experiment`.
         """
         store = self._store
-        trial = info.trial
+        trial = info.require_trial()
         state = run_state(ending, preempted=store.trial_run(trial.run_id).preempted)
         store.end_run(trial.run_id, state, ending.exit_status)
         store.set_trial_state(trial.trial_id, state)

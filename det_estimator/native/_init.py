@@ -74,17 +74,17 @@ def init(
     launched = _info.get_cluster_info()
     if launched is not None:
         return _context_of_launched_rank(launched)
-    if not local:
-        command = _command_to_run(command, context_dir)
+    # What every slot runs: None to train in this process (local).
+    tracked = None if local else _command_to_run(command, context_dir)
     if context_dir:
         if not Path(context_dir).is_dir():
             raise ValueError(f"det.init(context_dir={context_dir!r}): not a directory.")
         os.chdir(context_dir)
     experiment_config = _native_config(config, slots=1 if local else None)
     check_checkpoint_storage(orchestration.checkpoint_storage_root(experiment_config, os.getcwd()).resolve())
-    if local:
+    if tracked is None:
         return _local_context(experiment_config, test)
-    sys.exit(_run_tracked(experiment_config, test, command))
+    sys.exit(_run_tracked(experiment_config, test, tracked))
 
 
 def _check_arguments(local: Any, test: Any, context_dir: Any, command: Any) -> None:
@@ -200,20 +200,20 @@ def _context_of_launched_rank(info: _info.ClusterInfo):
 
     # As for an EstimatorTrial in a worker process: the reference system's TF1 behaviour.
     tf.compat.v1.disable_v2_behavior()
-    distributed = core.DummyDistributedContext()
+    distributed: core.DistributedContext = core.DummyDistributedContext()
     if info.slots > 1:
         from det_estimator import _horovod
 
         distributed = core.DistributedContext.from_horovod(_horovod.init())
-    config = load_experiment_config(info.trial.config)
+    trial = info.require_trial()
+    config = load_experiment_config(trial.config)
 
     def run(train: Callable[[core.Context], Any]) -> orchestration.TrialOutcome:
         with ExperimentStore(info.store_path) as store:
             with core.build_context(info, distributed, config=config, store=store) as core_context:
                 train(core_context)
-            return orchestration.trial_outcome(store, info.trial.trial_id, info.trial.run_id)
+            return orchestration.trial_outcome(store, trial.trial_id, trial.run_id)
 
-    trial = info.trial
     return _context(config, trial.hparams, trial.trial_seed, trial.trial_id, trial.experiment_id, distributed, run)
 
 

@@ -5,7 +5,7 @@ Both displays take the follower's events; nothing here reads the trial's output.
 
 import os
 import sys
-from typing import Any, Optional, Protocol, TextIO
+from typing import Any, Optional, Protocol
 
 from det_estimator.orchestration._follow import (
     CheckpointSaved,
@@ -16,6 +16,22 @@ from det_estimator.orchestration._follow import (
     TrialStarted,
 )
 from det_estimator.store import MetricKind, SearchState, State
+
+
+class OutputStream(Protocol):
+    """Where a display writes: ``sys.stdout``, or a stream that stands for it."""
+
+    def write(self, text: str) -> int:
+        """Writes ``text``; returns how many characters it wrote."""
+
+    def flush(self) -> None:
+        """Writes out what is buffered."""
+
+    def isatty(self) -> bool:
+        """Whether it is a terminal."""
+
+    def fileno(self) -> int:
+        """Its file descriptor."""
 
 
 class Display(Protocol):
@@ -87,7 +103,7 @@ class PlainDisplay:
         multi_trial: prefix every line with its trial (an experiment of several trials).
     """
 
-    def __init__(self, stream: Optional[TextIO] = None, multi_trial: bool = False) -> None:
+    def __init__(self, stream: Optional[OutputStream] = None, multi_trial: bool = False) -> None:
         self._stream = stream
         self._multi_trial = multi_trial
         self._max_batches: dict[int, Optional[int]] = {}
@@ -163,7 +179,7 @@ _ECHO_MARGIN = 2
 _CLEAR_TO_END = "\x1b[K"
 
 
-def _bar_columns(stream: TextIO) -> Optional[int]:
+def _bar_columns(stream: OutputStream) -> Optional[int]:
     """The width a bar may take on ``stream``'s terminal now; None when it is not one (no limit)."""
     try:
         columns = os.get_terminal_size(stream.fileno()).columns
@@ -189,7 +205,7 @@ class BarDisplay:
         multi_trial: name each bar after its trial.
     """
 
-    def __init__(self, stream: Optional[TextIO] = None, multi_trial: bool = False) -> None:
+    def __init__(self, stream: Optional[OutputStream] = None, multi_trial: bool = False) -> None:
         self._stream = stream or sys.stdout
         self._multi_trial = multi_trial
         self._bars: dict[int, Any] = {}
@@ -278,7 +294,7 @@ class BarDisplay:
         self._lines.clear()
 
 
-def display_for(stream: TextIO, multi_trial: bool = False) -> Display:
+def display_for(stream: OutputStream, multi_trial: bool = False) -> Display:
     """A live bar when ``stream`` is a terminal, plain lines otherwise."""
     if stream.isatty():
         return BarDisplay(stream, multi_trial)

@@ -5,10 +5,11 @@ import dataclasses
 import shlex
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Optional
 
 from det_estimator import _info, launcher
+from det_estimator._host_list import HostSlots
 from det_estimator.config import ExperimentConfig, load_experiment_config
 from det_estimator.errors import DetEstimatorError
 from det_estimator.lifecycle import Ending, ErrorKind, RunError, RunLifecycle
@@ -37,7 +38,7 @@ def record_experiment(
     *,
     name: Optional[str] = None,
     test: bool = False,
-    hosts: Optional[str] = None,
+    hosts: Optional[Sequence[HostSlots]] = None,
     slots: Optional[int] = None,
     command: Optional[list[str]] = None,
     trial_class: Optional[_info.TrialClassSpec] = None,
@@ -51,7 +52,7 @@ def record_experiment(
         context_dir: the directory the trial runs in (absolute).
         name: the experiment's name (default: the config's).
         test: one batch, one validation step and one checkpoint.
-        hosts: the machines it runs on (``"host1:2,host2:2"``); None for this one.
+        hosts: the machines it runs on; None for this one.
         slots: the slots its trials share on this machine (default: one trial's,
             ``resources.slots_per_trial``); with ``hosts``, theirs.
         command: the command every slot runs, for a script given outside the config
@@ -68,7 +69,7 @@ def record_experiment(
     else:
         entrypoint = config.entrypoint
     if hosts:
-        slots = sum(entry.slots for entry in launcher.parse_hosts(hosts))
+        slots = sum(entry.slots for entry in hosts)
     experiment_id = store.create_experiment(
         name=name or config.name or "experiment",
         config=config.to_dict(),
@@ -370,7 +371,8 @@ def in_process_run(store: ExperimentStore, experiment_id: int, display: Display)
         )
     lifecycle = RunLifecycle(store)
     info = lifecycle.begin(experiment_id, store.trials(experiment_id)[0].id, owns_experiment=True)
-    since = store.trial_run(info.trial.run_id).started_at
+    run_id = info.require_trial().run_id
+    since = store.trial_run(run_id).started_at
     stop = threading.Event()
     shown = threading.Thread(target=_follow_in_thread, args=(store, experiment_id, since, display, stop))
     shown.daemon = True
@@ -381,7 +383,7 @@ def in_process_run(store: ExperimentStore, experiment_id: int, display: Display)
         yield info
     except BaseException as error:
         ending = Ending(error=error)
-        lifecycle.record_error(info.trial.run_id, RunError.of(error, 0))
+        lifecycle.record_error(run_id, RunError.of(error, 0))
         raise
     finally:
         _info.set_in_process(None)

@@ -10,11 +10,14 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, TextIO
 
+from det_estimator import _environment_variables as environment_variables
 from det_estimator import _info, launcher
+from det_estimator._host_list import HostSlots
 from det_estimator.lifecycle import Ending, ErrorKind, RunError, RunLifecycle
 from det_estimator.orchestration._display import Display
 from det_estimator.store import (
@@ -42,7 +45,7 @@ class Allocation:
     """Slots given to one trial run: how many, and on which hosts (None: this machine)."""
 
     slots: int
-    hosts: Optional[str] = None
+    hosts: Optional[tuple[HostSlots, ...]] = None
 
 
 class SlotPool:
@@ -50,16 +53,16 @@ class SlotPool:
 
     Args:
         budget: slots on this machine, when ``hosts`` is None.
-        hosts: Horovod's host list (``"host1:2,host2:2"``), or None.
+        hosts: the machines and their slots, or None.
     """
 
-    def __init__(self, budget: int, hosts: Optional[str] = None) -> None:
+    def __init__(self, budget: int, hosts: Optional[Sequence[HostSlots]] = None) -> None:
         if hosts:
             # A host named twice has the slots of both entries: counted once, the pool would
             # hold fewer slots than the experiment was given, and a trial needing all of them
             # would wait for ever.
-            self._free = {}
-            for entry in launcher.parse_hosts(hosts):
+            self._free: dict[str, int] = {}
+            for entry in hosts:
                 self._free[entry.host] = self._free.get(entry.host, 0) + entry.slots
         else:
             self._free = {"": budget}
@@ -83,21 +86,21 @@ class SlotPool:
         for host, free in self._free.items():
             if free >= slots:
                 self._free[host] -= slots
-                return Allocation(slots, f"{host}:{slots}")
-        taken = []
+                return Allocation(slots, (HostSlots(host, slots),))
+        taken: list[HostSlots] = []
         for host in self._free:
-            share = min(self._free[host], slots - sum(count for _, count in taken))
+            share = min(self._free[host], slots - sum(entry.slots for entry in taken))
             if share:
                 self._free[host] -= share
-                taken.append((host, share))
-        return Allocation(slots, ",".join(f"{host}:{count}" for host, count in taken))
+                taken.append(HostSlots(host, share))
+        return Allocation(slots, tuple(taken))
 
     def release(self, allocation: Allocation) -> None:
         """Gives back what :meth:`allocate` took."""
         if allocation.hosts is None:
             self._free[""] += allocation.slots
             return
-        for entry in launcher.parse_hosts(allocation.hosts):
+        for entry in allocation.hosts:
             self._free[entry.host] += entry.slots
 
 
@@ -137,7 +140,7 @@ def start_processes(
     cwd: str,
     scratch: Path,
     on_line: Callable[[str], None],
-    hosts: Optional[str] = None,
+    hosts: Optional[Sequence[HostSlots]] = None,
     environment: Optional[dict[str, str]] = None,
 ) -> RunProcesses:
     """Starts the processes of a run: ``command`` on each of ``info.slots`` slots; the one place that does.
@@ -152,7 +155,7 @@ def start_processes(
         cwd: the directory they run in.
         scratch: a directory for the run's own files, every host sees it.
         on_line: given every line they print, from a thread of its own.
-        hosts: the machines they run on (``"host1:2,host2:2"``); None for this one.
+        hosts: the machines they run on (``--hosts``); None for this one.
         environment: variables set in every process, on every host (the config's
             ``environment.environment_variables``).
     """
@@ -164,9 +167,9 @@ def start_processes(
         os.environ,
         **(environment or {}),
         **{
-            _info.INFO_VARIABLE: str(info_path),
-            "DET_CHIEF_IP": launcher.chief_address(hosts),
-            "DET_CHIEF_PORT": str(launcher.free_port()),
+            environment_variables.CLUSTER_INFO: str(info_path),
+            environment_variables.CHIEF_IP: launcher.chief_address(hosts),
+            environment_variables.CHIEF_PORT: str(launcher.free_port()),
             "PYTHONUNBUFFERED": "1",
         },
     )
@@ -174,7 +177,7 @@ def start_processes(
     process = launcher.start(launcher.process_command(command, info.slots, hosts), env, cwd)
 
     def copy_output() -> None:
-        for line in process.stdout:
+        for line in launcher.output_pipe(process):
             on_line(line)
 
     pump = threading.Thread(target=copy_output, daemon=True)
@@ -262,7 +265,7 @@ class TrialProcess:
         if shared is not None:
             os.makedirs(shared, exist_ok=True)
         scratch = _scratch_directory(shared)
-        addresses = tuple(entry.host for entry in launcher.parse_hosts(hosts)) if hosts else ("localhost",)
+        addresses = tuple(entry.host for entry in hosts) if hosts else ("localhost",)
         info = RunLifecycle(store).begin(
             experiment.id,
             trial.id,
@@ -322,7 +325,7 @@ class TrialProcess:
             # A log that could not be written lacks this run's end, or is all of an earlier run.
             lines = _run_lines(Path(self.trial.log_path)) if self._log.intact else []
             first_failure = first_failed_process(lines)
-            record_failure_from_log(self._store, self.info.trial.run_id, lines, status)
+            record_failure_from_log(self._store, self.info.require_trial().run_id, lines, status)
         state = self._lifecycle.end(self.info, ending)
         self._scratch.cleanup()
         return FinishedRun(state, first_failure)
@@ -402,7 +405,7 @@ def _scratch_directory(shared: Optional[str]) -> tempfile.TemporaryDirectory:
 
 def _run_header(store: ExperimentStore, info: _info.ClusterInfo) -> str:
     """The line that starts each run's output in the trial's log."""
-    run = store.trial_run(info.trial.run_id)
+    run = store.trial_run(info.require_trial().run_id)
     number = [r.id for r in store.trial_runs(run.trial_id)].index(run.id) + 1
     start = f"from checkpoint {info.latest_checkpoint}" if info.latest_checkpoint else "from the start"
     started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.started_at))

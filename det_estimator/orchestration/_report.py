@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Optional, TextIO
 
 from det_estimator.config import ExperimentConfig
-from det_estimator.orchestration._display import display_for
+from det_estimator.orchestration._display import OutputStream, display_for
 from det_estimator.orchestration._experiment import CONFIG_ERRORS, run_experiment
 from det_estimator.orchestration._outcome import ExperimentSummary, summarize
 from det_estimator.store import ExperimentStore, State, TrialRecord, default_store_path, to_json_value
@@ -77,6 +77,12 @@ class _UntilTheReaderLeaves:
     def __init__(self, stream: TextIO) -> None:
         self._stream = stream
 
+    def isatty(self) -> bool:
+        return self._stream.isatty()
+
+    def fileno(self) -> int:
+        return self._stream.fileno()
+
     def write(self, text: str) -> int:
         try:
             return self._stream.write(text)
@@ -98,7 +104,7 @@ class _UntilTheReaderLeaves:
             os.close(devnull)
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._stream, name)  # isatty, fileno, encoding: the stream's own
+        return getattr(self._stream, name)  # encoding and the like: the stream's own
 
 
 def print_json(value: Any, stream: TextIO) -> None:
@@ -134,7 +140,7 @@ def command_on(store_path: Path) -> str:
     return f"det-estimator --store {shlex.quote(str(store_path))}"
 
 
-def print_summary(summary: ExperimentSummary, stream: TextIO, command: str = "det-estimator") -> None:
+def print_summary(summary: ExperimentSummary, stream: OutputStream, command: str = "det-estimator") -> None:
     """The end of a run, for people: state, best validation, kept checkpoints and their SavedModels.
 
     ``command`` starts the commands it suggests (see :func:`command_on`).

@@ -104,9 +104,12 @@ class SearchRunner:
 
         A running trial reads the answer and goes on, or stops.
         """
+        length = trial.reported_length
+        if length is None:
+            return  # nothing reported, nothing to answer
         metric = trial.reported_metric
         value = metric if isinstance(metric, (int, float)) and not isinstance(metric, bool) else math.nan
-        operations = self._method.on_validation_completed(trial.request_id, float(value), trial.reported_length)
+        operations = self._method.on_validation_completed(_request_of(trial), float(value), length)
         self._apply(operations, answering=trial)
 
     def on_run_ended(self, trial: TrialRecord, outcome: State, invalid_hp: bool = False) -> None:
@@ -127,7 +130,7 @@ class SearchRunner:
             return
         trial = self._store.trial(trial.id)
         if trial.target_length is not None and trial.reported_length != trial.target_length:
-            self._report_last_validation(trial)
+            self._report_last_validation(trial, trial.target_length)
             trial = self._store.trial(trial.id)
         if trial.reported_length is not None and trial.answered_length != trial.reported_length:
             self.on_reported(trial)
@@ -137,9 +140,9 @@ class SearchRunner:
         for trial in self._store.trials(self._experiment_id):
             if trial.search_state == SearchState.CLOSING and trial.id not in running:
                 self._store.set_search_state(trial.id, SearchState.CLOSED)
-                self._apply(self._method.on_trial_closed(trial.request_id))
+                self._apply(self._method.on_trial_closed(_request_of(trial)))
 
-    def _report_last_validation(self, trial: TrialRecord) -> None:
+    def _report_last_validation(self, trial: TrialRecord, target_length: int) -> None:
         """A trial that ended cleanly without completing its operation: its last validation stands for it.
 
         A script may train to a length of its own and never call ``op.report_completed``.
@@ -155,7 +158,7 @@ class SearchRunner:
                 unit = self._config.searcher.max_length.unit.value.lower()
                 message = (
                     "the trial's processes exited with status 0 without completing its searcher "
-                    f"operation (to {trial.target_length} {unit}): no op.report_completed() on the "
+                    f"operation (to {target_length} {unit}): no op.report_completed() on the "
                     f"chief, and no validation of searcher.metric {metric!r}. A script iterates "
                     "core.searcher.operations() and completes each one with "
                     "op.report_completed(searcher_metric) on the chief."
@@ -163,11 +166,11 @@ class SearchRunner:
                 RunLifecycle(self._store).record_error(runs[-1].id, RunError(ErrorKind.INCOMPLETE, message))
             self._exit_early(trial, ExitedReason.ERRORED)
             return
-        self._store.report_search_metric(trial.id, trial.target_length, validations[-1].metrics[metric])
+        self._store.report_search_metric(trial.id, target_length, validations[-1].metrics[metric])
 
     def _exit_early(self, trial: TrialRecord, reason: ExitedReason) -> None:
         self._store.set_search_state(trial.id, SearchState.EXITED)
-        self._apply(self._method.on_trial_exited_early(trial.request_id, reason))
+        self._apply(self._method.on_trial_exited_early(_request_of(trial), reason))
 
     def _apply(self, operations: list[Operation], answering: Optional[TrialRecord] = None) -> None:
         """Records the operations, with the method's new state, in one store transaction."""
@@ -195,6 +198,14 @@ class SearchRunner:
             assignments.append(Assignment(request_id, length, state, answered))
         if answering is not None and answering.request_id not in targets:
             # No operation for it now (promotion-based ASHA): it stops, and waits without a slot.
-            assignments.append(Assignment(answering.request_id, None, SearchState.WAITING, answering.reported_length))
-        state = {"method": self._method.state_dict(), "shutdown": self.shutdown, "failed": self.failed}
-        self._store.apply_search_step(self._experiment_id, state, self._storage, creates, assignments)
+            waiting = Assignment(_request_of(answering), None, SearchState.WAITING, answering.reported_length)
+            assignments.append(waiting)
+        saved = {"method": self._method.state_dict(), "shutdown": self.shutdown, "failed": self.failed}
+        self._store.apply_search_step(self._experiment_id, saved, self._storage, creates, assignments)
+
+
+def _request_of(trial: TrialRecord) -> int:
+    """The trial's request id in the search: every trial has one once a SearchRunner was built (see _adopt_orphan)."""
+    if trial.request_id is None:
+        raise AssertionError(f"trial {trial.id} has no request id in its experiment's search")
+    return trial.request_id

@@ -17,6 +17,7 @@ import numpy as np
 
 from det_estimator import _root_cause
 from det_estimator._root_cause import RootCause
+from det_estimator.errors import DetEstimatorError
 from det_estimator.reducers import _validation as validation
 from det_estimator.reducers._base import MetricReducer
 from det_estimator.reducers._function_reducer import FunctionReducer
@@ -32,7 +33,7 @@ Envelope = tuple[str, Any]
 _Failure = tuple[str, RootCause]
 
 
-class MetricReductionError(RuntimeError):
+class MetricReductionError(DetEstimatorError, RuntimeError):
     """A reducer failed, or could not run, on some rank of a distributed evaluation."""
 
 
@@ -150,8 +151,8 @@ class MetricAccumulator:
         else:
             call = f"{type(self._reducer).__name__}.cross_slot_reduce"
         message = f"Metric {self.name!r}: {call} {problem}"
-        error = MetricReductionError.__name__
-        _root_cause.note(RootCause(self._rank, error, message, f"{error}: {message}", f"metric {self.name!r} ({call})"))
+        kind = MetricReductionError.__name__
+        _root_cause.note(RootCause(self._rank, kind, message, f"{kind}: {message}", f"metric {self.name!r} ({call})"))
         raise MetricReductionError(message)
 
     def _reduce(self, envelopes: Sequence[Envelope]) -> Any:

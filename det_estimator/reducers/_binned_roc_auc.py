@@ -91,6 +91,7 @@ class ScoreCells:
     def cells(self) -> Cells:
         """The cells, in increasing order of score."""
         if self._cells is None:
+            assert self._snapshot is not None  # a view holds its snapshot until its cells are computed
             cells, pending, num_pending, budget = self._snapshot
             self._cells = _merged(cells, pending[:num_pending], budget)
             self._snapshot = None
@@ -185,7 +186,10 @@ class BinnedRocAuc(MetricReducer):
     @property
     def num_bins(self) -> int:
         """Most cells of a worker's state, or number of fixed bins."""
-        return self.budget if self.edges is None else len(self.edges) + 1
+        if self.edges is not None:
+            return len(self.edges) + 1
+        assert self.budget is not None  # bins was a number of cells
+        return self.budget
 
     def get_config(self) -> dict[str, Any]:
         """The constructor's arguments, as JSON values (``ReducerMetric`` saves them with a Keras model)."""
@@ -195,7 +199,7 @@ class BinnedRocAuc(MetricReducer):
     def reset(self) -> None:
         """Forgets all accumulated batches."""
         if self.edges is None:
-            self._buffer = _CellBuffer(self.budget)
+            self._buffer = _CellBuffer(self.num_bins)
         else:
             self._positive = np.zeros(self.num_bins, dtype=np.int64)
             self._negative = np.zeros(self.num_bins, dtype=np.int64)
@@ -220,7 +224,7 @@ class BinnedRocAuc(MetricReducer):
         if self.scores == "probabilities":
             validation.check_probabilities(name, "predictions", batch.predictions)
         if self.edges is not None:
-            return self._count_in_bins(batch)
+            return self._count_in_bins(batch, self.edges)
         is_positive, predictions, weights = batch
         if weights is not None:
             kept = weights > 0
@@ -231,13 +235,13 @@ class BinnedRocAuc(MetricReducer):
             self._buffer.add(keys, is_positive.copy(), weights)
         return ScoreCells._view(self._buffer)
 
-    def _count_in_bins(self, batch: validation.BinaryBatch) -> BinnedState:
+    def _count_in_bins(self, batch: validation.BinaryBatch, edges: np.ndarray) -> BinnedState:
         is_positive, scores, weights = batch
         positive_weights = None if weights is None else weights[is_positive]
         negative_weights = None if weights is None else weights[~is_positive]
         # Adding float64 weight sums to int64 counts promotes the state to float64.
-        self._positive = self._positive + functional.bin_counts(scores[is_positive], self.edges, positive_weights)
-        self._negative = self._negative + functional.bin_counts(scores[~is_positive], self.edges, negative_weights)
+        self._positive = self._positive + functional.bin_counts(scores[is_positive], edges, positive_weights)
+        self._negative = self._negative + functional.bin_counts(scores[~is_positive], edges, negative_weights)
         return self._positive.copy(), self._negative.copy()
 
     def _auc_and_bound(self, per_slot_metrics: list[Any]) -> tuple[float, float]:

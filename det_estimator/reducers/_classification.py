@@ -32,8 +32,8 @@ class _ConfusionMatrixReducer(MetricReducer):
             raise validation.invalid_argument("num_classes", "an integer >= 2", num_classes)
         if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real) or not math.isfinite(threshold):
             raise validation.invalid_argument("threshold", "a finite number", threshold)
-        self.num_classes = int(num_classes)
-        self.threshold = float(threshold)
+        self.num_classes: int = int(num_classes)
+        self.threshold: float = float(threshold)
         self.reset()
 
     def get_config(self) -> dict[str, Any]:

@@ -76,13 +76,17 @@ def make_metric(
             all_bytes, sizes = _horovod.allgather_bytes(local_bytes, name=scope)
             reduce_inputs = [all_bytes, sizes]
 
-            def reduce_value(gathered: np.ndarray, gathered_sizes: np.ndarray) -> np.ndarray:
+            def reduce_gathered(gathered: np.ndarray, gathered_sizes: np.ndarray) -> np.ndarray:
                 return accumulator.reduce_encoded(gathered, gathered_sizes, value_dtype)
+
+            reduce_value: Callable[..., np.ndarray] = reduce_gathered
         else:
             reduce_inputs = []
 
-            def reduce_value() -> np.ndarray:
+            def reduce_local() -> np.ndarray:
                 return accumulator.reduce_local(value_dtype)
+
+            reduce_value = reduce_local
 
         value_op = tf.compat.v1.py_func(
             reduce_value, reduce_inputs, tf.as_dtype(value_dtype), stateful=True, name="reduce"

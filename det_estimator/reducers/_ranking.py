@@ -24,12 +24,15 @@ import math
 import os
 import re
 from collections.abc import Sequence
+from types import ModuleType
 from typing import Any, Callable, NamedTuple, Optional
 
 import numpy as np
 
 try:
-    from det_estimator.reducers import _ranking_kernels as kernels
+    from det_estimator.reducers import _ranking_kernels
+
+    kernels: Optional[ModuleType] = _ranking_kernels
 except ImportError:  # Built without a C compiler: NumPy does the same work, slower.
     kernels = None
 
@@ -233,7 +236,8 @@ def sort_joined(parts: Sequence[Examples], num_threads: Optional[int] = None) ->
     parts = [part for part in common_form(parts) if len(part.keys)]
     size = sum(len(part.keys) for part in parts)
     threads = resolve_threads(num_threads, size)
-    if threads == 1 or not parts or not all(_by_kernels(part) for part in parts):
+    native = kernels
+    if native is None or threads == 1 or not parts or not all(_kernels_for(part) for part in parts):
         return sort_on_threads(join(parts) if parts else Examples(np.empty(0, np.int32), None, None), num_threads)
     bounds = _pivots(parts, threads).astype(np.int64) << 1  # as labeled keys
     groups = [parts[piece] for piece in slices(len(parts), min(threads, len(parts)))]
@@ -241,7 +245,7 @@ def sort_joined(parts: Sequence[Examples], num_threads: Optional[int] = None) ->
     def count(group: list[Examples]) -> np.ndarray:
         counts = np.zeros(len(bounds) + 1, np.int64)
         for part in group:
-            kernels.count_parts(part.keys, bounds, counts)
+            native.count_parts(part.keys, bounds, counts)
         return counts
 
     counts = np.array(parallel_map(count, groups, threads))  # [group, range]
@@ -254,12 +258,12 @@ def sort_joined(parts: Sequence[Examples], num_threads: Optional[int] = None) ->
     def split(group: int) -> None:
         offsets = group_starts[group].copy()
         for part in groups[group]:
-            kernels.split_parts(part.keys, bounds, keys, offsets, group_starts[group] + counts[group])
+            native.split_parts(part.keys, bounds, keys, offsets, group_starts[group] + counts[group])
 
     parallel_map(split, range(len(groups)), threads)
     scratch = np.empty_like(keys)
     ranges = [slice(start, start + count) for start, count in zip(range_starts.tolist(), range_sizes.tolist())]
-    sort_range = lambda piece: kernels.sort(keys[piece], scratch[piece])  # noqa: E731
+    sort_range = lambda piece: native.sort(keys[piece], scratch[piece])  # noqa: E731
     parallel_map(sort_range, ranges, threads, cost=lambda piece: piece.stop - piece.start)
     return Examples(keys, None, None)
 
@@ -361,7 +365,13 @@ def _compress(mask: np.ndarray, examples: Examples) -> Examples:
 
 def _each_column(examples: Examples, take: Callable[[np.ndarray], np.ndarray]) -> Examples:
     """``take`` applied to each column of the examples (labels and weights when present)."""
-    return Examples(*(None if column is None else take(column) for column in examples))
+    keys, labels, weights = examples
+    return Examples(take(keys), None if labels is None else take(labels), None if weights is None else take(weights))
+
+
+def _rows(examples: Examples, start: int, stop: int) -> Examples:
+    """Examples ``start`` to ``stop`` (views)."""
+    return _each_column(examples, lambda column: column[start:stop])
 
 
 def _pivots(runs: Sequence[Examples], parts: int) -> np.ndarray:
@@ -381,10 +391,7 @@ def _cut(run: Examples, pivots: np.ndarray) -> list[Examples]:
     """A sorted run cut before each pivot key: every range holds whole groups of equal scores."""
     bounds = pivots << 1 if run.labels is None else pivots
     cuts = [0, *np.searchsorted(run.keys, bounds.astype(run.keys.dtype), "left").tolist(), len(run.keys)]
-    return [
-        _each_column(run, lambda column, start=start, stop=stop: column[start:stop])
-        for start, stop in zip(cuts[:-1], cuts[1:])
-    ]
+    return [_rows(run, start, stop) for start, stop in zip(cuts[:-1], cuts[1:])]
 
 
 def ranges(runs: Sequence[Examples], num_threads: Optional[int] = None) -> list[Examples]:
@@ -434,10 +441,7 @@ def _blocks(sorted_ranges: Sequence[Examples]) -> list[Examples]:
         # Each bound moves back to the first example of its score.
         bounds = np.searchsorted(part.keys, _group_start(part.keys[bounds], part.labels is not None), "left")
         cuts = [0, *np.unique(bounds[bounds > 0]).tolist(), size] if size else []
-        blocks += [
-            _each_column(part, lambda column, start=start, stop=stop: column[start:stop])
-            for start, stop in zip(cuts[:-1], cuts[1:])
-        ]
+        blocks += [_rows(part, start, stop) for start, stop in zip(cuts[:-1], cuts[1:])]
     return blocks
 
 
@@ -522,14 +526,17 @@ class _Counts(NamedTuple):
     negatives: Any
 
 
-def _by_kernels(examples: Examples) -> bool:
-    """Whether the native kernels count these examples: unweighted, labels in the keys, fewer than 2**31."""
-    return kernels is not None and examples.labels is None and examples.weights is None and len(examples.keys) < 1 << 31
+def _kernels_for(examples: Examples) -> Optional[ModuleType]:
+    """The native kernels if they count these examples (unweighted, labels in the keys, fewer than 2**31), else None."""
+    if examples.labels is None and examples.weights is None and len(examples.keys) < 1 << 31:
+        return kernels
+    return None
 
 
 def _counts(examples: Examples) -> _Counts:
-    if _by_kernels(examples):
-        positives = kernels.count_positives(examples.keys)
+    native = _kernels_for(examples)
+    if native is not None:
+        positives = native.count_positives(examples.keys)
         return _Counts(positives, len(examples.keys) - positives)
     if examples.weights is None:
         positives = int(np.count_nonzero(labels_of(examples)))
@@ -545,10 +552,11 @@ class _Groups(NamedTuple):
     negatives: np.ndarray
 
 
-def _all_groups(examples: Examples) -> _Groups:
+def _all_groups(examples: Examples, weights: np.ndarray) -> _Groups:
+    """The groups of ``examples``, whose ``weights`` are given."""
     keys = plain_keys(examples)
     starts = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
-    weights = examples.weights.astype(np.float64)
+    weights = weights.astype(np.float64)
     positive_weights = np.where(labels_of(examples), weights, 0.0)
     positives = np.add.reduceat(positive_weights, starts)
     return _Groups(positives, np.add.reduceat(weights - positive_weights, starts))
@@ -560,17 +568,18 @@ def _auc_credit(examples: Examples) -> tuple[_Counts, Any]:
     Unweighted: twice the credit, an exact int. Each positive beats the negatives
     before it (negatives come first among equal scores); tied pairs count one half.
     """
-    if _by_kernels(examples):
-        positives, twice_credit = kernels.auc_credit(examples.keys)
+    native = _kernels_for(examples)
+    if native is not None:
+        positives, twice_credit = native.auc_credit(examples.keys)
         return _Counts(positives, len(examples.keys) - positives), twice_credit
     if examples.weights is None:
         is_positive = labels_of(examples)
         positives, position_sum = _position_sums(is_positive)
-        groups = _tie_groups(examples, is_positive)
-        tied_pairs = 0 if groups is None else int(np.dot(groups.positives, groups.sizes - groups.positives))
+        ties = _tie_groups(examples, is_positive)
+        tied_pairs = 0 if ties is None else int(np.dot(ties.positives, ties.sizes - ties.positives))
         twice_credit = 2 * position_sum - positives * (positives - 1) - tied_pairs
         return _Counts(positives, len(examples.keys) - positives), twice_credit
-    groups = _all_groups(examples)
+    groups = _all_groups(examples, examples.weights)
     negatives_below = np.cumsum(groups.negatives) - groups.negatives
     credit = float(np.dot(groups.positives, negatives_below + 0.5 * groups.negatives))
     return _Counts(float(np.sum(groups.positives)), float(np.sum(groups.negatives))), credit
@@ -615,7 +624,7 @@ def _precision_sum(examples: Examples, counts: _Counts, above: _Counts) -> float
     positives of one score share the precision at that score's first position.
     """
     if examples.weights is not None:
-        groups = _all_groups(examples)
+        groups = _all_groups(examples, examples.weights)
         # Sums from the top, as sklearn's, keep the totals of the highest thresholds exact.
         true_positives = above.positives + np.cumsum(groups.positives[::-1])[::-1]
         predicted = true_positives + above.negatives + np.cumsum(groups.negatives[::-1])[::-1]
@@ -626,8 +635,9 @@ def _precision_sum(examples: Examples, counts: _Counts, above: _Counts) -> float
     # Positives, and examples, at or above the range's lowest score.
     top_positives = above.positives + counts.positives
     top_examples = above.positives + above.negatives + size
-    if _by_kernels(examples):
-        return kernels.precision_sum(examples.keys, top_positives, top_examples)
+    native = _kernels_for(examples)
+    if native is not None:
+        return native.precision_sum(examples.keys, top_positives, top_examples)
     is_positive = labels_of(examples)
     # First as if every score were distinct: the positive at position p, with k positives
     # before it, has precision (top_positives - k) / (top_examples - p).
@@ -644,10 +654,10 @@ def _precision_sum(examples: Examples, counts: _Counts, above: _Counts) -> float
         precision *= is_positive
         precision /= np.arange(top_examples, top_examples - size, -1.0)
         untied_sum = np.sum(precision)
-    groups = _tie_groups(examples, is_positive, positives_through)
-    if groups is None:
+    ties = _tie_groups(examples, is_positive, positives_through)
+    if ties is None:
         return float(untied_sum)
-    return float(untied_sum) + _tie_correction(groups, top_positives, top_examples)
+    return float(untied_sum) + _tie_correction(ties, top_positives, top_examples)
 
 
 def _tie_correction(groups: _TieGroups, top_positives: int, top_examples: int) -> float:

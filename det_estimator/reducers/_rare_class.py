@@ -167,25 +167,26 @@ def roc_auc(examples: ranking.Examples, num_threads: Optional[int] = None) -> Op
         placed = _placed(positives, positive_weights, negatives, negative_weights)
     else:
         placed = _placed(negatives, negative_weights, positives, positive_weights)
-    counts = []
+    counts: list[float] = []
     hay_cumulative = None if placed.hay_weights is None else np.concatenate(([0.0], np.cumsum(placed.hay_weights)))
     for piece, left, right in _placed_ranks(placed, num_threads):
-        if hay_cumulative is None:
+        # Both classes are weighted, or neither.
+        if hay_cumulative is None or placed.needle_weights is None:
             # Python integers keep the count exact.
             counts.append(int(left.sum(dtype=np.int64)) + int(right.sum(dtype=np.int64)))
         else:
-            needle_weights = _piece_of(placed.needle_weights, piece)
+            needle_weights = placed.needle_weights[piece]
             counts.append(float(np.dot(needle_weights, hay_cumulative[left] + hay_cumulative[right])))
     # Placing the negatives among the positives counts the pairs where the negative
     # wins: those are then subtracted from all pairs.
-    if positive_weights is None:
+    if positive_weights is None or negative_weights is None:
         # int / int rounds correctly.
         twice_pairs = 2 * num_positives * num_negatives
         twice_concordant = twice_pairs - sum(counts) if positives_are_rare else sum(counts)
         return twice_concordant / twice_pairs
-    twice_pairs = 2.0 * float(np.sum(positive_weights)) * float(np.sum(negative_weights))
-    twice_concordant = math.fsum(counts)
-    return (twice_pairs - twice_concordant if positives_are_rare else twice_concordant) / twice_pairs
+    twice_mass = 2.0 * float(np.sum(positive_weights)) * float(np.sum(negative_weights))
+    twice_weighted = math.fsum(counts)
+    return (twice_mass - twice_weighted if positives_are_rare else twice_weighted) / twice_mass
 
 
 def average_precision(examples: ranking.Examples, num_threads: Optional[int] = None) -> Optional[float]:

@@ -26,7 +26,7 @@ import threading
 from typing import Any, Callable, Optional, TypeVar
 
 try:  # NumPy < 2, the versions supported; without the switch the advice stays on.
-    from numpy.core.multiarray import _set_madvise_hugepage
+    from numpy.core.multiarray import _set_madvise_hugepage  # type: ignore[attr-defined]  # private: not in the stubs
 except ImportError:  # pragma: no cover
     _set_madvise_hugepage = None
 

@@ -231,7 +231,14 @@ class R2(MetricReducer):
         self._moments = functional.merge_moments(self._moments, batch_moments)
         self._residual += _weighted_total(residuals * residuals, batch.weights)
         weight, mean, m2 = self._moments
-        return (np.int64(self._count), *(np.float64(v) for v in (weight, shift, mean, m2, self._residual)))
+        return (
+            np.int64(self._count),
+            np.float64(weight),
+            np.float64(shift),
+            np.float64(mean),
+            np.float64(m2),
+            np.float64(self._residual),
+        )
 
     def cross_slot_reduce(self, per_slot_metrics: list[R2State]) -> np.float64:
         """Merges the moments of all workers and returns R2.

@@ -70,9 +70,10 @@ class _Batches:
 
     def add(self, scores: np.ndarray, is_positive: np.ndarray, weights: Optional[np.ndarray]) -> None:
         """Copies one batch in (converting its scores to ``ranking.score_dtype``)."""
-        self._room_for(ranking.score_dtype(scores.dtype), len(scores)).append(scores, is_positive, weights)
-        if self.filling.is_full():
-            self._key_filling()
+        filling = self._room_for(ranking.score_dtype(scores.dtype), len(scores))
+        filling.append(scores, is_positive, weights)
+        if filling.is_full():
+            self._key(filling)
 
     def add_if_valid(self, metric: Any) -> bool:
         """Checks and copies in a batch of the usual form in one native pass; False if it is not one.
@@ -101,13 +102,14 @@ class _Batches:
     def _room_for(self, score_dtype: np.dtype, size: int) -> "_ChunkBuffer":
         """The chunk being filled, a new one if the current one cannot take ``size`` scores of ``score_dtype``."""
         if self.filling is not None and not self.filling.has_room(score_dtype, size):
-            self._key_filling()
+            self._key(self.filling)
         if self.filling is None:
             self.filling = _ChunkBuffer(score_dtype, max(_CHUNK_EXAMPLES, size))
         return self.filling
 
-    def _key_filling(self) -> None:
-        self.chunks.append(self.filling.examples(self.filling.size))
+    def _key(self, filling: _ChunkBuffer) -> None:
+        """Keys the chunk being filled (``filling``) into ``chunks``; the next batch starts a new one."""
+        self.chunks.append(filling.examples(filling.size))
         self.filling = None
 
     def snapshot(self) -> _Snapshot:
@@ -147,11 +149,13 @@ class ScoreSamples:
         if (positive_weights is None) != (negative_weights is None):
             raise ValueError("ScoreSamples: give weights for both classes or for neither.")
         scores = [np.asarray(positives).reshape(-1), np.asarray(negatives).reshape(-1)]
-        weights = [None if w is None else np.asarray(w).reshape(-1) for w in (positive_weights, negative_weights)]
-        if weights[0] is not None and (len(weights[0]), len(weights[1])) != (len(scores[0]), len(scores[1])):
-            raise ValueError("ScoreSamples: weights and scores have different lengths.")
+        weight: Optional[np.ndarray] = None
+        if positive_weights is not None and negative_weights is not None:
+            weights = [np.asarray(positive_weights).reshape(-1), np.asarray(negative_weights).reshape(-1)]
+            if (len(weights[0]), len(weights[1])) != (len(scores[0]), len(scores[1])):
+                raise ValueError("ScoreSamples: weights and scores have different lengths.")
+            weight = np.concatenate(weights)
         is_positive = np.concatenate([np.ones(len(scores[0]), bool), np.zeros(len(scores[1]), bool)])
-        weight = None if weights[0] is None else np.concatenate(weights)
         examples = ranking.labeled(np.concatenate(scores), is_positive, weight)
         self._snapshot: Optional[_Snapshot] = ([examples], 1, None, 0)
         self._num_threads: Optional[int] = None
@@ -184,8 +188,13 @@ class ScoreSamples:
 
     def _parts(self) -> list[ranking.Examples]:
         """The examples, unsorted, as the keyed chunks and the chunk being filled hold them."""
-        chunks, num_chunks, filling, filled = self._snapshot
-        return chunks[:num_chunks] + ([filling.examples(filled)] if filled else [])
+        chunks, num_chunks, filling, filled = self._unsorted()
+        return chunks[:num_chunks] + ([filling.examples(filled)] if filling is not None and filled else [])
+
+    def _unsorted(self) -> _Snapshot:
+        """The snapshot of the batches, which a state holds until its examples are sorted."""
+        assert self._snapshot is not None, "called after the examples were sorted"
+        return self._snapshot
 
     def _sorted_examples(self) -> ranking.Examples:
         """The examples in increasing order of score (sorted on first use)."""
@@ -227,7 +236,7 @@ class ScoreSamples:
         """Number of examples held."""
         if self._sorted is not None:
             return len(self._sorted.keys)
-        chunks, num_chunks, _, filled = self._snapshot
+        chunks, num_chunks, _, filled = self._unsorted()
         return sum(len(chunk.keys) for chunk in chunks[:num_chunks]) + filled
 
     def __reduce__(self) -> tuple[Any, tuple]:

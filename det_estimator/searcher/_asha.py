@@ -9,7 +9,7 @@ trials across brackets, draws their hyperparameters and ends the search.
 import functools
 from typing import Any
 
-from det_estimator.config import ExperimentConfig
+from det_estimator.config import ExperimentConfig, searcher_key
 from det_estimator.searcher._asha_bracket import Bracket
 from det_estimator.searcher._base import SearcherError, SearchMethod
 from det_estimator.searcher._operations import Create, ExitedReason, Operation, Shutdown
@@ -36,11 +36,13 @@ class AdaptiveASHASearch(SearchMethod):
     def __init__(self, config: ExperimentConfig) -> None:
         super().__init__(config)
         searcher = config.searcher
+        divisor = searcher_key(searcher.divisor, "divisor")
+        stop_once = searcher_key(searcher.stop_once, "stop_once")
         self._brackets = [
-            Bracket(plan, searcher.divisor, searcher.stop_once, f"{self.name} search (bracket {index})")
+            Bracket(plan, divisor, stop_once, f"{self.name} search (bracket {index})")
             for index, plan in enumerate(searcher.asha_brackets())
         ]
-        self._max_trials = searcher.max_trials
+        self._max_trials = searcher_key(searcher.max_trials, "max_trials")
         self._started = False
         self._shut_down = False
         self._bracket_of: list[int] = []  # request id -> bracket index

@@ -2,7 +2,7 @@
 
 from typing import Any
 
-from det_estimator.config import ExperimentConfig, grid_point, grid_size
+from det_estimator.config import ExperimentConfig, grid_point, grid_size, searcher_key
 from det_estimator.searcher._full_length import FullLengthSearch
 from det_estimator.searcher._seeds import trial_seed
 
@@ -30,7 +30,7 @@ class GridSearch(FullLengthSearch):
         super().__init__(
             config,
             total_trials=grid_size(config.hyperparameters),
-            max_concurrent=config.searcher.max_concurrent_trials,
+            max_concurrent=searcher_key(config.searcher.max_concurrent_trials, "max_concurrent_trials"),
             replaces_invalid_hp=False,
         )
 

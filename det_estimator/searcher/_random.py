@@ -2,7 +2,7 @@
 
 from typing import Any
 
-from det_estimator.config import ExperimentConfig
+from det_estimator.config import ExperimentConfig, searcher_key
 from det_estimator.searcher._full_length import FullLengthSearch
 from det_estimator.searcher._seeds import trial_seed
 
@@ -27,8 +27,8 @@ class RandomSearch(FullLengthSearch):
         searcher = config.searcher
         super().__init__(
             config,
-            total_trials=searcher.max_trials,
-            max_concurrent=searcher.max_concurrent_trials,
+            total_trials=searcher_key(searcher.max_trials, "max_trials"),
+            max_concurrent=searcher_key(searcher.max_concurrent_trials, "max_concurrent_trials"),
             replaces_invalid_hp=True,
         )
 

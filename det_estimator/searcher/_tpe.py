@@ -21,6 +21,7 @@ from det_estimator.config import (
     ExperimentConfig,
     IntHyperparameter,
     LogHyperparameter,
+    searcher_key,
 )
 from det_estimator.config._json_values import thaw
 from det_estimator.searcher._base import decode_float, encode_float
@@ -132,14 +133,14 @@ class TPESearch(FullLengthSearch):
         searcher = config.searcher
         super().__init__(
             config,
-            total_trials=searcher.max_trials,
-            max_concurrent=searcher.max_concurrent_trials,
+            total_trials=searcher_key(searcher.max_trials, "max_trials"),
+            max_concurrent=searcher_key(searcher.max_concurrent_trials, "max_concurrent_trials"),
             replaces_invalid_hp=True,
         )
         self._leaves = list(_leaves(config.hyperparameters))
         # Optuna parameter names: the JSON of each leaf's names, unique even if a name contains a dot.
         self._keys = [json.dumps(names) for names, _ in self._leaves]
-        self._startup_trials = startup_trials(searcher.max_trials)
+        self._startup_trials = startup_trials(searcher_key(searcher.max_trials, "max_trials"))
         self._history: list[dict[str, Any]] = []  # one entry per trial created, in request id order
 
     def _new_trial(self, request_id: int, index: int) -> tuple[dict[str, Any], int]:

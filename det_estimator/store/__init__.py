@@ -9,6 +9,14 @@ are kept beside it. Checkpoint files themselves live in the experiment's
 ``checkpoint_storage``; the store only records them. Reads return frozen records.
 """
 
+from det_estimator.store._errors import (
+    ExperimentBusyError,
+    StoreError,
+    StoreFullError,
+    StoreLockedError,
+    StoreUnusableError,
+    UnknownIdError,
+)
 from det_estimator.store._event_files import session_start
 from det_estimator.store._jobs import BATCH_INFERENCE, JobRecord
 from det_estimator.store._launchers import launcher_alive, launcher_columns
@@ -28,15 +36,10 @@ from det_estimator.store._records import (
     to_json_value,
 )
 from det_estimator.store._restarts import RestartRecord
-from det_estimator.store._schema import SCHEMA_VERSION, StoreError
+from det_estimator.store._schema import SCHEMA_VERSION
 from det_estimator.store._store import (
     STORE_VARIABLE,
-    ExperimentBusyError,
     ExperimentStore,
-    StoreFullError,
-    StoreLockedError,
-    StoreUnusableError,
-    UnknownIdError,
     damaged_store_error,
     default_store_path,
     trial_checkpoint_dir,

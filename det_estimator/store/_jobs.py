@@ -8,11 +8,15 @@ how many processes ran it, its state, how it ended and where its output log is.
 import json
 import sqlite3
 import time
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Optional
+from pathlib import Path
+from typing import Any, Optional, Protocol
 
+from det_estimator.store._errors import UnknownIdError
 from det_estimator.store._launchers import launcher_columns, state_as_seen
 from det_estimator.store._records import State
+from det_estimator.store._schema import inserted_id
 
 BATCH_INFERENCE = "BATCH_INFERENCE"
 
@@ -48,13 +52,23 @@ class JobRecord:
     launcher_host: Optional[str] = None
 
 
-class JobTable:
-    """The store's methods for jobs; a base of ``ExperimentStore``, which provides ``_write``, ``_connection``."""
+class _Store(Protocol):
+    """What :class:`JobTable`'s methods use of the ``ExperimentStore`` they are methods of."""
 
     _connection: sqlite3.Connection
+    path: Path
+
+    @property
+    def files_dir(self) -> Path: ...
+
+    def _write(self) -> AbstractContextManager[sqlite3.Connection]: ...
+
+
+class JobTable:
+    """The store's methods for jobs; a base of ``ExperimentStore``, which provides what :class:`_Store` lists."""
 
     def create_job(
-        self,
+        self: _Store,
         name: str,
         config: dict[str, Any],
         context_dir: str,
@@ -66,7 +80,7 @@ class JobTable:
 
         Its output log goes to ``<store files>/jobs/<id>/output.log``.
         """
-        with self._write() as db:  # type: ignore[attr-defined]
+        with self._write() as db:
             cursor = db.execute(
                 "INSERT INTO jobs (name, kind, state, config, context_dir, command, slots, log_path, created_at,"
                 " launcher_pid, launcher_host, launcher_started) VALUES (?, ?, ?, ?, ?, ?, ?, '', ?, ?, ?, ?)",
@@ -82,37 +96,39 @@ class JobTable:
                     *launcher_columns(),
                 ),
             )
-            job_id = int(cursor.lastrowid)
-            log_path = self.files_dir / "jobs" / str(job_id) / "output.log"  # type: ignore[attr-defined]
+            job_id = inserted_id(cursor)
+            log_path = self.files_dir / "jobs" / str(job_id) / "output.log"
             db.execute("UPDATE jobs SET log_path = ? WHERE id = ?", (str(log_path), job_id))
         return job_id
 
     def end_job(
-        self, job_id: int, state: State, exit_status: Optional[int] = None, error: Optional[dict[str, Any]] = None
+        self: _Store,
+        job_id: int,
+        state: State,
+        exit_status: Optional[int] = None,
+        error: Optional[dict[str, Any]] = None,
     ) -> None:
         """Records how a job ended."""
-        with self._write() as db:  # type: ignore[attr-defined]
+        with self._write() as db:
             db.execute(
                 "UPDATE jobs SET state = ?, ended_at = ?, exit_status = ?, error = ? WHERE id = ?",
                 (State(state).value, time.time(), exit_status, None if error is None else json.dumps(error), job_id),
             )
 
-    def jobs(self) -> list[JobRecord]:
+    def jobs(self: _Store) -> list[JobRecord]:
         """Every job, oldest first."""
         rows = self._connection.execute("SELECT * FROM jobs ORDER BY id").fetchall()
         return [_job_record(row) for row in rows]
 
-    def job(self, job_id: int) -> JobRecord:
+    def job(self: _Store, job_id: int) -> JobRecord:
         """One job.
 
         Raises:
             UnknownIdError: there is no job ``job_id``.
         """
-        from det_estimator.store._store import UnknownIdError
-
         row = self._connection.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
         if row is None:
-            raise UnknownIdError(f"There is no job {job_id} in the store {self.path}.")  # type: ignore[attr-defined]
+            raise UnknownIdError(f"There is no job {job_id} in the store {self.path}.")
         return _job_record(row)
 
 

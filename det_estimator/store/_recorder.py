@@ -30,8 +30,8 @@ class StoreRecorder:
         start_batches = 0 if run_id is None else self.store.trial_run(run_id).start_batches
         self._event_files = MetricEventFiles(self.store.trial(trial_id).tensorboard_dir, start_batches)
 
-    def on_start(self, batches_done: int, max_batches: int) -> None:
-        """Training starts (or resumes) with ``batches_done`` of ``max_batches`` behind it."""
+    def on_start(self, batches_done: int, max_batches: Optional[int]) -> None:
+        """Training starts (or resumes) with ``batches_done`` of ``max_batches`` (None: as recorded) behind it."""
         self.store.set_progress(self.trial_id, batches_done, max_batches)
 
     def on_progress(self, batches: int) -> None:

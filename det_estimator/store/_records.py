@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from det_estimator._host_list import HostSlots
+
 
 class State(str, enum.Enum):
     """The state of an experiment, a trial or a trial run; the trial controllers and the store share it.
@@ -130,7 +132,7 @@ class ExperimentRecord:
     entrypoint: str
     command: Optional[list[str]]
     slots: int
-    hosts: Optional[str]
+    hosts: Optional[tuple[HostSlots, ...]]
     test: bool
     created_at: float
     ended_at: Optional[float]

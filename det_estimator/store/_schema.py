@@ -8,7 +8,8 @@ takes a store from version ``i`` to ``i + 1``; a store newer than
 import sqlite3
 from typing import Optional
 
-from det_estimator.errors import DetEstimatorError
+from det_estimator import _environment_variables as environment_variables
+from det_estimator.store._errors import StoreError
 
 # Each step is plain statements separated by semicolons (no triggers).
 MIGRATIONS: list[str] = [
@@ -146,8 +147,11 @@ MIGRATIONS: list[str] = [
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
-class StoreError(DetEstimatorError, RuntimeError):
-    """The store cannot be used: unreadable, or of a schema this version does not know."""
+def inserted_id(cursor: sqlite3.Cursor) -> int:
+    """The id of the row the ``INSERT`` that ``cursor`` ran made."""
+    if cursor.lastrowid is None:
+        raise StoreError("The store's INSERT made no row.")
+    return cursor.lastrowid
 
 
 def migrate(connection: sqlite3.Connection, path: str, migrations: Optional[list[str]] = None) -> None:
@@ -171,7 +175,7 @@ def migrate(connection: sqlite3.Connection, path: str, migrations: Optional[list
             raise StoreError(
                 f"The store {path} has schema version {version}, made by a newer det-estimator; this "
                 f"version reads schema versions up to {len(migrations)}. Upgrade det-estimator, or point "
-                "--store (or DET_ESTIMATOR_STORE) at another file."
+                f"--store (or {environment_variables.STORE}) at another file."
             )
         if version == len(migrations):
             return

@@ -12,6 +12,16 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Optional, Union
 
+from det_estimator import _environment_variables as environment_variables
+from det_estimator._host_list import HostSlots, format_hosts, parse_hosts
+from det_estimator.store._errors import (
+    ExperimentBusyError,
+    StoreError,
+    StoreFullError,
+    StoreLockedError,
+    StoreUnusableError,
+    UnknownIdError,
+)
 from det_estimator.store._jobs import JobTable
 from det_estimator.store._launchers import launcher_alive, launcher_columns, state_as_seen
 from det_estimator.store._records import (
@@ -28,9 +38,9 @@ from det_estimator.store._records import (
     TrialRunRecord,
 )
 from det_estimator.store._restarts import RestartRecord
-from det_estimator.store._schema import StoreError, migrate
+from det_estimator.store._schema import inserted_id, migrate
 
-STORE_VARIABLE = "DET_ESTIMATOR_STORE"
+STORE_VARIABLE = environment_variables.STORE
 
 
 def default_store_path() -> Path:
@@ -55,19 +65,11 @@ def trial_checkpoint_dir(storage_root: Union[str, os.PathLike], experiment_id: i
     return Path(storage_root) / f"experiment-{experiment_id}-{tag}" / f"trial-{trial_id}"
 
 
-class UnknownIdError(StoreError, LookupError):
-    """No experiment, trial or checkpoint has the id given."""
-
-
 def _read_only_message(path: Path, error: Exception) -> str:
     return (
         f"The store {path} cannot be written: {error}. Expected a store file, and a folder, that this user can "
         "write (SQLite keeps its journal beside the file, and writes there even to read the store)."
     )
-
-
-class StoreUnusableError(StoreError):
-    """The store file cannot be opened, read or written (corrupt, read-only, of a newer schema, not a file)."""
 
 
 def damaged_store_error(path: Path, error: sqlite3.DatabaseError) -> Optional[StoreUnusableError]:
@@ -82,16 +84,8 @@ def damaged_store_error(path: Path, error: sqlite3.DatabaseError) -> Optional[St
         return None
     return StoreUnusableError(
         f"Cannot read the store {path}: {error}. Its file is damaged; restore it from a copy, or give the "
-        "--store (or DET_ESTIMATOR_STORE) of another store."
+        f"--store (or {environment_variables.STORE}) of another store."
     )
-
-
-class StoreFullError(StoreError):
-    """The store could not be written: its file system (or its quota) is full."""
-
-
-class StoreLockedError(StoreError):
-    """The store could not be written: another process held its write lock for longer than a write waits."""
 
 
 # How long a write waits for another process's write transaction to end.
@@ -125,10 +119,6 @@ def _full_message(path: Path, error: sqlite3.OperationalError) -> str:
         f"The store {path} cannot be written: {error} ({os.strerror(errno.ENOSPC)}, {free}). What it recorded "
         "before stays; free space there, then resume the experiment (`det-estimator experiment resume ID`)."
     )
-
-
-class ExperimentBusyError(StoreError):
-    """Another live process already runs the experiment."""
 
 
 class ExperimentStore(JobTable):
@@ -256,7 +246,7 @@ class ExperimentStore(JobTable):
         slots: int,
         test: bool,
         command: Optional[list[str]] = None,
-        hosts: Optional[str] = None,
+        hosts: Optional[Sequence[HostSlots]] = None,
         run_key: Optional[str] = None,
         trial_class: Optional[dict[str, Any]] = None,
     ) -> int:
@@ -274,7 +264,7 @@ class ExperimentStore(JobTable):
             test: one batch, one validation step and one checkpoint.
             command: the command a script experiment runs on each slot; None when
                 det-estimator's worker runs the ``entrypoint`` trial class.
-            hosts: the machines its processes run on (``"host1:2,host2:2"``); None for this one.
+            hosts: the machines its processes run on; None for this one.
             run_key: the key a run that resumes by name finds it again by.
             trial_class: how a worker imports the trial class, when it is not the
                 config's entrypoint (a class handed to ``run_trial``).
@@ -292,7 +282,7 @@ class ExperimentStore(JobTable):
                     entrypoint,
                     None if command is None else json.dumps(command),
                     slots,
-                    hosts,
+                    format_hosts(hosts) if hosts else None,
                     int(test),
                     time.time(),
                     run_key,
@@ -301,7 +291,7 @@ class ExperimentStore(JobTable):
                     *launcher_columns(),
                 ),
             )
-            return int(cursor.lastrowid)
+            return inserted_id(cursor)
 
     def create_trial(
         self,
@@ -338,7 +328,7 @@ class ExperimentStore(JobTable):
             " created_at) VALUES (?, ?, ?, ?, '', '', ?, ?)",
             (experiment_id, State.ACTIVE.value, json.dumps(hparams), seed, max_batches, time.time()),
         )
-        trial_id = int(cursor.lastrowid)
+        trial_id = inserted_id(cursor)
         checkpoint_dir = trial_checkpoint_dir(checkpoint_storage, experiment_id, tag, trial_id)
         log_path = self.trial_dir(experiment_id, trial_id) / "output.log"
         db.execute(
@@ -557,7 +547,7 @@ class ExperimentStore(JobTable):
                 "INSERT INTO trial_runs (trial_id, started_at, state, start_batches) VALUES (?, ?, ?, ?)",
                 (trial_id, time.time(), State.ACTIVE.value, start_batches),
             )
-            return int(cursor.lastrowid)
+            return inserted_id(cursor)
 
     def acknowledge_preemption(self, run_id: int) -> None:
         """Records that the run stops because it was asked to pause, not because it is done."""
@@ -815,7 +805,7 @@ def _experiment_record(row: sqlite3.Row) -> ExperimentRecord:
         entrypoint=row["entrypoint"],
         command=None if row["command"] is None else json.loads(row["command"]),
         slots=row["slots"],
-        hosts=row["hosts"],
+        hosts=tuple(parse_hosts(row["hosts"])) if row["hosts"] else None,
         test=bool(row["test_mode"]),
         created_at=row["created_at"],
         ended_at=row["ended_at"],

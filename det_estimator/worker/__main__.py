@@ -8,6 +8,7 @@ upon which horovodrun ends the others.
 
 import sys
 
+from det_estimator import _environment_variables as environment_variables
 from det_estimator import _info
 
 
@@ -16,8 +17,8 @@ def main() -> int:
     info = _info.get_cluster_info()
     if info is None or info.trial_class is None:
         print(
-            f"{_info.INFO_VARIABLE} is not set or names no trial class: this module is started by det-estimator's "
-            "launcher.",
+            f"{environment_variables.CLUSTER_INFO} is not set or names no trial class: this module is started by "
+            "det-estimator's launcher.",
             file=sys.stderr,
         )
         return 2
@@ -31,6 +32,7 @@ def main() -> int:
     # The one client of the store in this process: the core context records through it.
     with ExperimentStore(info.store_path) as store:
         lifecycle = RunLifecycle(store)
+        run_id = info.require_trial().run_id
         try:
             distributed = _join_job(info)
             rank = distributed.rank
@@ -40,11 +42,11 @@ def main() -> int:
                 run_trial_class(trial_class, core_context)
         except InvalidHP as error:
             # Not a failure: the search replaces the trial. Recorded for the launcher to see.
-            lifecycle.record_error(info.trial.run_id, RunError.of(error, rank))
+            lifecycle.record_error(run_id, RunError.of(error, rank))
             print(f"The trial's hyperparameters are invalid (InvalidHP): {error}", file=sys.stderr)
             return 0
         except BaseException as error:
-            lifecycle.record_error(info.trial.run_id, RunError.of(error, rank))
+            lifecycle.record_error(run_id, RunError.of(error, rank))
             raise
     return 0
 

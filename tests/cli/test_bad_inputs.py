@@ -16,6 +16,7 @@ import pytest
 
 from det_estimator import orchestration
 from det_estimator.config import load_experiment_config
+from det_estimator.launcher import parse_hosts
 from det_estimator.store import ExperimentStore, MetricKind, State
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
@@ -57,7 +58,9 @@ def test_resume_refuses_an_experiment_whose_host_cannot_be_reached(tmp_path):
     path = tmp_path / "store.sqlite"
     with ExperimentStore(path) as store:
         config = load_experiment_config(bad_inputs.OK_CONFIG)
-        experiment_id = orchestration.record_experiment(store, config, str(tmp_path), hosts="gone.invalid:1")
+        experiment_id = orchestration.record_experiment(
+            store, config, str(tmp_path), hosts=parse_hosts("gone.invalid:1")
+        )
         store.set_state(experiment_id, State.PAUSED)
 
     status, output = run_command(["--store", str(path), "experiment", "resume", str(experiment_id)])

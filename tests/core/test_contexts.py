@@ -14,12 +14,13 @@ import numpy as np
 import pytest
 
 from det_estimator import _info, core
+from det_estimator._root_cause import error_record
 from det_estimator.checkpoint import TrialCheckpoints
 from det_estimator.config import load_experiment_config
 from det_estimator.core._checkpoint import merge_metadata
 from det_estimator.core._preempt import PauseWatcher
 from det_estimator.core._searcher import FixedLengths
-from det_estimator.errors import DetEstimatorError, UndefinedHyperparameterError, error_record
+from det_estimator.errors import DetEstimatorError, UndefinedHyperparameterError
 from det_estimator.launcher import free_port
 from det_estimator.store import ExperimentStore, MetricKind, State, StoreFullError
 

@@ -5,9 +5,8 @@ import pytest
 import tensorflow as tf
 
 import det_estimator as det
-from det_estimator._root_cause import RootCause, note, root_cause
+from det_estimator._root_cause import RootCause, error_record, note, root_cause
 from det_estimator.checkpoint import read_checkpoint
-from det_estimator.errors import error_record
 
 LEARNING_RATE, GLOBAL_BATCH = 0.01, 8
 LOADERS = ["numpy", "sequence", "tfdata"]

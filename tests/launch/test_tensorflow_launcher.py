@@ -242,12 +242,12 @@ def test_hosts_and_slots_resolution():
     assert parse_hosts("a:2,b") == [HostSlots("a", 2), HostSlots("b", 1)]
     with pytest.raises(ValueError, match="Argument `--hosts`"):
         parse_hosts("a:0")
-    assert resolve_slots(None, "a:2,b:1", 8, ["x"]) == [HostSlots("a", 2), HostSlots("b", 1)]
+    assert resolve_slots(None, parse_hosts("a:2,b:1"), 8, ["x"]) == [HostSlots("a", 2), HostSlots("b", 1)]
     assert resolve_slots(3, None, 8, ["x"]) == [HostSlots("localhost", 3)]
     assert resolve_slots(None, None, 3, ["x", "y"]) == [HostSlots("x", 2), HostSlots("y", 1)]
     assert resolve_slots(None, None, None, ()) == [HostSlots("localhost", 1)]
     with pytest.raises(ValueError, match="Argument `--slots`"):
-        resolve_slots(2, "a:3", None, ())
+        resolve_slots(2, parse_hosts("a:3"), None, ())
 
 
 @pytest.mark.parametrize(

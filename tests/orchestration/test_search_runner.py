@@ -4,6 +4,7 @@ import pytest
 
 import det_estimator as det
 from det_estimator.config import load_experiment_config
+from det_estimator.launcher import parse_hosts
 from det_estimator.orchestration import record_experiment
 from det_estimator.orchestration._processes import Allocation, SlotPool
 from det_estimator.orchestration._search import SearchRunner
@@ -18,21 +19,26 @@ def test_slots_on_this_machine_are_shared_out_and_given_back():
     assert pool.total == 3
 
 
+def on(hosts):
+    """An allocation's hosts, written as --hosts text."""
+    return tuple(parse_hosts(hosts))
+
+
 def test_slots_on_hosts_go_to_one_host_when_it_has_room_else_span_hosts():
-    pool = SlotPool(0, "a:2,b:2")
-    assert pool.allocate(2) == Allocation(2, "a:2")
-    assert pool.allocate(1) == Allocation(1, "b:1")
+    pool = SlotPool(0, parse_hosts("a:2,b:2"))
+    assert pool.allocate(2) == Allocation(2, on("a:2"))
+    assert pool.allocate(1) == Allocation(1, on("b:1"))
     assert pool.allocate(2) is None
-    pool.release(Allocation(2, "a:2"))
-    assert pool.allocate(3) == Allocation(3, "a:2,b:1")
+    pool.release(Allocation(2, on("a:2")))
+    assert pool.allocate(3) == Allocation(3, on("a:2,b:1"))
     assert pool.total == 0
 
 
 def test_a_host_named_twice_has_the_slots_of_both_entries():
-    pool = SlotPool(0, "a:1,b:1,a:1")
+    pool = SlotPool(0, parse_hosts("a:1,b:1,a:1"))
     assert pool.total == 3
-    assert pool.allocate(2) == Allocation(2, "a:2")
-    assert pool.allocate(1) == Allocation(1, "b:1")
+    assert pool.allocate(2) == Allocation(2, on("a:2"))
+    assert pool.allocate(1) == Allocation(1, on("b:1"))
 
 
 def search_config(tmp_path, **searcher):

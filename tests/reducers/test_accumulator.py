@@ -156,7 +156,7 @@ class ForgetsToReturn(RunningSum):
 
 def test_a_cross_slot_reduce_returning_none_is_an_error_not_a_nan_metric():
     from det_estimator import _root_cause
-    from det_estimator.errors import error_record
+    from det_estimator._root_cause import error_record
 
     _root_cause.forget()
     accumulator = MetricAccumulator(ForgetsToReturn(), "auc", rank=0)

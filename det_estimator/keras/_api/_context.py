@@ -12,7 +12,7 @@ from det_estimator.config import Length, LengthUnit
 from det_estimator.errors import DetEstimatorError
 from det_estimator.keras._api import _fit, _model_files
 from det_estimator.keras._api._sharding import ShardedSequence, Sharder, in_input_order
-from det_estimator.keras._determined_callback import DeterminedCallback, with_searcher_metric
+from det_estimator.keras._determined_callback import with_searcher_metric
 from det_estimator.keras._global_metrics import GlobalMetrics
 from det_estimator.store import ExperimentStore
 
@@ -381,13 +381,14 @@ class KerasContext:
     ) -> list[tf.keras.callbacks.Callback]:
         """The global metrics first (every later callback sees them), the user's, then DeterminedCallback."""
         training = self.training
-        self._writer = _model_files.ArchitectureWriter(training.core.checkpoint, model, self.distributed.rank)
-        reporter = DeterminedCallback(
-            _model_files.CoreWithArchitecture(training.core, self._writer),
+        reporter = _model_files.ArchitectureCallback(
+            training.core,
+            _model_files.architecture_of(model),
             checkpoint=checkpoint,
             continue_id=training.trial_id,
             **options,
         )
+        self._reporter = reporter
         metrics = GlobalMetrics(self.distributed.core)
         reporter.share_metrics(metrics)
         return [metrics, *user_callbacks, reporter]
@@ -425,7 +426,7 @@ class KerasContext:
             history = model.fit(x, y, epochs=max(epochs, epochs_done), callbacks=callbacks, **fit_kwargs)
             histories.append(history)
             epochs_done = max(epochs_done, epochs)
-            checkpoint = self._writer.last_storage_id or checkpoint
+            checkpoint = self._reporter.last_storage_id or checkpoint
             if core_context.preempt.acknowledged:
                 self._end_paused_process()
             if self.distributed.rank == 0:
@@ -555,7 +556,7 @@ class KerasContext:
         with ExperimentStore(self._store_path) as store:
             if checkpoint_uuid is not None:
                 path = Path(store.checkpoint(checkpoint_uuid).path)
-            else:
+            elif trial_id is not None:  # one of them is given, as checked above
                 path = _trial_checkpoint(store, int(trial_id), best)
         return _model_files.load_model(path, model=model, custom_objects=custom_objects)
 
@@ -595,11 +596,11 @@ def _trial_checkpoint(store: ExperimentStore, trial_id: int, best: bool) -> Path
     if best:
         metric = experiment.searcher_metric
         sign = 1.0 if experiment.smaller_is_better else -1.0
-        scored = [
-            (sign * _metric_of(record.validation_metrics, metric), -record.batches, index)
-            for index, record in enumerate(checkpoints)
-            if _metric_of(record.validation_metrics, metric) is not None
-        ]
+        scored = []
+        for index, record in enumerate(checkpoints):
+            value = _metric_of(record.validation_metrics, metric)
+            if value is not None:
+                scored.append((sign * value, -record.batches, index))
         if scored:
             chosen = checkpoints[min(scored)[2]]
     return Path(chosen.path)
@@ -609,7 +610,9 @@ def _metric_of(metrics: Optional[dict[str, Any]], name: str) -> Optional[float]:
     value = (metrics or {}).get(name)
     if value is None and name.startswith("val_"):
         value = (metrics or {}).get(name[4:])
-    return float(value) if _is_number(value) and value == value else None
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value:
+        return float(value)
+    return None
 
 
 def _is_number(value: Any) -> bool:

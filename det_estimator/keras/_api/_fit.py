@@ -44,7 +44,7 @@ class Lengths:
 
     unit: Unit
     steps_per_epoch: Optional[int]
-    global_batch_size: Optional[int]
+    global_batch_size: int
 
     def epochs(self, length: int) -> int:
         """The epochs to train in all for an operation of ``length``, rounded up to a whole epoch.

@@ -109,7 +109,7 @@ def _trial_context(
     recorded_config = None if launched else _by_hand_config(config, seed)
     core_context = core.init(config=recorded_config, checkpoint_storage=checkpoint_storage).start()
     run_info = core_context.info
-    trial = run_info.trial
+    trial = run_info.require_trial()
     if launched and seed is not None and seed != trial.trial_seed:
         logger.info("det.keras.init(seed=%d) is ignored in an experiment: the trial's seed is used", seed)
     # By hand too, the seed recorded: `experiment resume` of a run by hand then seeds as it did.

@@ -8,19 +8,17 @@ script. A subclassed model has no such description: load it into a model you bui
 (``load_checkpoint_model(..., model=build_model())``).
 """
 
-import contextlib
 import json
 import logging
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Optional
 
 import tensorflow as tf
 
+from det_estimator import core
 from det_estimator._checkpoint_kind import checkpoint_kind
-from det_estimator.core import CheckpointContext
 from det_estimator.errors import DetEstimatorError
-from det_estimator.keras._determined_callback import STATE_FILE, WEIGHTS_PREFIX
+from det_estimator.keras._determined_callback import STATE_FILE, WEIGHTS_PREFIX, DeterminedCallback
 
 logger = logging.getLogger("det_estimator.keras")
 
@@ -40,45 +38,27 @@ def architecture_of(model: tf.keras.Model) -> Optional[str]:
         return None
 
 
-class ArchitectureWriter:
-    """``core_context.checkpoint`` as the callback sees it: every checkpoint also gets the model's architecture.
-
-    Every other attribute is the wrapped context's.
+class ArchitectureCallback(DeterminedCallback):
+    """``DeterminedCallback`` whose checkpoints also hold the model's architecture (``context.fit``'s).
 
     Args:
-        checkpoint: the core context's checkpoint part.
-        model: the model being trained.
-        rank: this process's rank (the chief writes the file).
+        core_context: the core context.
+        architecture: the model's architecture (:func:`architecture_of`), or None for none.
+        **kwargs: ``DeterminedCallback``'s other arguments.
     """
 
-    def __init__(self, checkpoint: CheckpointContext, model: tf.keras.Model, rank: int) -> None:
-        self._checkpoint = checkpoint
-        self._rank = rank
-        self._architecture = architecture_of(model)
-        self.last_storage_id: Optional[str] = None
+    def __init__(self, core_context: core.Context, architecture: Optional[str], **kwargs: Any) -> None:
+        super().__init__(core_context, **kwargs)
+        self._architecture = architecture
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._checkpoint, name)
+    @property
+    def last_storage_id(self) -> Optional[str]:
+        """The storage id of the last checkpoint the callback wrote, or None."""
+        return self._saved_storage_id
 
-    @contextlib.contextmanager
-    def store_path(self, metadata: Optional[dict[str, Any]] = None, *, shard: bool = False) -> Iterator[tuple]:
-        """The wrapped ``store_path``, which writes the architecture before the checkpoint is sealed."""
-        with self._checkpoint.store_path(metadata, shard=shard) as (path, storage_id):
-            yield path, storage_id
-            if self._rank == 0 and self._architecture is not None:
-                (Path(path) / ARCHITECTURE_FILE).write_text(self._architecture, encoding="utf-8")
-        self.last_storage_id = storage_id
-
-
-class CoreWithArchitecture:
-    """A core context whose ``checkpoint`` is an :class:`ArchitectureWriter`; everything else is the context's."""
-
-    def __init__(self, core_context: Any, checkpoint: ArchitectureWriter) -> None:
-        self._core_context = core_context
-        self.checkpoint = checkpoint
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._core_context, name)
+    def _write_chief_files(self, path: Path) -> None:
+        if self._architecture is not None:
+            (path / ARCHITECTURE_FILE).write_text(self._architecture, encoding="utf-8")
 
 
 def load_model(path: Path, model: Optional[tf.keras.Model] = None, custom_objects: Optional[dict] = None) -> Any:

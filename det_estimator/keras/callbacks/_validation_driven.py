@@ -1,9 +1,14 @@
 """ValidationDriven: what turns a Keras callback that acts on epochs into one that acts on every validation."""
 
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
+
+if TYPE_CHECKING:  # the Keras callback class this one is mixed in before
+    from tensorflow.keras.callbacks import Callback as _KerasCallback
+else:
+    _KerasCallback = object
 
 
-class ValidationDriven:
+class ValidationDriven(_KerasCallback):
     """Mixed in before a Keras callback class: its epoch logic runs on every validation instead.
 
     ``on_epoch_end`` does nothing; ``on_test_end`` calls the Keras class's
