@@ -17,8 +17,10 @@ from det_estimator.store import ExperimentStore, State
 
 LEARNING_RATE, GLOBAL_BATCH = 0.01, 8
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-# Slow enough for a pause to land mid-run, short enough to resume quickly.
-SLOW_BATCHES, SECONDS_PER_BATCH = 120, 0.05
+# A first run slow enough for a pause to land mid-run (35 batches, 7 s, after the first
+# checkpoint); the resumed run goes at full speed.
+SLOW_BATCHES = 40
+SLOW = {"seconds_per_batch": 0.2, "resumed_at_full_speed": True}
 
 
 def created_id(output: str) -> int:
@@ -217,7 +219,7 @@ def test_the_store_can_be_named_by_the_environment(completed):
 
 
 def test_a_paused_experiment_resumes_without_losing_anything(det, context, analytic):
-    config = context.write_config(SLOW_BATCHES, hparams={"seconds_per_batch": SECONDS_PER_BATCH})
+    config = context.write_config(SLOW_BATCHES, hparams=SLOW)
     running = det.start("experiment", "create", config, context.directory)
     experiment_id = created_id(running.wait_for("Created experiment"))
     running.wait_for("checkpoint ")
@@ -294,8 +296,8 @@ def test_save_trial_latest_0_keeps_the_latest_checkpoint_until_the_experiment_co
     # smaller_is_better: false makes the first checkpoint the best, so that best and latest differ.
     config = context.write_config(
         SLOW_BATCHES,
-        hparams={"seconds_per_batch": SECONDS_PER_BATCH},
-        searcher={"name": "single", "metric": "loss", "smaller_is_better": False, "max_length": {"batches": 60}},
+        hparams=SLOW,
+        searcher={"name": "single", "metric": "loss", "smaller_is_better": False, "max_length": {"batches": 40}},
         checkpoint_storage={"type": "shared_fs", "host_path": "checkpoints", "save_trial_latest": 0},
     )
     running = det.start("experiment", "create", config, context.directory)
@@ -313,11 +315,11 @@ def test_save_trial_latest_0_keeps_the_latest_checkpoint_until_the_experiment_co
     (kept,) = det.json("checkpoint", "list", experiment_id)
     assert kept["batches"] == 5 and Path(kept["path"]).is_dir()
     latest = det.json("checkpoint", "list", experiment_id, "--all")[-1]
-    assert latest["batches"] == 60 and latest["state"] == "DELETED" and not Path(latest["path"]).exists()
+    assert latest["batches"] == 40 and latest["state"] == "DELETED" and not Path(latest["path"]).exists()
 
 
 def test_ctrl_c_pauses_the_experiment(det, context):
-    config = context.write_config(SLOW_BATCHES, hparams={"seconds_per_batch": SECONDS_PER_BATCH})
+    config = context.write_config(SLOW_BATCHES, hparams=SLOW)
     running = det.start("experiment", "create", config, context.directory)
     experiment_id = created_id(running.wait_for("Created experiment"))
     running.wait_for("checkpoint ")
@@ -393,7 +395,7 @@ def test_ctrl_c_again_stops_a_pause_that_cannot_finish(det, context, analytic):
 
 def test_ctrl_c_pauses_the_experiment_also_when_it_ends_the_reader_of_its_output(det, context, analytic):
     # `det-estimator ... | tee log` and Ctrl-C: the terminal signals both, and tee is gone first.
-    config = context.write_config(SLOW_BATCHES, hparams={"seconds_per_batch": SECONDS_PER_BATCH})
+    config = context.write_config(SLOW_BATCHES, hparams=SLOW)
     process = subprocess.Popen(
         det.command(("experiment", "create", config, context.directory)),
         stdout=subprocess.PIPE,
@@ -426,7 +428,7 @@ def test_ctrl_c_pauses_the_experiment_also_when_it_ends_the_reader_of_its_output
 
 
 def test_two_resumes_of_one_paused_experiment_at_once_run_it_once(det, context, analytic):
-    config = context.write_config(SLOW_BATCHES, hparams={"seconds_per_batch": SECONDS_PER_BATCH})
+    config = context.write_config(SLOW_BATCHES, hparams=SLOW)
     running = det.start("experiment", "create", config, context.directory)
     experiment_id = created_id(running.wait_for("Created experiment"))
     running.wait_for("checkpoint ")
