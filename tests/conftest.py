@@ -88,6 +88,12 @@ def example_config(tmp_path):
     return copy
 
 
+@pytest.fixture
+def one_rank_of_two(monkeypatch):
+    """The next in-process runs play rank 0 of a job of two processes (see tests/support/one_of_two.py)."""
+    load_module(SUPPORT / "one_of_two.py").play_one_rank_of_two(monkeypatch)
+
+
 @pytest.fixture(scope="session")
 def analytic():
     """The analytic_trial module."""

@@ -62,20 +62,6 @@ def test_validation_metrics_are_weighted_by_the_examples_each_process_evaluated(
     ]
 
 
-def test_a_dataset_not_wrapped_on_two_processes_is_an_error_naming_the_wrapper(analytic_keras, runs, tmp_path):
-    process = analytic_keras.start_run(tmp_path, 10, 2, loader="tfdata", wrap_dataset=False)
-    status, output, outcome = runs.finish(process, timeout=150)
-    assert status != 0 and outcome is None
-    assert "was never passed to context.wrap_dataset(). With 2 processes" in output
-
-
-def test_exact_metrics_in_a_model_run_eagerly_on_two_processes_are_refused(analytic_keras, runs, tmp_path):
-    process = analytic_keras.start_run(tmp_path, 10, 2, eagerly=True)
-    status, output, outcome = runs.finish(process, timeout=150)
-    assert status != 0 and outcome is None
-    assert "compiled with run_eagerly=True and has ReducerMetric metrics" in output
-
-
 def test_an_optimizer_not_wrapped_is_wrapped_at_compile(analytic_keras, tmp_path):
     config = analytic_keras.make_config(tmp_path, 10)
     config["hyperparameters"]["wrap_optimizer"] = False

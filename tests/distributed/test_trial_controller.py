@@ -111,19 +111,6 @@ def test_one_failing_rank_ends_the_whole_job_quickly_with_its_traceback(runs, tm
     assert time.monotonic() - started < 90
 
 
-@pytest.mark.parametrize(
-    ("hparams", "missing"),
-    [
-        ({"wrap_optimizer": False}, "context.wrap_optimizer(optimizer)"),
-        ({"wrap_dataset": False}, "context.wrap_dataset(dataset)"),
-    ],
-)
-def test_a_trial_that_never_calls_a_wrapper_is_told_which(runs, tmp_path, hparams, missing):
-    status, output, _ = runs.finish(runs.start(tmp_path, 10, slots=2, **hparams), timeout=120)
-    assert status != 0
-    assert f"The trial never called {missing}. With 2 processes" in output
-
-
 def test_killing_the_launcher_leaves_no_worker_running(runs, tmp_path):
     import psutil
 

@@ -4,6 +4,7 @@ import gc
 import json
 import logging
 import os
+import re
 import signal
 from pathlib import Path
 
@@ -330,6 +331,24 @@ def test_a_pause_asked_for_during_a_validation_or_checkpoint_stops_at_that_batch
     assert (outcome.state, outcome.batches_trained) == ("PAUSED", 10)
     assert [c["batches"] for c in outcome.checkpoints] == [10]  # one checkpoint, with the validation's metrics
     assert [v["batches"] for v in outcome.validations] == [5, 10]
+
+
+# A rank refuses the trial alone, before it trains: played here by one process as rank 0 of
+# two. tests/distributed shows that such an error on a rank ends the job with its message.
+@pytest.mark.parametrize(
+    ("hparams", "missing"),
+    [
+        ({"wrap_optimizer": False}, "context.wrap_optimizer(optimizer)"),
+        ({"wrap_dataset": False}, "context.wrap_dataset(dataset)"),
+    ],
+)
+def test_a_trial_that_never_calls_a_wrapper_on_two_processes_is_told_which(
+    analytic, tmp_path, one_rank_of_two, hparams, missing
+):
+    config = analytic.make_config(tmp_path, 10)
+    config["hyperparameters"].update(hparams)
+    with pytest.raises(det.DetEstimatorError, match=rf"The trial never called {re.escape(missing)}\. With 2 processes"):
+        det.run_trial(analytic.AnalyticTrial, config)
 
 
 def test_on_trial_close_runs_when_the_trial_fails(analytic, tmp_path):

@@ -1,5 +1,7 @@
 """The Keras trial controller on one process: the analytic trial for each loader, resumes, pauses, kills, exports."""
 
+import re
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -248,6 +250,26 @@ def test_a_builder_returning_the_wrong_thing_is_a_clear_error(
     cause = root_cause(raised.value, rank=0)
     assert cause.traceback == f"{cause.type}: {cause.message}"
     assert cause.message != "an earlier run's failure"
+
+
+# A rank refuses the trial alone, before it trains: played here by one process as rank 0 of
+# two. tests/distributed shows that such an error on a rank ends the job with its message.
+@pytest.mark.parametrize(
+    ("loader", "hparams", "message"),
+    [
+        ("tfdata", {"wrap_dataset": False}, "was never passed to context.wrap_dataset(). With 2 processes"),
+        ("numpy", {"eagerly": True}, "compiled with run_eagerly=True and has ReducerMetric metrics"),
+    ],
+    ids=["a-dataset-not-wrapped", "exact-metrics-run-eagerly"],
+)
+def test_what_two_processes_cannot_run_is_refused_before_training(
+    analytic_keras, tmp_path, one_rank_of_two, loader, hparams, message
+):
+    config = analytic_keras.make_config(tmp_path, 10, loader)
+    config["hyperparameters"].update(hparams)
+    with pytest.raises(det.DetEstimatorError, match=re.escape(message)):
+        det.run_trial(analytic_keras.AnalyticKerasTrial, config)
+    assert not analytic_keras.events(tmp_path / "events"), "refused before any callback ran"
 
 
 def test_a_searcher_metric_the_validation_lacks_is_named_with_those_it_has(analytic_keras, tmp_path):
