@@ -20,9 +20,26 @@ def final_weight(outcome):
     return outcome.validations[-1]["metrics"]["weight"]
 
 
-def test_two_processes_follow_the_closed_form_across_a_resume(analytic, tmp_path):
-    first = det.run_trial(analytic.AnalyticTrial, analytic.make_config(tmp_path, 10), slots=2)
-    second = det.run_trial(analytic.AnalyticTrial, analytic.make_config(tmp_path, 20), slots=2)
+# Under pytest-xdist, the tests of one run on one test process, which runs it once.
+ONE_RESUMED_RUN = pytest.mark.xdist_group("estimator_two_processes_resumed")
+
+
+@pytest.fixture(scope="session")
+def resumed(analytic, tmp_path_factory):
+    """Two processes train 10 batches, then resume to 20; each validates 9 records: 5 on rank 0, 4 on rank 1."""
+    directory = tmp_path_factory.mktemp("resumed")
+
+    def run(batches):
+        config = analytic.make_config(directory, batches)
+        config["hyperparameters"]["validation_records"] = 9
+        return det.run_trial(analytic.AnalyticTrial, config, slots=2)
+
+    return directory, run(10), run(20)
+
+
+@ONE_RESUMED_RUN
+def test_two_processes_follow_the_closed_form_across_a_resume(analytic, resumed):
+    tmp_path, first, second = resumed
 
     assert first.batches_trained == 10 and second.batches_trained == 20
     # Each rank's loss is over its half batch; their average is the global batch's loss.
@@ -35,7 +52,7 @@ def test_two_processes_follow_the_closed_form_across_a_resume(analytic, tmp_path
     for validation in first.validations + second.validations:
         expected = analytic.expected_weight(validation["batches"], LEARNING_RATE, GLOBAL_BATCH)
         assert validation["metrics"]["weight"] == pytest.approx(expected, rel=1e-5)
-        assert validation["metrics"]["records"] == analytic.NUM_RECORDS  # both shards, reduced
+        assert validation["metrics"]["records"] == 9  # both shards, reduced
     # The chief alone writes checkpoints; every rank loads them and closes.
     assert rank_events(tmp_path, 0) == ["on_checkpoint_end"] * 2 + ["on_trial_close"] + ["on_checkpoint_load"] + [
         "on_checkpoint_end"
@@ -65,6 +82,9 @@ def test_without_average_training_metrics_the_chief_reports_its_own_loss(analyti
     assert abs(training["metrics"]["loss"] - averaged) > 1e-3, "the data must tell the chief's loss from the mean"
 
 
+# On one process (tests/estimator) an EstimatorTrial killed at a random batch resumes to the
+# closed form; on two, the Keras trial's test kills a whole job; above, two processes resume.
+@pytest.mark.slow
 def test_a_job_killed_at_a_random_batch_resumes_to_the_uninterrupted_result(analytic, runs, tmp_path):
     process = runs.start(tmp_path, 60, slots=2, seconds_per_batch=0.1)
     runs.kill_at_random_batch(process, seed=5)
@@ -124,14 +144,13 @@ def test_killing_the_launcher_leaves_no_worker_running(runs, tmp_path):
     assert not alive, f"still running: {[p.cmdline() for p in alive]}"
 
 
-def test_validation_metrics_are_weighted_by_the_examples_each_rank_evaluated(analytic, tmp_path):
-    config = analytic.make_config(tmp_path, 5)
-    config["hyperparameters"]["validation_records"] = 9  # rank 0 evaluates 5 records, rank 1 evaluates 4
-    outcome = det.run_trial(analytic.AnalyticTrial, config, slots=2)
+@ONE_RESUMED_RUN
+def test_validation_metrics_are_weighted_by_the_examples_each_rank_evaluated(analytic, resumed):
+    _, first, second = resumed  # rank 0 evaluates 5 records, rank 1 evaluates 4
 
     targets = analytic.TARGETS[:9].astype(float)
-    reported = outcome.validations[-1]["metrics"]["mean_target"]
-    assert reported == pytest.approx(targets.mean(), rel=1e-6)
+    for validation in first.validations + second.validations:
+        assert validation["metrics"]["mean_target"] == pytest.approx(targets.mean(), rel=1e-6)
     per_rank_average = (targets[0::2].mean() + targets[1::2].mean()) / 2
     assert abs(per_rank_average - targets.mean()) > 1e-4, "the data must tell weighted from unweighted"
 
