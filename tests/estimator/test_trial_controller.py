@@ -195,13 +195,14 @@ def test_a_resumed_run_validates_a_full_period_after_the_last_validation(analyti
 
 
 def test_a_run_killed_at_a_random_batch_resumes_to_the_uninterrupted_result(analytic, runs, tmp_path):
-    process = runs.start(tmp_path, 60, slots=1, seconds_per_batch=0.1)
+    # The kill lands a few batches after the first checkpoint, 6 s and more before the end.
+    process = runs.start(tmp_path, 30, slots=1, seconds_per_batch=0.25)
     runs.kill_at_random_batch(process, seed=11)
-    outcome = det.run_trial(analytic.AnalyticTrial, analytic.make_config(tmp_path, 60))
+    outcome = det.run_trial(analytic.AnalyticTrial, analytic.make_config(tmp_path, 30))
     resumed_after = outcome.batches_trained - len(outcome.validations) * 5
-    assert outcome.validations and resumed_after < 60, "the kill must interrupt training"
-    assert outcome.batches_trained == 60
-    assert final_weight(outcome) == pytest.approx(analytic.expected_weight(60, LEARNING_RATE, GLOBAL_BATCH), rel=1e-5)
+    assert outcome.validations and resumed_after < 30, "the kill must interrupt training"
+    assert outcome.batches_trained == 30
+    assert final_weight(outcome) == pytest.approx(analytic.expected_weight(30, LEARNING_RATE, GLOBAL_BATCH), rel=1e-5)
 
 
 def test_sigterm_pauses_with_a_checkpoint_and_a_rerun_finishes(analytic, runs, tmp_path):
