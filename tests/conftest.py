@@ -2,6 +2,7 @@
 
 import contextlib
 import importlib.util
+import io
 import json
 import os
 import random
@@ -72,6 +73,40 @@ def searcher_operations(monkeypatch):
         return completed
 
     return give
+
+
+@pytest.fixture
+def script_main(monkeypatch):
+    """``script_main(path, *args)``: a script's ``main()`` run in this process, as ``python path ARGS`` runs it.
+
+    For what a script says about its arguments, which no process boundary changes: the
+    script is imported afresh (its ``model_def``, a name several examples use, too) with
+    ``sys.argv`` and ``sys.path`` restored afterwards. Returns ``(exit status, stdout,
+    stderr)``; an exception other than ``SystemExit`` fails the test, as a traceback would.
+    """
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")
+
+    def run(path: Path, *args) -> tuple:
+        monkeypatch.setattr(sys, "argv", [str(path), *map(str, args)])
+        monkeypatch.setattr(sys, "path", [str(path.parent), *sys.path])
+        shared = sys.modules.pop("model_def", None)
+        spec = importlib.util.spec_from_file_location(f"{path.parent.name}_{path.stem}_main", path)
+        script = importlib.util.module_from_spec(spec)
+        stdout, stderr = io.StringIO(), io.StringIO()
+        try:
+            with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+                spec.loader.exec_module(script)
+                script.main()
+            status = 0
+        except SystemExit as exit_:
+            status = exit_.code if isinstance(exit_.code, int) else int(exit_.code is not None)
+        finally:
+            sys.modules.pop("model_def", None)
+            if shared is not None:
+                sys.modules["model_def"] = shared
+        return status, stdout.getvalue(), stderr.getvalue()
+
+    return run
 
 
 @pytest.fixture
