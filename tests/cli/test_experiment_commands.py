@@ -450,29 +450,30 @@ def test_two_resumes_of_one_paused_experiment_at_once_run_it_once(det, context, 
         assert Path(checkpoint["path"]).is_dir(), checkpoint
 
 
-# 3. Errors.
+# 3. Errors. What the command says about its input runs it in this process (det.here): the
+# console script is what the other tests run. Its warnings are Python's, so that test runs it.
 
 
 def test_a_missing_config_file_is_a_usage_error(det, context):
-    result = det("experiment", "create", context.directory / "missing.yaml", context.directory)
+    result = det.here("experiment", "create", context.directory / "missing.yaml", context.directory)
     assert_usage_error(result, f"CONFIG {context.directory / 'missing.yaml'} is not a file.")
 
 
 def test_config_and_context_dir_given_the_other_way_round_are_said_to_be(det, context):
     config = context.write_config()
-    result = det("experiment", "create", context.directory, config)
+    result = det.here("experiment", "create", context.directory, config)
     assert_usage_error(
         result,
         f"CONTEXT_DIR {config} is not a directory. It looks like CONFIG, and {context.directory} like CONTEXT_DIR: "
         "the config comes first (experiment create CONFIG CONTEXT_DIR).",
     )
-    result = det("job", "run", context.directory, config)
+    result = det.here("job", "run", context.directory, config)
     assert_usage_error(result, "the config comes first (job run CONFIG CONTEXT_DIR).")
 
 
 def test_a_config_named_from_its_context_dir_is_pointed_at(det, context):
     config = context.write_config()  # config.yaml, in CONTEXT_DIR: not in the current directory
-    result = det("experiment", "create", config.name, context.directory)
+    result = det.here("experiment", "create", config.name, context.directory)
     assert_usage_error(
         result,
         f"CONFIG config.yaml is not a file. CONFIG is named from the current directory ({Path.cwd()}), not from "
@@ -480,15 +481,15 @@ def test_a_config_named_from_its_context_dir_is_pointed_at(det, context):
     )
     job = context.directory / "job.yaml"
     job.write_text("entrypoint_script: python3 absent.py\ndata: {}\n")
-    result = det("job", "run", "job.yaml", context.directory)
+    result = det.here("job", "run", "job.yaml", context.directory)
     assert_usage_error(result, "CONFIG job.yaml is not a file. CONFIG is named from the current directory")
 
 
 def test_a_context_dir_that_is_not_a_directory_is_a_usage_error(det, context, tmp_path):
     config = context.write_config()
-    result = det("experiment", "create", config, tmp_path / "nowhere")
+    result = det.here("experiment", "create", config, tmp_path / "nowhere")
     assert_usage_error(result, f"CONTEXT_DIR {tmp_path / 'nowhere'} is not a directory.")
-    result = det("experiment", "create", config, config)
+    result = det.here("experiment", "create", config, config)
     assert_usage_error(result, f"CONTEXT_DIR {config} is not a directory.")
 
 
@@ -508,7 +509,7 @@ def test_a_config_with_an_unknown_key_is_a_usage_error_naming_it(det, context, c
     raw = context.config()
     change(raw)
     config = context.write_config(raw=raw, filename="bad.yaml")
-    result = det("experiment", "create", config, context.directory)
+    result = det.here("experiment", "create", config, context.directory)
     assert_usage_error(result, f"{config}: experiment config: unknown key {key_path}", "Expected one of:")
     assert not det.store.exists()  # nor is a store made for it
 
@@ -523,7 +524,7 @@ def test_a_config_with_an_unknown_key_is_a_usage_error_naming_it(det, context, c
     ],
 )
 def test_bad_options_are_argparse_errors(det, context, option, message):
-    result = det("experiment", "create", context.write_config(), context.directory, *option)
+    result = det.here("experiment", "create", context.write_config(), context.directory, *option)
     assert result.returncode == 2
     assert result.stderr.startswith("usage: det-estimator experiment create")
     assert f"det-estimator experiment create: error: {message}" in result.stderr
@@ -550,7 +551,7 @@ def test_cluster_keys_are_named_in_a_warning_of_the_commands_own_not_pythons(det
 
 def test_an_entrypoint_module_outside_the_context_dir_is_a_usage_error(det, context):
     config = context.write_config(entrypoint="elsewhere.trial:AnalyticTrial")
-    result = det("experiment", "create", config, context.directory)
+    result = det.here("experiment", "create", config, context.directory)
     assert_usage_error(
         result,
         f"The config's entrypoint module 'elsewhere.trial' is not in CONTEXT_DIR {context.directory.resolve()}",
@@ -573,24 +574,24 @@ def test_an_entrypoint_module_outside_the_context_dir_is_a_usage_error(det, cont
 def test_an_unknown_experiment_id_is_a_usage_error(completed, tmp_path, command):
     det = completed[0]
     command = [str(tmp_path / part) if part == "curves.png" else part for part in command]
-    result = det(*command)
+    result = det.here(*command)
     assert_usage_error(result, f"There is no experiment 99 in the store {det.store}.")
     assert not (tmp_path / "curves.png").exists()
 
 
 def test_an_unknown_trial_id_is_a_usage_error(completed):
     det = completed[0]
-    assert_usage_error(det("trial", "logs", "99"), f"There is no trial 99 in the store {det.store}.")
+    assert_usage_error(det.here("trial", "logs", "99"), f"There is no trial 99 in the store {det.store}.")
 
 
 def test_a_completed_experiment_can_be_neither_paused_nor_resumed(completed):
     det, _, experiment_id, _ = completed
     assert_usage_error(
-        det("experiment", "pause", experiment_id),
+        det.here("experiment", "pause", experiment_id),
         f"Experiment {experiment_id} is COMPLETED: only an ACTIVE one can be paused.",
     )
     assert_usage_error(
-        det("experiment", "resume", experiment_id),
+        det.here("experiment", "resume", experiment_id),
         f"Experiment {experiment_id} is COMPLETED: it has completed; nothing to resume.",
     )
     assert det.experiment(experiment_id)["state"] == "COMPLETED"
@@ -599,7 +600,7 @@ def test_a_completed_experiment_can_be_neither_paused_nor_resumed(completed):
 def test_plot_to_a_file_of_no_image_format_is_a_usage_error(completed, tmp_path):
     det, _, experiment_id, _ = completed
     output = tmp_path / "curves.txt"
-    result = det("experiment", "plot", experiment_id, "-o", output)
+    result = det.here("experiment", "plot", experiment_id, "-o", output)
     assert_usage_error(result, f"-o {output}: name a .png, .svg or .pdf file.")
     assert not output.exists()
 
