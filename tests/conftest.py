@@ -23,6 +23,27 @@ SUPPORT = Path(__file__).parent / "support"
 EXAMPLES = Path(__file__).parent.parent / "examples"
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    """``--dist loadgroup``: a test's ``xdist_group`` put in its node id, so that a group runs on one test process.
+
+    pytest-xdist 3.8 writes the group into ``item._nodeid``, which pytest 9 no longer reads
+    (a node's id is ``item._id``): without this, a group's tests spread over the test
+    processes, and a session-scoped run they share runs once in each. (A parametrized
+    grouped test then shows as ``test[param]@group]`` in pytest's short summary.)
+    """
+    if not getattr(config.option, "loadgroup", False):
+        return
+    from _pytest.nodeid import NodeId
+
+    for item in items:
+        marks = item.iter_markers("xdist_group")
+        groups = sorted({str(mark.args[0] if mark.args else mark.kwargs.get("name", "default")) for mark in marks})
+        suffix = "@" + "_".join(groups)
+        if groups and hasattr(item, "_id") and not item.nodeid.endswith(suffix):
+            item._id = NodeId.parse(item.nodeid + suffix)
+
+
 def load_module(path: Path):
     """Imports a file as a module named after it, registered so that later imports find it."""
     if path.stem in sys.modules:
