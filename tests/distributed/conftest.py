@@ -152,6 +152,17 @@ def two_rank_pool(tmp_path_factory):
     pool.close()
 
 
+def pytest_runtest_teardown(item, nextitem):
+    """Ends the pool after the last of a run of tests that use it: idle, its Horovod ranks still take CPU.
+
+    Its tests share an xdist group, so they run one after the other; a later one starts it again.
+    """
+    if "two_rank_pool" in item.fixturenames and (nextitem is None or "two_rank_pool" not in nextitem.fixturenames):
+        pool = item.funcargs.get("two_rank_pool")
+        if pool is not None:
+            pool.close()
+
+
 @pytest.fixture
 def horovod_job(runs, two_rank_pool) -> Callable[..., subprocess.CompletedProcess]:
     """Runs a worker script as :func:`run_under_horovod` does: two ranks in the pool, one as plain ``python``."""
