@@ -65,21 +65,36 @@ def test_two_processes_follow_the_closed_form_across_a_resume(analytic, resumed)
     }
 
 
-def test_without_average_training_metrics_the_chief_reports_its_own_loss(analytic, tmp_path):
-    config = analytic.make_config(tmp_path, 5, optimizations={"average_training_metrics": False})
-    outcome = det.run_trial(analytic.AnalyticTrial, config, slots=2)
+# Under pytest-xdist, the tests of one run on one test process, which runs it once.
+ONE_STOPPED_RUN = pytest.mark.xdist_group("estimator_two_processes_stopped")
+
+
+@pytest.fixture(scope="session")
+def stopped(analytic, tmp_path_factory):
+    """Two processes asked for 20 batches, rank 1 alone asking to stop at batch 7; training metrics not averaged."""
+    directory = tmp_path_factory.mktemp("stopped")
+    config = analytic.make_config(directory, 20, optimizations={"average_training_metrics": False})
+    config["hyperparameters"]["stop"] = {"rank": 1, "batch": 7}
+    return directory, det.run_trial(analytic.AnalyticTrial, config, slots=2)
+
+
+@ONE_STOPPED_RUN
+@pytest.mark.timeout(120)  # the run, if this test sets it up: a rank left in a collective hangs it
+def test_without_average_training_metrics_the_chief_reports_its_own_loss(analytic, stopped):
+    _, outcome = stopped
     # The chief holds records 0, 2, 4, ... of each global batch: the loss of its half only.
     weight, losses = 0.0, []
-    for step in range(5):
+    for step in range(8):
         start = (step % (analytic.NUM_RECORDS // GLOBAL_BATCH)) * GLOBAL_BATCH
         x = analytic.FEATURES[start : start + GLOBAL_BATCH].astype(float)
         y = analytic.TARGETS[start : start + GLOBAL_BATCH].astype(float)
         losses.append(np.mean((weight * x[0::2] - y[0::2]) ** 2))
         weight -= LEARNING_RATE * np.mean(2.0 * (weight * x - y) * x)
-    (training,) = outcome.training
-    assert training["metrics"]["loss"] == pytest.approx(np.mean(losses), rel=1e-5)
+    assert [training["batches"] for training in outcome.training] == [5, 8]
+    reported = [training["metrics"]["loss"] for training in outcome.training]
+    assert reported == pytest.approx([np.mean(losses[:5]), np.mean(losses[5:])], rel=1e-5)
     averaged = analytic.expected_workload_losses(5, 5, LEARNING_RATE, GLOBAL_BATCH)[0]
-    assert abs(training["metrics"]["loss"] - averaged) > 1e-3, "the data must tell the chief's loss from the mean"
+    assert abs(reported[0] - averaged) > 1e-3, "the data must tell the chief's loss from the mean"
 
 
 # On one process (tests/estimator) an EstimatorTrial killed at a random batch resumes to the
@@ -108,13 +123,12 @@ def test_sigterm_to_the_launcher_pauses_every_rank(analytic, runs, tmp_path):
     assert "mean_x" in outcome["training"][-1]["metrics"]
 
 
+@ONE_STOPPED_RUN
 @pytest.mark.timeout(120)
-def test_a_stop_one_rank_s_hook_asks_for_ends_every_rank_after_the_same_next_batch(analytic, tmp_path):
+def test_a_stop_one_rank_s_hook_asks_for_ends_every_rank_after_the_same_next_batch(analytic, stopped):
     # Rank 1 alone asks to stop at batch 7: stopping there, it would leave rank 0 waiting in
     # batch 8's allreduce. Both stop after batch 8, validate and checkpoint there together.
-    config = analytic.make_config(tmp_path, 20)
-    config["hyperparameters"]["stop"] = {"rank": 1, "batch": 7}
-    outcome = det.run_trial(analytic.AnalyticTrial, config, slots=2)
+    tmp_path, outcome = stopped
 
     assert outcome.batches_trained == 8
     assert [validation["batches"] for validation in outcome.validations] == [5, 8]
