@@ -10,6 +10,7 @@ import sqlite3
 import subprocess
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -218,29 +219,54 @@ def test_the_store_can_be_named_by_the_environment(completed):
 # 2. Pause and resume.
 
 
-def test_a_paused_experiment_resumes_without_losing_anything(det, context, analytic):
-    config = context.write_config(SLOW_BATCHES, hparams=SLOW)
-    running = det.start("experiment", "create", config, context.directory)
-    experiment_id = created_id(running.wait_for("Created experiment"))
-    running.wait_for("checkpoint ")
+@pytest.fixture(scope="session")
+def paused_and_resumed_twice(make_det, make_context, tmp_path_factory):
+    """An experiment paused by the command, then resumed by two commands at once; what each said, and the store's
+    view in between. The two tests below assert on it: one resume runs it (the first), the other is refused."""
+    root = tmp_path_factory.mktemp("paused")
+    det, context = make_det(root / "store.sqlite"), make_context(root / "context")
+    try:
+        running = det.start("experiment", "create", context.write_config(SLOW_BATCHES, hparams=SLOW), context.directory)
+        experiment_id = created_id(running.wait_for("Created experiment"))
+        running.wait_for("checkpoint ")
+        paused = det.ok("experiment", "pause", experiment_id)
+        created = running.finish()
+        experiment, checkpoints = det.experiment(experiment_id), det.json("checkpoint", "list", experiment_id)
+        resumes = det.start("experiment", "resume", experiment_id), det.start("experiment", "resume", experiment_id)
+        results = sorted((resume.finish() for resume in resumes), key=lambda result: result.returncode)
+    finally:
+        for started in det.started:
+            started.kill()
+    return SimpleNamespace(
+        det=det,
+        experiment_id=experiment_id,
+        paused=paused,
+        created=created,
+        paused_experiment=experiment,
+        paused_checkpoints=checkpoints,
+        resumes=results,
+    )
 
-    paused = det.ok("experiment", "pause", experiment_id)
-    assert f"Experiment {experiment_id} is PAUSED." in paused.stdout
-    created = running.finish()
+
+def test_a_paused_experiment_resumes_without_losing_anything(paused_and_resumed_twice, analytic):
+    det, experiment_id = paused_and_resumed_twice.det, paused_and_resumed_twice.experiment_id
+    assert f"Experiment {experiment_id} is PAUSED." in paused_and_resumed_twice.paused.stdout
+    created = paused_and_resumed_twice.created
     assert created.returncode == 0, created.stdout + created.stderr
     # The hint names the store, which is not the default one: pasted into the shell, it resumes this experiment.
     assert f"Resume with: det-estimator --store {det.store} experiment resume {experiment_id}" in created.stdout
     assert f"Experiment {experiment_id} PAUSED after " in created.stdout
 
-    experiment = det.experiment(experiment_id)
+    experiment = paused_and_resumed_twice.paused_experiment
     assert experiment["state"] == "PAUSED"
     stopped_at = experiment["batches_trained"]
     assert 0 < stopped_at < SLOW_BATCHES
     # The pause wrote a checkpoint where the trial stopped.
-    pause_checkpoint = det.json("checkpoint", "list", experiment_id)[-1]
+    pause_checkpoint = paused_and_resumed_twice.paused_checkpoints[-1]
     assert pause_checkpoint["batches"] == stopped_at
 
-    resumed = det.ok("experiment", "resume", experiment_id)
+    resumed = paused_and_resumed_twice.resumes[0]  # the resume that ran it
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert f"Resuming experiment {experiment_id}" in resumed.stdout
     assert f"batches {SLOW_BATCHES}/{SLOW_BATCHES} (100%)" in resumed.stdout
     assert f"Experiment {experiment_id} COMPLETED after {SLOW_BATCHES} batches." in resumed.stdout
@@ -427,16 +453,9 @@ def test_ctrl_c_pauses_the_experiment_also_when_it_ends_the_reader_of_its_output
     assert weight == pytest.approx(analytic.expected_weight(SLOW_BATCHES, LEARNING_RATE, GLOBAL_BATCH), rel=1e-5)
 
 
-def test_two_resumes_of_one_paused_experiment_at_once_run_it_once(det, context, analytic):
-    config = context.write_config(SLOW_BATCHES, hparams=SLOW)
-    running = det.start("experiment", "create", config, context.directory)
-    experiment_id = created_id(running.wait_for("Created experiment"))
-    running.wait_for("checkpoint ")
-    det.ok("experiment", "pause", experiment_id)
-    assert running.finish().returncode == 0
-
-    first, second = det.start("experiment", "resume", experiment_id), det.start("experiment", "resume", experiment_id)
-    results = sorted((first.finish(), second.finish()), key=lambda result: result.returncode)
+def test_two_resumes_of_one_paused_experiment_at_once_run_it_once(paused_and_resumed_twice):
+    det, experiment_id = paused_and_resumed_twice.det, paused_and_resumed_twice.experiment_id
+    results = paused_and_resumed_twice.resumes
     assert [result.returncode for result in results] == [0, 2], [r.stdout + r.stderr for r in results]
     refusal = results[1].stderr  # the second finds the first running, or about to (it holds the claim)
     assert f"Experiment {experiment_id} is being run by process" in refusal or "is ACTIVE: it is running" in refusal
