@@ -53,11 +53,14 @@ ONE_UNWRAPPED_RUN = pytest.mark.xdist_group("keras_two_processes_unwrapped_optim
 
 @pytest.fixture(scope="session")
 def unwrapped_optimizer_run(analytic_keras, tmp_path_factory):
-    """Two processes train 10 batches with an optimizer the trial did not wrap, and validate on 9 records."""
+    """Two processes train 10 batches with an optimizer the trial did not wrap, and validate on 9 records.
+
+    The model's train step is Keras' guide's, which applies its own gradients.
+    """
     directory = tmp_path_factory.mktemp("unwrapped-optimizer")
     config = analytic_keras.make_config(directory, 10)
     # Batches of 4: rank 0 evaluates 5 records, rank 1 four.
-    config["hyperparameters"].update(wrap_optimizer=False, validation_records=9)
+    config["hyperparameters"].update(wrap_optimizer=False, validation_records=9, custom_train_step=True)
     return directory, det.run_trial(analytic_keras.AnalyticKerasTrial, config, slots=2)
 
 
@@ -82,9 +85,12 @@ def test_validation_metrics_are_weighted_by_the_examples_each_process_evaluated(
 
 
 @ONE_UNWRAPPED_RUN
-def test_an_optimizer_not_wrapped_is_wrapped_at_compile(analytic_keras, unwrapped_optimizer_run):
+def test_an_optimizer_not_wrapped_is_wrapped_at_compile_and_averages_a_custom_train_step_s_gradients(
+    analytic_keras, unwrapped_optimizer_run
+):
     _, outcome = unwrapped_optimizer_run
-    # Gradients averaged over both processes all the same: the closed form (validated on 9 records).
+    # Gradients averaged over both processes all the same, also those the model's own train
+    # step applies: the closed form (validated on 9 records).
     assert outcome.validations
     for validation in outcome.validations:
         expected = analytic_keras.expected_weight(validation["batches"], LEARNING_RATE, GLOBAL_BATCH)
@@ -92,15 +98,12 @@ def test_an_optimizer_not_wrapped_is_wrapped_at_compile(analytic_keras, unwrappe
         assert validation["metrics"]["val_loss"] == pytest.approx(analytic_keras.validation_loss(expected, 9), rel=1e-5)
 
 
-# The trial with each kind of optimizer is slow: the pool's test below trains every kind on two ranks.
+# Slow: in the default path, the run above trains this custom train step in the trial on two
+# processes, and the pool's test below trains it with every kind of optimizer on two ranks.
+@SLOW
 @pytest.mark.parametrize(
     "optimizer",
-    [
-        {},
-        pytest.param({"legacy_optimizer": True}, marks=SLOW),
-        pytest.param({"loss_scaled": True}, marks=SLOW),
-        pytest.param({"loss_scaled": True, "legacy_optimizer": True}, marks=SLOW),
-    ],
+    [{}, {"legacy_optimizer": True}, {"loss_scaled": True}, {"loss_scaled": True, "legacy_optimizer": True}],
 )
 def test_a_custom_train_step_that_applies_its_own_gradients_averages_them(analytic_keras, tmp_path, optimizer):
     # Keras' guide's train step calls apply_gradients; Horovod averages in compute_gradients.
