@@ -98,12 +98,11 @@ def test_a_shuffled_run_resumed_mid_epoch_sees_the_batches_of_an_uninterrupted_o
 
 
 # A pause or a kill lands a few batches after a checkpoint: 2.5 s and more before the end of
-# 30 batches at the speeds below. The default path keeps the Sequence; tests/distributed
-# pauses and kills tf.data's on two processes, and every loader resumes above.
-@pytest.mark.parametrize(
-    "loader",
-    [pytest.param("numpy", marks=pytest.mark.slow), "sequence", pytest.param("tfdata", marks=pytest.mark.slow)],
-)
+# 30 batches at the speeds below. Slow: in the default path, tests/distributed pauses and
+# kills a tf.data trial on two processes, a pause in this process stops at its batch (below),
+# and every loader resumes where it stopped (above).
+@pytest.mark.slow
+@pytest.mark.parametrize("loader", LOADERS)
 def test_a_pause_and_a_kill_at_a_random_batch_both_resume_to_the_closed_form(analytic_keras, runs, tmp_path, loader):
     process = analytic_keras.start_run(tmp_path, 30, 1, 0.1, loader=loader)
     runs.wait_for_line(process, "checkpoint")
