@@ -25,12 +25,13 @@ format: setup
 	$(VENV_PYTHON) -m ruff check --fix .
 	$(VENV_PYTHON) -m ruff format .
 
-# Everything but the few long end-to-end runs marked slow; test-all runs those too.
+# Everything but the few long end-to-end runs marked slow; test-all runs those too. Both end
+# with the slowest tests, to show where the time goes.
 test: lint
-	$(PYTEST) -m "not slow"
+	$(PYTEST) -m "not slow" --durations=10
 
 test-all: lint
-	$(PYTEST)
+	$(PYTEST) --durations=20
 
 example: setup
 	$(VENV)/bin/det-estimator --store runs/store.sqlite experiment create examples/ctr_binary/distributed.yaml examples/ctr_binary

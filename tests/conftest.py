@@ -2,6 +2,7 @@
 
 import contextlib
 import importlib.util
+import io
 import json
 import os
 import random
@@ -20,6 +21,27 @@ import yaml
 
 SUPPORT = Path(__file__).parent / "support"
 EXAMPLES = Path(__file__).parent.parent / "examples"
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    """``--dist loadgroup``: a test's ``xdist_group`` put in its node id, so that a group runs on one test process.
+
+    pytest-xdist 3.8 writes the group into ``item._nodeid``, which pytest 9 no longer reads
+    (a node's id is ``item._id``): without this, a group's tests spread over the test
+    processes, and a session-scoped run they share runs once in each. (A parametrized
+    grouped test then shows as ``test[param]@group]`` in pytest's short summary.)
+    """
+    if not getattr(config.option, "loadgroup", False):
+        return
+    from _pytest.nodeid import NodeId
+
+    for item in items:
+        marks = item.iter_markers("xdist_group")
+        groups = sorted({str(mark.args[0] if mark.args else mark.kwargs.get("name", "default")) for mark in marks})
+        suffix = "@" + "_".join(groups)
+        if groups and hasattr(item, "_id") and not item.nodeid.endswith(suffix):
+            item._id = NodeId.parse(item.nodeid + suffix)
 
 
 def load_module(path: Path):
@@ -75,6 +97,40 @@ def searcher_operations(monkeypatch):
 
 
 @pytest.fixture
+def script_main(monkeypatch):
+    """``script_main(path, *args)``: a script's ``main()`` run in this process, as ``python path ARGS`` runs it.
+
+    For what a script says about its arguments, which no process boundary changes: the
+    script is imported afresh (its ``model_def``, a name several examples use, too) with
+    ``sys.argv`` and ``sys.path`` restored afterwards. Returns ``(exit status, stdout,
+    stderr)``; an exception other than ``SystemExit`` fails the test, as a traceback would.
+    """
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")
+
+    def run(path: Path, *args) -> tuple:
+        monkeypatch.setattr(sys, "argv", [str(path), *map(str, args)])
+        monkeypatch.setattr(sys, "path", [str(path.parent), *sys.path])
+        shared = sys.modules.pop("model_def", None)
+        spec = importlib.util.spec_from_file_location(f"{path.parent.name}_{path.stem}_main", path)
+        script = importlib.util.module_from_spec(spec)
+        stdout, stderr = io.StringIO(), io.StringIO()
+        try:
+            with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+                spec.loader.exec_module(script)
+                script.main()
+            status = 0
+        except SystemExit as exit_:
+            status = exit_.code if isinstance(exit_.code, int) else int(exit_.code is not None)
+        finally:
+            sys.modules.pop("model_def", None)
+            if shared is not None:
+                sys.modules["model_def"] = shared
+        return status, stdout.getvalue(), stderr.getvalue()
+
+    return run
+
+
+@pytest.fixture
 def example_config(tmp_path):
     """``example_config(example, name)``: a copy of an example's config in tmp_path, whose
     checkpoints go under tmp_path instead of the example's own runs/ directory."""
@@ -86,6 +142,12 @@ def example_config(tmp_path):
         return path
 
     return copy
+
+
+@pytest.fixture
+def one_rank_of_two(monkeypatch):
+    """The next in-process runs play rank 0 of a job of two processes (see tests/support/one_of_two.py)."""
+    load_module(SUPPORT / "one_of_two.py").play_one_rank_of_two(monkeypatch)
 
 
 @pytest.fixture(scope="session")

@@ -4,6 +4,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from det_estimator import __version__
 from det_estimator.cli import build_parser
 
@@ -16,6 +18,9 @@ def test_console_script_reports_its_version():
     assert result.stdout.strip() == f"det-estimator {__version__}"
 
 
+# Slow: `horovodrun --check-build` imports every framework Horovod knows. In the default path,
+# every distributed test runs on this stack, and the next test reads a --check-build report.
+@pytest.mark.slow
 def test_env_lists_the_stack_and_horovods_build():
     result = subprocess.run([COMMAND, "env"], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr

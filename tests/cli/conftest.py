@@ -1,6 +1,7 @@
 """Runs the ``det-estimator`` console script end to end on the analytic trial (tests/support/)."""
 
 import contextlib
+import io
 import json
 import os
 import queue
@@ -151,6 +152,24 @@ class Det:
             return subprocess.run(self.command(args), capture_output=True, text=True, env=self.env(), timeout=timeout)
         except subprocess.TimeoutExpired as error:
             pytest.fail(f"det-estimator {' '.join(map(str, args))} did not finish within {timeout} s: {error}")
+
+    def here(self, *args: Any) -> subprocess.CompletedProcess:
+        """Runs the command in this process, as :meth:`__call__` runs it in its own.
+
+        For what the command says about its input, which no process boundary changes:
+        the console script itself is what the other calls run. An exception the command
+        lets through fails the test, as a traceback would.
+        """
+        from det_estimator.cli import main
+
+        argv = ["--store", str(self.store), *map(str, args)]
+        stdout, stderr = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            try:
+                status = main(argv)
+            except SystemExit as exit_:  # argparse's way of refusing a command line
+                status = exit_.code if isinstance(exit_.code, int) else 2
+        return subprocess.CompletedProcess([COMMAND, *argv], status, stdout.getvalue(), stderr.getvalue())
 
     def ok(self, *args: Any, timeout: float = TIMEOUT_SECONDS) -> subprocess.CompletedProcess:
         """Runs a command that must succeed."""

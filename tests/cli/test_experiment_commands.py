@@ -10,6 +10,7 @@ import sqlite3
 import subprocess
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -17,8 +18,10 @@ from det_estimator.store import ExperimentStore, State
 
 LEARNING_RATE, GLOBAL_BATCH = 0.01, 8
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-# Slow enough for a pause to land mid-run, short enough to resume quickly.
-SLOW_BATCHES, SECONDS_PER_BATCH = 120, 0.05
+# A first run slow enough for a pause to land mid-run (35 batches, 7 s, after the first
+# checkpoint); the resumed run goes at full speed.
+SLOW_BATCHES = 40
+SLOW = {"seconds_per_batch": 0.2, "resumed_at_full_speed": True}
 
 
 def created_id(output: str) -> int:
@@ -216,29 +219,54 @@ def test_the_store_can_be_named_by_the_environment(completed):
 # 2. Pause and resume.
 
 
-def test_a_paused_experiment_resumes_without_losing_anything(det, context, analytic):
-    config = context.write_config(SLOW_BATCHES, hparams={"seconds_per_batch": SECONDS_PER_BATCH})
-    running = det.start("experiment", "create", config, context.directory)
-    experiment_id = created_id(running.wait_for("Created experiment"))
-    running.wait_for("checkpoint ")
+@pytest.fixture(scope="session")
+def paused_and_resumed_twice(make_det, make_context, tmp_path_factory):
+    """An experiment paused by the command, then resumed by two commands at once; what each said, and the store's
+    view in between. The two tests below assert on it: one resume runs it (the first), the other is refused."""
+    root = tmp_path_factory.mktemp("paused")
+    det, context = make_det(root / "store.sqlite"), make_context(root / "context")
+    try:
+        running = det.start("experiment", "create", context.write_config(SLOW_BATCHES, hparams=SLOW), context.directory)
+        experiment_id = created_id(running.wait_for("Created experiment"))
+        running.wait_for("checkpoint ")
+        paused = det.ok("experiment", "pause", experiment_id)
+        created = running.finish()
+        experiment, checkpoints = det.experiment(experiment_id), det.json("checkpoint", "list", experiment_id)
+        resumes = det.start("experiment", "resume", experiment_id), det.start("experiment", "resume", experiment_id)
+        results = sorted((resume.finish() for resume in resumes), key=lambda result: result.returncode)
+    finally:
+        for started in det.started:
+            started.kill()
+    return SimpleNamespace(
+        det=det,
+        experiment_id=experiment_id,
+        paused=paused,
+        created=created,
+        paused_experiment=experiment,
+        paused_checkpoints=checkpoints,
+        resumes=results,
+    )
 
-    paused = det.ok("experiment", "pause", experiment_id)
-    assert f"Experiment {experiment_id} is PAUSED." in paused.stdout
-    created = running.finish()
+
+def test_a_paused_experiment_resumes_without_losing_anything(paused_and_resumed_twice, analytic):
+    det, experiment_id = paused_and_resumed_twice.det, paused_and_resumed_twice.experiment_id
+    assert f"Experiment {experiment_id} is PAUSED." in paused_and_resumed_twice.paused.stdout
+    created = paused_and_resumed_twice.created
     assert created.returncode == 0, created.stdout + created.stderr
     # The hint names the store, which is not the default one: pasted into the shell, it resumes this experiment.
     assert f"Resume with: det-estimator --store {det.store} experiment resume {experiment_id}" in created.stdout
     assert f"Experiment {experiment_id} PAUSED after " in created.stdout
 
-    experiment = det.experiment(experiment_id)
+    experiment = paused_and_resumed_twice.paused_experiment
     assert experiment["state"] == "PAUSED"
     stopped_at = experiment["batches_trained"]
     assert 0 < stopped_at < SLOW_BATCHES
     # The pause wrote a checkpoint where the trial stopped.
-    pause_checkpoint = det.json("checkpoint", "list", experiment_id)[-1]
+    pause_checkpoint = paused_and_resumed_twice.paused_checkpoints[-1]
     assert pause_checkpoint["batches"] == stopped_at
 
-    resumed = det.ok("experiment", "resume", experiment_id)
+    resumed = paused_and_resumed_twice.resumes[0]  # the resume that ran it
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert f"Resuming experiment {experiment_id}" in resumed.stdout
     assert f"batches {SLOW_BATCHES}/{SLOW_BATCHES} (100%)" in resumed.stdout
     assert f"Experiment {experiment_id} COMPLETED after {SLOW_BATCHES} batches." in resumed.stdout
@@ -294,8 +322,8 @@ def test_save_trial_latest_0_keeps_the_latest_checkpoint_until_the_experiment_co
     # smaller_is_better: false makes the first checkpoint the best, so that best and latest differ.
     config = context.write_config(
         SLOW_BATCHES,
-        hparams={"seconds_per_batch": SECONDS_PER_BATCH},
-        searcher={"name": "single", "metric": "loss", "smaller_is_better": False, "max_length": {"batches": 60}},
+        hparams=SLOW,
+        searcher={"name": "single", "metric": "loss", "smaller_is_better": False, "max_length": {"batches": 40}},
         checkpoint_storage={"type": "shared_fs", "host_path": "checkpoints", "save_trial_latest": 0},
     )
     running = det.start("experiment", "create", config, context.directory)
@@ -313,11 +341,11 @@ def test_save_trial_latest_0_keeps_the_latest_checkpoint_until_the_experiment_co
     (kept,) = det.json("checkpoint", "list", experiment_id)
     assert kept["batches"] == 5 and Path(kept["path"]).is_dir()
     latest = det.json("checkpoint", "list", experiment_id, "--all")[-1]
-    assert latest["batches"] == 60 and latest["state"] == "DELETED" and not Path(latest["path"]).exists()
+    assert latest["batches"] == 40 and latest["state"] == "DELETED" and not Path(latest["path"]).exists()
 
 
 def test_ctrl_c_pauses_the_experiment(det, context):
-    config = context.write_config(SLOW_BATCHES, hparams={"seconds_per_batch": SECONDS_PER_BATCH})
+    config = context.write_config(SLOW_BATCHES, hparams=SLOW)
     running = det.start("experiment", "create", config, context.directory)
     experiment_id = created_id(running.wait_for("Created experiment"))
     running.wait_for("checkpoint ")
@@ -393,7 +421,7 @@ def test_ctrl_c_again_stops_a_pause_that_cannot_finish(det, context, analytic):
 
 def test_ctrl_c_pauses_the_experiment_also_when_it_ends_the_reader_of_its_output(det, context, analytic):
     # `det-estimator ... | tee log` and Ctrl-C: the terminal signals both, and tee is gone first.
-    config = context.write_config(SLOW_BATCHES, hparams={"seconds_per_batch": SECONDS_PER_BATCH})
+    config = context.write_config(SLOW_BATCHES, hparams=SLOW)
     process = subprocess.Popen(
         det.command(("experiment", "create", config, context.directory)),
         stdout=subprocess.PIPE,
@@ -425,16 +453,9 @@ def test_ctrl_c_pauses_the_experiment_also_when_it_ends_the_reader_of_its_output
     assert weight == pytest.approx(analytic.expected_weight(SLOW_BATCHES, LEARNING_RATE, GLOBAL_BATCH), rel=1e-5)
 
 
-def test_two_resumes_of_one_paused_experiment_at_once_run_it_once(det, context, analytic):
-    config = context.write_config(SLOW_BATCHES, hparams={"seconds_per_batch": SECONDS_PER_BATCH})
-    running = det.start("experiment", "create", config, context.directory)
-    experiment_id = created_id(running.wait_for("Created experiment"))
-    running.wait_for("checkpoint ")
-    det.ok("experiment", "pause", experiment_id)
-    assert running.finish().returncode == 0
-
-    first, second = det.start("experiment", "resume", experiment_id), det.start("experiment", "resume", experiment_id)
-    results = sorted((first.finish(), second.finish()), key=lambda result: result.returncode)
+def test_two_resumes_of_one_paused_experiment_at_once_run_it_once(paused_and_resumed_twice):
+    det, experiment_id = paused_and_resumed_twice.det, paused_and_resumed_twice.experiment_id
+    results = paused_and_resumed_twice.resumes
     assert [result.returncode for result in results] == [0, 2], [r.stdout + r.stderr for r in results]
     refusal = results[1].stderr  # the second finds the first running, or about to (it holds the claim)
     assert f"Experiment {experiment_id} is being run by process" in refusal or "is ACTIVE: it is running" in refusal
@@ -448,29 +469,30 @@ def test_two_resumes_of_one_paused_experiment_at_once_run_it_once(det, context, 
         assert Path(checkpoint["path"]).is_dir(), checkpoint
 
 
-# 3. Errors.
+# 3. Errors. What the command says about its input runs it in this process (det.here): the
+# console script is what the other tests run. Its warnings are Python's, so that test runs it.
 
 
 def test_a_missing_config_file_is_a_usage_error(det, context):
-    result = det("experiment", "create", context.directory / "missing.yaml", context.directory)
+    result = det.here("experiment", "create", context.directory / "missing.yaml", context.directory)
     assert_usage_error(result, f"CONFIG {context.directory / 'missing.yaml'} is not a file.")
 
 
 def test_config_and_context_dir_given_the_other_way_round_are_said_to_be(det, context):
     config = context.write_config()
-    result = det("experiment", "create", context.directory, config)
+    result = det.here("experiment", "create", context.directory, config)
     assert_usage_error(
         result,
         f"CONTEXT_DIR {config} is not a directory. It looks like CONFIG, and {context.directory} like CONTEXT_DIR: "
         "the config comes first (experiment create CONFIG CONTEXT_DIR).",
     )
-    result = det("job", "run", context.directory, config)
+    result = det.here("job", "run", context.directory, config)
     assert_usage_error(result, "the config comes first (job run CONFIG CONTEXT_DIR).")
 
 
 def test_a_config_named_from_its_context_dir_is_pointed_at(det, context):
     config = context.write_config()  # config.yaml, in CONTEXT_DIR: not in the current directory
-    result = det("experiment", "create", config.name, context.directory)
+    result = det.here("experiment", "create", config.name, context.directory)
     assert_usage_error(
         result,
         f"CONFIG config.yaml is not a file. CONFIG is named from the current directory ({Path.cwd()}), not from "
@@ -478,15 +500,15 @@ def test_a_config_named_from_its_context_dir_is_pointed_at(det, context):
     )
     job = context.directory / "job.yaml"
     job.write_text("entrypoint_script: python3 absent.py\ndata: {}\n")
-    result = det("job", "run", "job.yaml", context.directory)
+    result = det.here("job", "run", "job.yaml", context.directory)
     assert_usage_error(result, "CONFIG job.yaml is not a file. CONFIG is named from the current directory")
 
 
 def test_a_context_dir_that_is_not_a_directory_is_a_usage_error(det, context, tmp_path):
     config = context.write_config()
-    result = det("experiment", "create", config, tmp_path / "nowhere")
+    result = det.here("experiment", "create", config, tmp_path / "nowhere")
     assert_usage_error(result, f"CONTEXT_DIR {tmp_path / 'nowhere'} is not a directory.")
-    result = det("experiment", "create", config, config)
+    result = det.here("experiment", "create", config, config)
     assert_usage_error(result, f"CONTEXT_DIR {config} is not a directory.")
 
 
@@ -506,7 +528,7 @@ def test_a_config_with_an_unknown_key_is_a_usage_error_naming_it(det, context, c
     raw = context.config()
     change(raw)
     config = context.write_config(raw=raw, filename="bad.yaml")
-    result = det("experiment", "create", config, context.directory)
+    result = det.here("experiment", "create", config, context.directory)
     assert_usage_error(result, f"{config}: experiment config: unknown key {key_path}", "Expected one of:")
     assert not det.store.exists()  # nor is a store made for it
 
@@ -521,7 +543,7 @@ def test_a_config_with_an_unknown_key_is_a_usage_error_naming_it(det, context, c
     ],
 )
 def test_bad_options_are_argparse_errors(det, context, option, message):
-    result = det("experiment", "create", context.write_config(), context.directory, *option)
+    result = det.here("experiment", "create", context.write_config(), context.directory, *option)
     assert result.returncode == 2
     assert result.stderr.startswith("usage: det-estimator experiment create")
     assert f"det-estimator experiment create: error: {message}" in result.stderr
@@ -548,7 +570,7 @@ def test_cluster_keys_are_named_in_a_warning_of_the_commands_own_not_pythons(det
 
 def test_an_entrypoint_module_outside_the_context_dir_is_a_usage_error(det, context):
     config = context.write_config(entrypoint="elsewhere.trial:AnalyticTrial")
-    result = det("experiment", "create", config, context.directory)
+    result = det.here("experiment", "create", config, context.directory)
     assert_usage_error(
         result,
         f"The config's entrypoint module 'elsewhere.trial' is not in CONTEXT_DIR {context.directory.resolve()}",
@@ -571,24 +593,24 @@ def test_an_entrypoint_module_outside_the_context_dir_is_a_usage_error(det, cont
 def test_an_unknown_experiment_id_is_a_usage_error(completed, tmp_path, command):
     det = completed[0]
     command = [str(tmp_path / part) if part == "curves.png" else part for part in command]
-    result = det(*command)
+    result = det.here(*command)
     assert_usage_error(result, f"There is no experiment 99 in the store {det.store}.")
     assert not (tmp_path / "curves.png").exists()
 
 
 def test_an_unknown_trial_id_is_a_usage_error(completed):
     det = completed[0]
-    assert_usage_error(det("trial", "logs", "99"), f"There is no trial 99 in the store {det.store}.")
+    assert_usage_error(det.here("trial", "logs", "99"), f"There is no trial 99 in the store {det.store}.")
 
 
 def test_a_completed_experiment_can_be_neither_paused_nor_resumed(completed):
     det, _, experiment_id, _ = completed
     assert_usage_error(
-        det("experiment", "pause", experiment_id),
+        det.here("experiment", "pause", experiment_id),
         f"Experiment {experiment_id} is COMPLETED: only an ACTIVE one can be paused.",
     )
     assert_usage_error(
-        det("experiment", "resume", experiment_id),
+        det.here("experiment", "resume", experiment_id),
         f"Experiment {experiment_id} is COMPLETED: it has completed; nothing to resume.",
     )
     assert det.experiment(experiment_id)["state"] == "COMPLETED"
@@ -597,7 +619,7 @@ def test_a_completed_experiment_can_be_neither_paused_nor_resumed(completed):
 def test_plot_to_a_file_of_no_image_format_is_a_usage_error(completed, tmp_path):
     det, _, experiment_id, _ = completed
     output = tmp_path / "curves.txt"
-    result = det("experiment", "plot", experiment_id, "-o", output)
+    result = det.here("experiment", "plot", experiment_id, "-o", output)
     assert_usage_error(result, f"-o {output}: name a .png, .svg or .pdf file.")
     assert not output.exists()
 

@@ -294,8 +294,17 @@ def test_a_search_whose_trials_all_fail_alike_shows_the_cause_once_and_each_log_
 def _interrupted_and_uninterrupted(det, make_det, search_dir, tmp_path, interrupt):
     searcher = {"name": "random", "max_trials": 4, "max_concurrent_trials": 2}
     config = write_config(search_dir, searcher, {"seconds_per_batch": 0.1, "checkpoint_every": 2})
+    # The same search at full speed, uninterrupted: nothing has to land in it.
+    at_full_speed = {"seconds_per_batch": 0.0, "checkpoint_every": 2}
     straight = make_det(tmp_path / "straight.sqlite")
-    straight.ok("experiment", "create", config, search_dir, "--slots", "2")
+    straight.ok(
+        "experiment",
+        "create",
+        write_config(search_dir, searcher, at_full_speed, "straight.yaml"),
+        search_dir,
+        "--slots",
+        "2",
+    )
 
     running = det.start("experiment", "create", config, search_dir, "--slots", "2")
     running.wait_for("checkpoint ")

@@ -2,6 +2,11 @@
 
 import json
 
+import pytest
+
+# The two-rank pool is one per test process: every module that uses it runs on the same one.
+pytestmark = pytest.mark.xdist_group("two_rank_pool")
+
 
 def test_collectives_and_wrappers_on_two_ranks(horovod_job, tmp_path):
     job = horovod_job("contexts.py", ["--output-dir", str(tmp_path)])

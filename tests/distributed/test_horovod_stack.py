@@ -5,6 +5,9 @@ import json
 import numpy as np
 import pytest
 
+# The two-rank pool is one per test process: every module that uses it runs on the same one.
+pytestmark = pytest.mark.xdist_group("two_rank_pool")
+
 STEPS = 5
 LEARNING_RATE = 0.01
 FEATURES = np.array([1.0, 2.0, 3.0, 4.0])

@@ -6,6 +6,9 @@ import numpy as np
 import pytest
 from sklearn.metrics import average_precision_score, roc_auc_score
 
+# The two-rank pool is one per test process: every module that uses it runs on the same one.
+pytestmark = pytest.mark.xdist_group("two_rank_pool")
+
 
 @pytest.fixture(scope="module")
 def worker(load_worker):

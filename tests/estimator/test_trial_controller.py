@@ -4,6 +4,7 @@ import gc
 import json
 import logging
 import os
+import re
 import signal
 from pathlib import Path
 
@@ -77,11 +78,11 @@ def test_evaluations_leave_no_graph_alive_in_an_optimizer_with_slots(analytic, t
         return metrics
 
     monkeypatch.setattr(EstimatorTrialController, "_validate", counting_validate)
-    config = analytic.make_config(tmp_path, 20, scheduling_unit=1, min_validation_period={"batches": 1})
+    config = analytic.make_config(tmp_path, 8, scheduling_unit=1, min_validation_period={"batches": 1})
     config["hyperparameters"]["adam"] = True
     outcome = det.run_trial(analytic.AnalyticTrial, config)
 
-    assert outcome.state == "COMPLETED" and len(live_graphs) == 20
+    assert outcome.state == "COMPLETED" and len(live_graphs) == 8
     assert live_graphs[-1] == live_graphs[1], live_graphs
 
 
@@ -96,10 +97,11 @@ def test_the_scratch_model_dir_keeps_one_local_checkpoint_however_many_validatio
         return validate(self, local_checkpoint)
 
     monkeypatch.setattr(EstimatorTrialController, "_validate", counting_validate)
-    config = analytic.make_config(tmp_path, 20, scheduling_unit=1, min_validation_period={"batches": 1})
+    # More validations than the 5 checkpoints a TensorFlow Saver keeps by default.
+    config = analytic.make_config(tmp_path, 8, scheduling_unit=1, min_validation_period={"batches": 1})
     outcome = det.run_trial(analytic.AnalyticTrial, config)
 
-    assert outcome.state == "COMPLETED" and len(local_checkpoints) == 20
+    assert outcome.state == "COMPLETED" and len(local_checkpoints) == 8
     assert max(local_checkpoints) == 1, local_checkpoints
 
 
@@ -194,13 +196,14 @@ def test_a_resumed_run_validates_a_full_period_after_the_last_validation(analyti
 
 
 def test_a_run_killed_at_a_random_batch_resumes_to_the_uninterrupted_result(analytic, runs, tmp_path):
-    process = runs.start(tmp_path, 60, slots=1, seconds_per_batch=0.1)
+    # The kill lands a few batches after the first checkpoint, 6 s and more before the end.
+    process = runs.start(tmp_path, 30, slots=1, seconds_per_batch=0.25)
     runs.kill_at_random_batch(process, seed=11)
-    outcome = det.run_trial(analytic.AnalyticTrial, analytic.make_config(tmp_path, 60))
+    outcome = det.run_trial(analytic.AnalyticTrial, analytic.make_config(tmp_path, 30))
     resumed_after = outcome.batches_trained - len(outcome.validations) * 5
-    assert outcome.validations and resumed_after < 60, "the kill must interrupt training"
-    assert outcome.batches_trained == 60
-    assert final_weight(outcome) == pytest.approx(analytic.expected_weight(60, LEARNING_RATE, GLOBAL_BATCH), rel=1e-5)
+    assert outcome.validations and resumed_after < 30, "the kill must interrupt training"
+    assert outcome.batches_trained == 30
+    assert final_weight(outcome) == pytest.approx(analytic.expected_weight(30, LEARNING_RATE, GLOBAL_BATCH), rel=1e-5)
 
 
 def test_sigterm_pauses_with_a_checkpoint_and_a_rerun_finishes(analytic, runs, tmp_path):
@@ -330,6 +333,24 @@ def test_a_pause_asked_for_during_a_validation_or_checkpoint_stops_at_that_batch
     assert (outcome.state, outcome.batches_trained) == ("PAUSED", 10)
     assert [c["batches"] for c in outcome.checkpoints] == [10]  # one checkpoint, with the validation's metrics
     assert [v["batches"] for v in outcome.validations] == [5, 10]
+
+
+# A rank refuses the trial alone, before it trains: played here by one process as rank 0 of
+# two. tests/distributed shows that such an error on a rank ends the job with its message.
+@pytest.mark.parametrize(
+    ("hparams", "missing"),
+    [
+        ({"wrap_optimizer": False}, "context.wrap_optimizer(optimizer)"),
+        ({"wrap_dataset": False}, "context.wrap_dataset(dataset)"),
+    ],
+)
+def test_a_trial_that_never_calls_a_wrapper_on_two_processes_is_told_which(
+    analytic, tmp_path, one_rank_of_two, hparams, missing
+):
+    config = analytic.make_config(tmp_path, 10)
+    config["hyperparameters"].update(hparams)
+    with pytest.raises(det.DetEstimatorError, match=rf"The trial never called {re.escape(missing)}\. With 2 processes"):
+        det.run_trial(analytic.AnalyticTrial, config)
 
 
 def test_on_trial_close_runs_when_the_trial_fails(analytic, tmp_path):

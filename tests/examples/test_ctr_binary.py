@@ -30,16 +30,21 @@ def test_train_in_test_mode_then_score_with_its_saved_model(tmp_path):
     assert "scored 1000 rows" in scored.stdout
 
 
-def test_score_says_why_it_has_no_checkpoint_to_score(tmp_path):
-    score = str(EXAMPLE / "score.py")
-    neither = run(score, cwd=tmp_path)
-    assert neither.returncode == 2
-    assert "error: give either a CHECKPOINT directory or --experiment ID (or latest), one of the two" in neither.stderr
+# The scoring script's refusals are its argument handling: its main() runs in this process
+# (an exception would fail the test as a traceback would); the test above runs it as a script.
+
+
+def test_score_says_why_it_has_no_checkpoint_to_score(tmp_path, monkeypatch, script_main):
+    monkeypatch.chdir(tmp_path)
+    score = EXAMPLE / "score.py"
+    status, _, stderr = script_main(score)
+    assert status == 2
+    assert "error: give either a CHECKPOINT directory or --experiment ID (or latest), one of the two" in stderr
 
     absent = tmp_path / "absent.sqlite"
-    no_store = run(score, "--experiment", "latest", "--store", str(absent), cwd=tmp_path)
-    assert no_store.returncode == 2 and "Traceback" not in no_store.stderr, no_store.stderr[-3000:]
-    assert f"error: there is no experiment store at {absent}; name one with --store" in no_store.stderr
+    status, _, stderr = script_main(score, "--experiment", "latest", "--store", absent)
+    assert status == 2 and "Traceback" not in stderr, stderr[-3000:]
+    assert f"error: there is no experiment store at {absent}; name one with --store" in stderr
     assert not absent.exists()  # looking did not make an empty store there
 
     store = tmp_path / "store.sqlite"
@@ -47,27 +52,29 @@ def test_score_says_why_it_has_no_checkpoint_to_score(tmp_path):
         config = {"searcher": {"name": "single", "metric": "auc", "smaller_is_better": False}}
         experiment_id = opened.create_experiment("ctr", config, str(tmp_path), "model_def:Trial", 1, False)
         opened.set_state(experiment_id, State.PAUSED)
-    unvalidated = run(score, "--experiment", "latest", "--store", str(store), cwd=tmp_path)
-    assert unvalidated.returncode == 2 and "Traceback" not in unvalidated.stderr, unvalidated.stderr[-3000:]
-    assert "error: experiment 1 has no kept checkpoint with a validation of auc yet (it is PAUSED)" in (
-        unvalidated.stderr
-    )
-    unknown = run(score, "--experiment", "7", "--store", str(store), cwd=tmp_path)
-    assert unknown.returncode == 2 and "There is no experiment 7 in the store" in unknown.stderr
+    status, _, stderr = script_main(score, "--experiment", "latest", "--store", store)
+    assert status == 2 and "Traceback" not in stderr, stderr[-3000:]
+    assert "error: experiment 1 has no kept checkpoint with a validation of auc yet (it is PAUSED)" in stderr
+    status, _, stderr = script_main(score, "--experiment", "7", "--store", store)
+    assert status == 2 and "There is no experiment 7 in the store" in stderr
 
 
-def test_score_says_why_a_checkpoint_directory_cannot_be_scored(tmp_path):
-    score = str(EXAMPLE / "score.py")
-    missing = run(score, str(tmp_path / "missing"), cwd=tmp_path)
-    assert missing.returncode == 2 and "Traceback" not in missing.stderr, missing.stderr[-3000:]
-    assert f"error: There is no checkpoint at {tmp_path / 'missing'}: no such file or directory." in missing.stderr
+def test_score_says_why_a_checkpoint_directory_cannot_be_scored(tmp_path, monkeypatch, script_main):
+    monkeypatch.chdir(tmp_path)
+    score = EXAMPLE / "score.py"
+    status, _, stderr = script_main(score, tmp_path / "missing")
+    assert status == 2 and "Traceback" not in stderr, stderr[-3000:]
+    assert f"error: There is no checkpoint at {tmp_path / 'missing'}: no such file or directory." in stderr
     (tmp_path / "logs").mkdir()
-    not_one = run(score, str(tmp_path / "logs"), cwd=tmp_path)
-    assert not_one.returncode == 2 and "Traceback" not in not_one.stderr, not_one.stderr[-3000:]
-    assert "is not a checkpoint of an EstimatorTrial" in not_one.stderr
+    status, _, stderr = script_main(score, tmp_path / "logs")
+    assert status == 2 and "Traceback" not in stderr, stderr[-3000:]
+    assert "is not a checkpoint of an EstimatorTrial" in stderr
 
 
-def test_score_takes_the_checkpoint_that_checkpoint_list_calls_best_the_later_of_equal_values(tmp_path):
+def test_score_takes_the_checkpoint_that_checkpoint_list_calls_best_the_later_of_equal_values(
+    tmp_path, monkeypatch, script_main
+):
+    monkeypatch.chdir(tmp_path)
     store = tmp_path / "store.sqlite"
     with ExperimentStore(store) as opened:
         config = {"searcher": {"name": "single", "metric": "auc", "smaller_is_better": False}}
@@ -77,8 +84,8 @@ def test_score_takes_the_checkpoint_that_checkpoint_list_calls_best_the_later_of
             opened.record_checkpoint(trial_id, uuid, batches, str(tmp_path / uuid), 1, {})
             opened.record_checkpoint_validation(uuid, {"auc": auc})
     # Scores the checkpoint it names, which does not exist here: only the choice is looked at.
-    scored = run(str(EXAMPLE / "score.py"), "--experiment", "1", "--store", str(store), cwd=tmp_path)
-    assert "experiment 1: best checkpoint tied (after 4 batches)" in scored.stdout, scored.stderr[-3000:]
+    _, stdout, stderr = script_main(EXAMPLE / "score.py", "--experiment", "1", "--store", store)
+    assert "experiment 1: best checkpoint tied (after 4 batches)" in stdout, stderr[-3000:]
     listed = subprocess.run(
         [str(Path(sys.executable).with_name("det-estimator")), "--store", str(store), "checkpoint", "list", "1"],
         capture_output=True,

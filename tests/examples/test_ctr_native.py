@@ -54,9 +54,9 @@ def test_without_local_the_script_becomes_a_tracked_experiment(tmp_path, example
     assert experiment["checkpoints"][0]["path"].startswith(str(tmp_path / "experiment-1"))
 
 
-def test_the_help_does_not_say_a_local_run_bypasses_the_store(tmp_path):
+def test_the_help_does_not_say_a_local_run_bypasses_the_store(script_main):
     # A local run is recorded in the store (the test above lists it); the help said otherwise.
-    result = run_script(tmp_path, "--help")
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "without the store" not in result.stdout
-    assert "train in this process (recorded in the store too)" in result.stdout
+    status, stdout, stderr = script_main(SCRIPT, "--help")  # in this process: what argparse prints
+    assert status == 0, stderr[-3000:]
+    assert "without the store" not in stdout
+    assert "train in this process (recorded in the store too)" in stdout

@@ -34,9 +34,8 @@ def test_the_keras_example_trains_one_batch_with_exact_auc_and_scores_with_its_s
     assert "scored 1000 rows" in scored.stdout
 
 
-def test_score_says_why_a_checkpoint_directory_cannot_be_scored(tmp_path):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    command = [sys.executable, str(EXAMPLE / "score.py"), str(tmp_path / "missing")]
-    scored = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
-    assert scored.returncode == 2 and "Traceback" not in scored.stderr, scored.stderr[-3000:]
-    assert f"error: There is no checkpoint at {tmp_path / 'missing'}: no such file or directory." in scored.stderr
+def test_score_says_why_a_checkpoint_directory_cannot_be_scored(tmp_path, script_main):
+    # Its argument handling, in this process; the test above runs the script.
+    status, _, stderr = script_main(EXAMPLE / "score.py", tmp_path / "missing")
+    assert status == 2 and "Traceback" not in stderr, stderr[-3000:]
+    assert f"error: There is no checkpoint at {tmp_path / 'missing'}: no such file or directory." in stderr

@@ -1,5 +1,7 @@
 """The Keras trial controller on one process: the analytic trial for each loader, resumes, pauses, kills, exports."""
 
+import re
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -94,25 +96,30 @@ def test_a_shuffled_run_resumed_mid_epoch_sees_the_batches_of_an_uninterrupted_o
     assert final_weight(uninterrupted) != pytest.approx(in_order, rel=1e-6)
 
 
+# A pause or a kill lands a few batches after a checkpoint: 2.5 s and more before the end of
+# 30 batches at the speeds below. Slow: in the default path, tests/distributed pauses and
+# kills a tf.data trial on two processes, a pause in this process stops at its batch (below),
+# and every loader resumes where it stopped (above).
+@pytest.mark.slow
 @pytest.mark.parametrize("loader", LOADERS)
 def test_a_pause_and_a_kill_at_a_random_batch_both_resume_to_the_closed_form(analytic_keras, runs, tmp_path, loader):
-    process = analytic_keras.start_run(tmp_path, 60, 1, 0.05, loader=loader)
+    process = analytic_keras.start_run(tmp_path, 30, 1, 0.1, loader=loader)
     runs.wait_for_line(process, "checkpoint")
     process.terminate()
     status, output, outcome = runs.finish(process)
     assert status == 0, output[-3000:]
-    assert outcome["state"] == "PAUSED" and 5 <= outcome["batches_trained"] < 60
+    assert outcome["state"] == "PAUSED" and 5 <= outcome["batches_trained"] < 30
     paused_at = outcome["batches_trained"]
     assert outcome["checkpoints"][-1]["batches"] == paused_at
     analytic_keras.assert_closed_form(outcome["validations"])
 
-    process = analytic_keras.start_run(tmp_path, 60, 1, 0.1, loader=loader)
+    process = analytic_keras.start_run(tmp_path, 30, 1, 0.25, loader=loader)
     runs.kill_at_random_batch(process, seed=11)
-    config = analytic_keras.make_config(tmp_path, 60, loader)
+    config = analytic_keras.make_config(tmp_path, 30, loader)
     final = det.run_trial(analytic_keras.AnalyticKerasTrial, config)
     resumed_after = final.batches_trained - len(final.validations) * 5
-    assert paused_at < resumed_after < 60, "the kill must interrupt training after the resume from the pause"
-    assert final.batches_trained == 60
+    assert paused_at < resumed_after < 30, "the kill must interrupt training after the resume from the pause"
+    assert final.batches_trained == 30
     analytic_keras.assert_closed_form(final.validations)
 
 
@@ -247,6 +254,26 @@ def test_a_builder_returning_the_wrong_thing_is_a_clear_error(
     cause = root_cause(raised.value, rank=0)
     assert cause.traceback == f"{cause.type}: {cause.message}"
     assert cause.message != "an earlier run's failure"
+
+
+# A rank refuses the trial alone, before it trains: played here by one process as rank 0 of
+# two. tests/distributed shows that such an error on a rank ends the job with its message.
+@pytest.mark.parametrize(
+    ("loader", "hparams", "message"),
+    [
+        ("tfdata", {"wrap_dataset": False}, "was never passed to context.wrap_dataset(). With 2 processes"),
+        ("numpy", {"eagerly": True}, "compiled with run_eagerly=True and has ReducerMetric metrics"),
+    ],
+    ids=["a-dataset-not-wrapped", "exact-metrics-run-eagerly"],
+)
+def test_what_two_processes_cannot_run_is_refused_before_training(
+    analytic_keras, tmp_path, one_rank_of_two, loader, hparams, message
+):
+    config = analytic_keras.make_config(tmp_path, 10, loader)
+    config["hyperparameters"].update(hparams)
+    with pytest.raises(det.DetEstimatorError, match=re.escape(message)):
+        det.run_trial(analytic_keras.AnalyticKerasTrial, config)
+    assert not analytic_keras.events(tmp_path / "events"), "refused before any callback ran"
 
 
 def test_a_searcher_metric_the_validation_lacks_is_named_with_those_it_has(analytic_keras, tmp_path):

@@ -1,4 +1,4 @@
-"""examples/digits_keras_api through the command: test mode, pause and resume, the full run on 2 processes."""
+"""examples/digits_keras_api through the command: test mode; pause and resume, the full run on 2 processes (slow)."""
 
 import json
 import os
@@ -61,7 +61,12 @@ def test_the_example_runs_in_test_mode_and_its_job_predicts_every_digit(example,
     np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-5)
 
 
-@pytest.mark.parametrize("slots", [1, pytest.param(2, marks=pytest.mark.slow)])
+# The example paused by the command and resumed, as an uninterrupted run: three runs of the
+# example. In the default path, the new Keras API resumes a pause as an uninterrupted run
+# (test_init_by_hand.py; on two processes, test_fit_and_job_on_processes.py), and the
+# command pauses and resumes trials (tests/cli).
+@pytest.mark.slow
+@pytest.mark.parametrize("slots", [1, 2])
 def test_a_paused_trial_resumes_where_it_stopped(example, tmp_path, det, slots):
     store = tmp_path / "store.sqlite"
     raw = yaml.safe_load((example / "const.yaml").read_text())

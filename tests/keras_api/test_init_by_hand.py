@@ -20,10 +20,24 @@ def run(*args: str, store, cwd) -> dict:
     return json.loads(line[len("RESULT ") :])
 
 
-def test_the_script_by_hand_trains_as_plain_keras_and_creates_the_store(tmp_path, det):
+# Under pytest-xdist, the tests of the runs below on one test process, which runs them once.
+BY_HAND = pytest.mark.xdist_group("keras_api_by_hand")
+
+
+@pytest.fixture(scope="session")
+def by_hand(tmp_path_factory):
+    """The script run as plain Keras, then with the API into a store not there yet: (directory, plain, with_api)."""
+    directory = tmp_path_factory.mktemp("by-hand")
+    plain = run("--plain", store=directory / "unused.sqlite", cwd=directory)
+    # fit(epochs=3, batch_size=16) on 160 records: 10 batches an epoch; its checkpoints go to ./checkpoints.
+    with_api = run(store=directory / "not" / "there" / "yet" / "store.sqlite", cwd=directory)
+    return directory, plain, with_api
+
+
+@BY_HAND
+def test_the_script_by_hand_trains_as_plain_keras_and_creates_the_store(by_hand, det):
+    tmp_path, plain, with_api = by_hand
     store = tmp_path / "not" / "there" / "yet" / "store.sqlite"
-    plain = run("--plain", store=tmp_path / "unused.sqlite", cwd=tmp_path)
-    with_api = run(store=store, cwd=tmp_path)  # its checkpoints go to ./checkpoints
 
     # epochs and initial_epoch are honoured by hand, the seed is init()'s default, the rest is Keras'.
     assert with_api["epoch"] == plain["epoch"] == [1, 2]
@@ -43,11 +57,11 @@ def test_the_script_by_hand_trains_as_plain_keras_and_creates_the_store(tmp_path
     assert all(checkpoint["path"].startswith(str(tmp_path / "checkpoints")) for checkpoint in described["checkpoints"])
 
 
-def test_the_run_by_hand_records_the_epochs_it_trains_as_its_length(tmp_path, det):
+@BY_HAND
+def test_the_run_by_hand_records_the_epochs_it_trains_as_its_length(by_hand, det):
     # `experiment resume` of a run paused by Ctrl-C runs the script as a trial, which trains
     # the recorded searcher length: the epochs fit was given, not one batch (no config).
-    store = tmp_path / "store.sqlite"
-    run(store=store, cwd=tmp_path)  # fit(epochs=3, batch_size=16) on 160 records: 10 batches an epoch
+    store = by_hand[0] / "not" / "there" / "yet" / "store.sqlite"
     described = json.loads(det(store, "experiment", "describe", 1, "--json").stdout)
     assert described["config"]["searcher"]["max_length"] == {"epochs": 3}
     assert described["config"]["records_per_epoch"] == 160
@@ -145,17 +159,25 @@ def test_init_refuses_an_argument_of_the_wrong_kind_naming_it_before_recording(
 
 
 @pytest.mark.parametrize(
-    ("arguments", "seed"),
+    ("config", "seed", "recorded"),
     [
-        ("", 0),
-        ("config={'reproducibility': {'experiment_seed': 7}}", 7),
-        ("config={'reproducibility': {'experiment_seed': 7}}, seed=11", 11),
-        ("seed=11", 11),
+        (None, None, 0),
+        ({"reproducibility": {"experiment_seed": 7}}, None, 7),
+        ({"reproducibility": {"experiment_seed": 7}}, 11, 11),
+        (None, 11, 11),
     ],
 )
-def test_a_run_by_hand_records_the_seed_it_uses(tmp_path, det, arguments, seed):
+def test_a_run_by_hand_records_its_seed_argument_else_its_configs_else_0(config, seed, recorded):
+    # The experiment seed recorded; the test below runs a script whose context and trial use it.
+    from det_estimator.keras._api._init import _by_hand_config
+
+    assert _by_hand_config(config, seed)["reproducibility"] == {"experiment_seed": recorded}
+
+
+def test_a_run_by_hand_records_the_seed_it_uses(tmp_path, det):
     # `experiment resume` of a run by hand paused by Ctrl-C seeds with the recorded seed.
     store = tmp_path / "store.sqlite"
+    arguments, seed = "config={'reproducibility': {'experiment_seed': 7}}, seed=11", 11
     script = f"import det_estimator as det\ncontext = det.keras.init({arguments})\nprint('SEED', context.seed)\n"
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", DET_ESTIMATOR_STORE=str(store))
     env.pop("DET_CLUSTER_INFO", None)

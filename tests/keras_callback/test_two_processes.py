@@ -93,18 +93,9 @@ def test_sigkilled_at_a_random_batch_it_resumes_to_the_uninterrupted_weights(con
     weights = np.load(tmp_path / "weights.npy")
     np.testing.assert_allclose(weights, plain_fit(4), rtol=1e-5, atol=1e-6, err_msg=note)
 
-    # Started from that run's last checkpoint with another continue_id: 2 epochs from epoch 0, its weights first.
-    last = final_checkpoint(store, 1)
-    warm = {"LINEAR_CHECKPOINT": last.uuid, "LINEAR_CONTINUE_ID": "another", "LINEAR_EPOCHS": "2"}
-    warm["LINEAR_OUT"] = str(tmp_path / "warm.npy")
-    result = det(store, "experiment", "create", context / "config.yaml", context, env=warm)
-    assert "COMPLETED after 16 batches" in result.stdout, result.stdout[-3000:]
-    start = [weights[:-1].reshape(-1, 1), weights[-1:]]
-    np.testing.assert_allclose(np.load(tmp_path / "warm.npy"), plain_fit(2, start), rtol=1e-5, atol=1e-6)
-
 
 @pytest.mark.slow
-def test_paused_by_the_command_it_stops_with_a_checkpoint_and_resumes_exactly(context, tmp_path):
+def test_paused_by_the_command_it_resumes_exactly_and_another_continue_id_starts_from_its_weights(context, tmp_path):
     store = tmp_path / "store.sqlite"
     env = {"LINEAR_SLEEP": "0.3", "LINEAR_OUT": str(tmp_path / "weights.npy")}
     running = subprocess.Popen(
@@ -131,7 +122,18 @@ def test_paused_by_the_command_it_stops_with_a_checkpoint_and_resumes_exactly(co
 
     resumed = det(store, "experiment", "resume", 1, env={"LINEAR_OUT": str(tmp_path / "weights.npy")})
     assert f"resumed after {stopped} batches" in resumed.stdout and "COMPLETED after 32 batches" in resumed.stdout
-    np.testing.assert_allclose(np.load(tmp_path / "weights.npy"), plain_fit(4), rtol=1e-5, atol=1e-6)
+    weights = np.load(tmp_path / "weights.npy")
+    np.testing.assert_allclose(weights, plain_fit(4), rtol=1e-5, atol=1e-6)
+
+    # Started from that run's last checkpoint with another continue_id: 2 epochs from epoch 0,
+    # its weights first (on one process, in the default path: test_determined_callback.py).
+    last = final_checkpoint(store, 1)
+    warm = {"LINEAR_CHECKPOINT": last.uuid, "LINEAR_CONTINUE_ID": "another", "LINEAR_EPOCHS": "2"}
+    warm["LINEAR_OUT"] = str(tmp_path / "warm.npy")
+    result = det(store, "experiment", "create", context / "config.yaml", context, env=warm)
+    assert "COMPLETED after 16 batches" in result.stdout, result.stdout[-3000:]
+    start = [weights[:-1].reshape(-1, 1), weights[-1:]]
+    np.testing.assert_allclose(np.load(tmp_path / "warm.npy"), plain_fit(2, start), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.slow

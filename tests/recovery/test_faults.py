@@ -153,7 +153,7 @@ def test_a_checkpoint_file_system_turned_read_only_fails_clearly_and_resumes_onc
 ):
     with small_tmpfs(tmp_path / "small-fs", "8m") as storage:
         raw = helpers.fault_config(context, 40, None, max_restarts=0)
-        raw["hyperparameters"]["seconds_per_batch"] = 0.2
+        raw["hyperparameters"].update(seconds_per_batch=0.2, resumed_at_full_speed=True)
         raw["checkpoint_storage"] = {"type": "shared_fs", "host_path": str(storage)}
         raw["checkpoint_policy"] = "all"
         config = context.write_config(raw=raw)

@@ -94,12 +94,21 @@ class RecordingHook(det.RunHook):
     """Appends each RunHook call, with the rank, to a file per rank; writes a file into checkpoints."""
 
     def __init__(
-        self, events_dir: str, rank: int, seconds_per_batch: float, crash_at_batch: int = 0, stop_at_batch: int = 0
+        self,
+        events_dir: str,
+        rank: int,
+        seconds_per_batch: float,
+        crash_at_batch: int = 0,
+        stop_at_batch: int = 0,
+        resumed_at_full_speed: bool = False,
     ):
         os.makedirs(events_dir, exist_ok=True)
         self._log = os.path.join(events_dir, f"rank{rank}.jsonl")
         self._rank = rank
         self._seconds_per_batch = seconds_per_batch
+        # A run resumed from a checkpoint need not wait for a pause: it trains at full speed.
+        self._resumed_at_full_speed = resumed_at_full_speed
+        self._resumed = False
         self._crash_at_batch = crash_at_batch
         self._stop_at_batch = stop_at_batch
         self._batches = 0
@@ -109,7 +118,7 @@ class RecordingHook(det.RunHook):
             log.write(json.dumps({"event": event, "rank": self._rank, **details}) + "\n")
 
     def after_run(self, run_context, run_values) -> None:
-        if self._seconds_per_batch:
+        if self._seconds_per_batch and not (self._resumed and self._resumed_at_full_speed):
             time.sleep(self._seconds_per_batch)  # gives a test time to interrupt the run
         self._batches += 1
         if self._batches == self._crash_at_batch:
@@ -123,6 +132,7 @@ class RecordingHook(det.RunHook):
         self._record("on_checkpoint_end")
 
     def on_checkpoint_load(self, checkpoint_dir: str) -> None:
+        self._resumed = True
         with open(os.path.join(checkpoint_dir, "hook_note.txt")) as note:
             self._record("on_checkpoint_load", note=note.read())
 
@@ -226,6 +236,7 @@ class AnalyticTrial(det.EstimatorTrial):
             stop_at_batch=int(hparams.get("stop_at_batch", 0))
             # {"rank": r, "batch": n}: only that rank's hook asks to stop, from its n-th batch of a run
             or (stop.get("batch", 0) if stop.get("rank") == self.context.distributed.rank else 0),
+            resumed_at_full_speed=bool(hparams.get("resumed_at_full_speed", False)),
         )
         return tf.estimator.TrainSpec(self._input_fn, hooks=[hook])
 
