@@ -1,11 +1,14 @@
 """Each loader of a checkpoint loads its own kind and refuses the others, and what is no checkpoint, saying why.
 
 The checkpoints are real ones, one of each kind: an EstimatorTrial's (the analytic
-trial, with its ``raw`` SavedModel), a TFKerasTrial's (the analytic Keras trial) and
-DeterminedCallback's (the linear regression of tests/keras_callback).
+trial, with its ``raw`` SavedModel), a TFKerasTrial's (the analytic Keras trial's model)
+and DeterminedCallback's (the linear regression of tests/keras_callback), the Keras ones
+written as their trial types wrote them before the one Keras format
+(tests/support/legacy_keras_checkpoints.py), whose kind their files tell.
 """
 
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,31 +17,34 @@ import tensorflow as tf
 
 import det_estimator as det
 from det_estimator._checkpoint_kind import CheckpointKind, checkpoint_kind
-from det_estimator.store import ExperimentStore
+from det_estimator.config import load_experiment_config
 
 TESTS = Path(__file__).parent
+sys.path.insert(0, str(TESTS / "support"))
+import legacy_keras_checkpoints as legacy  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory, analytic, module_loader) -> dict[CheckpointKind, Path]:
-    """The path of a checkpoint of each kind."""
+    """The path of a checkpoint of each kind; the Keras ones in the layouts their trial types wrote first."""
     root = tmp_path_factory.mktemp("kinds")
     analytic_keras = module_loader(TESTS / "support" / "analytic_keras_trial.py")
     linear = module_loader(TESTS / "keras_callback" / "linear_script.py")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("DET_ESTIMATOR_STORE", str(root / "store.sqlite"))
         estimator = det.run_trial(analytic.AnalyticTrial, analytic.make_config(root / "estimator", 1))
-        keras = det.run_trial(analytic_keras.AnalyticKerasTrial, analytic_keras.make_config(root / "keras", 1))
-        with det.core.init(checkpoint_storage=root / "callback") as core_context:
-            callback = det.keras.DeterminedCallback(core_context, None, "run")
-            linear.build_model().fit(linear.dataset(0, 1), epochs=1, callbacks=[callback], verbose=0)
-            info = core_context.info
-        with ExperimentStore(info.store_path) as store:
-            (written,) = store.checkpoints(info.trial.experiment_id, trial_id=info.trial.trial_id)
+    raw = analytic_keras.make_config(root / "keras-trial", 1)
+    context = det.keras.TFKerasTrialContext(load_experiment_config(raw), raw["hyperparameters"], 1)
+    keras = analytic_keras.AnalyticKerasTrial(context).build_model()
+    keras.fit(analytic_keras.FEATURES[:8, None], analytic_keras.TARGETS[:8, None], batch_size=8, verbose=0)
+    legacy.write_trial_v1(root / "keras", keras, 1)
+    callback = linear.build_model()
+    callback.fit(linear.dataset(0, 1), epochs=1, verbose=0)
+    legacy.write_callback_v1(root / "callback", callback, epoch=1, batch=0, steps_completed=8, continue_id="run")
     return {
         CheckpointKind.ESTIMATOR: Path(estimator.checkpoints[-1]["path"]),
-        CheckpointKind.KERAS_TRIAL: Path(keras.checkpoints[-1]["path"]),
-        CheckpointKind.KERAS_CALLBACK: Path(written.path),
+        CheckpointKind.KERAS_TRIAL: root / "keras",
+        CheckpointKind.KERAS_CALLBACK: root / "callback",
     }
 
 
