@@ -18,7 +18,7 @@ import tensorflow as tf
 
 from det_estimator._checkpoint_kind import KERAS_TRIAL_STATE
 from det_estimator.errors import DetEstimatorError
-from det_estimator.keras._random_states import generators
+from det_estimator.keras._engine._random_states import generators
 
 MODEL_DIR = "model"
 _STATE = KERAS_TRIAL_STATE

@@ -15,14 +15,14 @@ from det_estimator._trial_controller import TrialController
 from det_estimator.checkpoint import read_checkpoint
 from det_estimator.core._metrics import combine_across_ranks
 from det_estimator.errors import PermanentTrialError
-from det_estimator.keras import _callback_states, _data, _random_states
-from det_estimator.keras._callback_list import TrialCallbacks
 from det_estimator.keras._checkpoints import read_variables, write_variables
 from det_estimator.keras._context import TFKerasTrialContext
 from det_estimator.keras._devices import apply_session_config, pin_local_gpu, require_eager
-from det_estimator.keras._global_metrics import global_metrics, local_metrics, read_combined
+from det_estimator.keras._engine import _callback_states, _inputs, _random_states
+from det_estimator.keras._engine._callbacks import TrialCallbacks
+from det_estimator.keras._engine._metrics import global_metrics, local_metrics, read_combined
+from det_estimator.keras._engine._serving import SAVED_MODEL_DIR, ServingExport
 from det_estimator.keras._reducer_metric import ReducerMetric
-from det_estimator.keras._serving import SAVED_MODEL_DIR, ServingExport
 from det_estimator.keras._steps import TrainStep
 from det_estimator.keras._trial import TFKerasTrial, check_model
 from det_estimator.store import State
@@ -81,8 +81,8 @@ class TFKerasTrialController(TrialController):
             trial = self._trial_class(self.context)
             apply_session_config(trial.session_config())
             self._model = self._built_model(trial)
-            self._train_data = _data.training_data(trial.build_training_data_loader(), self.context)
-            self._validation = _data.validation_data(trial.build_validation_data_loader(), self.context, self._test)
+            self._train_data = _inputs.training_data(trial.build_training_data_loader(), self.context)
+            self._validation = _inputs.validation_data(trial.build_validation_data_loader(), self.context, self._test)
             self._callbacks = TrialCallbacks(
                 trial.keras_callbacks(),
                 self._model,
@@ -344,7 +344,7 @@ class TFKerasTrialController(TrialController):
 def _one_step_per_execution(model: tf.keras.Model) -> Iterator[None]:
     """Evaluates one batch per call, whatever ``compile(steps_per_execution=...)`` says.
 
-    The validation data has no known length (see ``_data.ValidationData``), and Keras
+    The validation data has no known length (see ``_inputs.ValidationData``), and Keras
     refuses data of unknown length with ``steps_per_execution > 1`` unless told the
     steps, which a process's share of a Sequence or a dataset does not tell.
     """

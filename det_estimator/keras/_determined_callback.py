@@ -13,8 +13,8 @@ import tensorflow as tf
 from det_estimator import __version__, core
 from det_estimator._checkpoint_kind import CALLBACK_WEIGHTS
 from det_estimator._process_random_state import python_and_numpy_state, restore_python_and_numpy_state
-from det_estimator.keras import _random_states
-from det_estimator.keras._global_metrics import GlobalMetrics, global_metrics
+from det_estimator.keras._engine import _random_states
+from det_estimator.keras._engine._metrics import GlobalMetrics, global_metrics
 
 logger = logging.getLogger("det_estimator.keras")
 

@@ -2,7 +2,7 @@
 
 Every kind becomes a ``tf.data.Dataset`` of batches:
 
-- NumPy arrays ``(x, y[, w])`` (:mod:`._arrays`) and Sequences (plain or in a
+- NumPy arrays ``(x, y[, w])`` and Sequences (plain or in a
   :class:`SequenceAdapter`) are cut into one endless stream of per-process batches,
   epoch after epoch; process ``rank`` of ``size`` reads batches ``rank``,
   ``rank + size``, ... of it, so the processes share every epoch. Batch ``k`` of the
@@ -20,9 +20,9 @@ from typing import Any, Callable, Optional, Union
 
 import tensorflow as tf
 
-from det_estimator.keras._arrays import ArrayData, DataError
 from det_estimator.keras._context import TFKerasTrialContext
-from det_estimator.keras._sequences import BatchReader, Placement, SequenceAdapter, epoch_order, signature_of
+from det_estimator.keras._engine._sequences import BatchReader, DataError, Placement, SequenceAdapter, signature_of
+from det_estimator.keras._engine._sharding import ArrayData, sequence_plan
 
 logger = logging.getLogger("det_estimator.keras")
 
@@ -205,7 +205,7 @@ def training_data(loader: Loader, context: TFKerasTrialContext) -> TrainingData:
             reader.sequence.on_epoch_end()
 
         def batches() -> Iterator[tuple]:
-            return reader.read(_sequence_plan(num_batches, first, distributed.size, shuffle_seed), epoch)
+            return reader.read(sequence_plan(num_batches, first, distributed.size, shuffle_seed), epoch)
 
         stream = tf.data.Dataset.from_generator(batches, output_signature=signature)
         return _class_weighted(stream, fit.class_weight).prefetch(1)
@@ -257,17 +257,6 @@ def _reader(loader: Any, context: TFKerasTrialContext, which: str) -> BatchReade
         return BatchReader(loader, fit.workers, fit.use_multiprocessing, fit.max_queue_size)
     hint = " (a list: return a tuple)" if isinstance(loader, list) else ""
     raise DataTypeError(f"{which} must return {KINDS}. Received: {type(loader).__name__}{hint}")
-
-
-def _sequence_plan(num_batches: int, first: int, size: int, shuffle_seed: Optional[int]) -> Iterator[Placement]:
-    """Batches ``first``, ``first + size``, ... of the endless stream of a Sequence's epochs."""
-    element, epoch, order = first, -1, None
-    while True:
-        if element // num_batches != epoch:
-            epoch = element // num_batches
-            order = epoch_order(num_batches, epoch, shuffle_seed)
-        yield Placement(epoch, int(order[element % num_batches]))
-        element += size
 
 
 def _check_wrapped(dataset: tf.data.Dataset, context: TFKerasTrialContext, which: str) -> None:
