@@ -18,7 +18,7 @@ from det_estimator.errors import PermanentTrialError
 from det_estimator.keras._checkpoints import read_variables, write_variables
 from det_estimator.keras._context import TFKerasTrialContext
 from det_estimator.keras._devices import apply_session_config, pin_local_gpu, require_eager
-from det_estimator.keras._engine import _callback_states, _inputs, _random_states
+from det_estimator.keras._engine import _callback_states, _inputs, _keras_compat, _random_states
 from det_estimator.keras._engine._callbacks import TrialCallbacks
 from det_estimator.keras._engine._metrics import global_metrics, local_metrics, read_combined
 from det_estimator.keras._engine._serving import SAVED_MODEL_DIR, ServingExport
@@ -111,7 +111,7 @@ class TFKerasTrialController(TrialController):
                 "build_model() returned a model that never went through context.wrap_model(). Wrap the model right "
                 "after creating it, then compile it: model = self.context.wrap_model(model); model.compile(...)."
             )
-        if not getattr(model, "_is_compiled", False):
+        if not _keras_compat.is_compiled(model):
             raise TrialLifecycleError(
                 "build_model() returned a model that is not compiled: call model.compile(optimizer, loss, ...) "
                 "in build_model() after context.wrap_model(model)."
@@ -126,11 +126,7 @@ class TFKerasTrialController(TrialController):
 
     def _check_exact_metrics_run_compiled(self) -> None:
         # Before the first step Keras lists no compiled metric yet: look at what compile() was given.
-        container = getattr(self._model, "compiled_metrics", None)
-        given = [
-            *tf.nest.flatten(getattr(container, "_user_metrics", None) or []),
-            *tf.nest.flatten(getattr(container, "_user_weighted_metrics", None) or []),
-        ]
+        given = _keras_compat.metrics_given_to_compile(self._model)
         exact = any(isinstance(metric, ReducerMetric) for metric in given)
         if self._distributed.size > 1 and self._model.run_eagerly and exact:
             raise TrialLifecycleError(
@@ -348,7 +344,7 @@ def _one_step_per_execution(model: tf.keras.Model) -> Iterator[None]:
     refuses data of unknown length with ``steps_per_execution > 1`` unless told the
     steps, which a process's share of a Sequence or a dataset does not tell.
     """
-    steps = getattr(model, "_steps_per_execution", None)
+    steps = _keras_compat.steps_per_execution(model)
     saved = int(steps.numpy()) if steps is not None else 1
     if saved == 1:
         yield

@@ -13,7 +13,7 @@ import tensorflow as tf
 from det_estimator import __version__, core
 from det_estimator._checkpoint_kind import CALLBACK_WEIGHTS
 from det_estimator._process_random_state import python_and_numpy_state, restore_python_and_numpy_state
-from det_estimator.keras._engine import _random_states
+from det_estimator.keras._engine import _keras_compat, _random_states
 from det_estimator.keras._engine._metrics import GlobalMetrics, global_metrics
 
 logger = logging.getLogger("det_estimator.keras")
@@ -207,7 +207,7 @@ class DeterminedCallback(tf.keras.callbacks.Callback):
         model = self.model
         if getattr(model, "optimizer", None) is None:
             raise ValueError("DeterminedCallback needs a compiled model: call model.compile() before model.fit().")
-        if getattr(model, "_training_state", None) is not None:
+        if _keras_compat.fit_start(model) is not None:
             raise ValueError(
                 "DeterminedCallback cannot be combined with tf.keras.callbacks.BackupAndRestore: both restore the "
                 "position of model.fit. Remove BackupAndRestore; the callback's checkpoints resume training."
@@ -241,7 +241,7 @@ class DeterminedCallback(tf.keras.callbacks.Callback):
         self._epoch, self._batch = epoch, batch
         self._epoch_start_steps = self._steps_completed - batch
         # fit() asks the model's training state where to start right after on_train_begin.
-        self.model._training_state = _ResumePosition(epoch, batch)
+        _keras_compat.set_fit_start(self.model, _ResumePosition(epoch, batch))
         rank = self._core.distributed.rank
         if state.get("random_states"):
             # The resumed epoch draws its order (and the user's own draws) as the interrupted one did.
@@ -260,7 +260,7 @@ class DeterminedCallback(tf.keras.callbacks.Callback):
             # Create the optimizer's slots now, so that their values are restored at once
             # rather than when the first batch creates them.
             with model.distribute_strategy.scope():
-                _build_optimizer(model.optimizer, model.trainable_variables)
+                _keras_compat.build_optimizer(model.optimizer, model.trainable_variables)
         if with_optimizer:
             # The dropout masks go on where the checkpoint stopped: the layers' generators
             # must exist to be restored.
@@ -271,9 +271,7 @@ class DeterminedCallback(tf.keras.callbacks.Callback):
         else:
             # The model tracks its optimizer too: read through a view of its other parts,
             # so that a warm start keeps the fresh optimizer.
-            parts = dict(model._trackable_children(save_type="checkpoint"))
-            parts.pop("optimizer", None)
-            root = tf.train.Checkpoint(model=tf.train.Checkpoint(**parts))
+            root = tf.train.Checkpoint(model=_keras_compat.model_without_optimizer(model))
         status = root.read(prefix)
         status.expect_partial()
         # Variables created later (an unbuilt model) are restored when they are created:
@@ -311,8 +309,8 @@ class DeterminedCallback(tf.keras.callbacks.Callback):
     def on_epoch_begin(self, epoch: int, logs: Optional[dict[str, Any]] = None) -> None:
         if self._owns_metrics:
             self._metrics.on_epoch_begin(epoch, logs)
-        if isinstance(getattr(self.model, "_training_state", None), _ResumePosition):
-            self.model._training_state = None  # fit read it already; nothing else may see it
+        if isinstance(_keras_compat.fit_start(self.model), _ResumePosition):
+            _keras_compat.set_fit_start(self.model, None)  # fit read it already; nothing else may see it
         if epoch != self._epoch:
             self._epoch, self._batch = epoch, 0
             self._epoch_start_steps = self._steps_completed
@@ -386,8 +384,8 @@ class DeterminedCallback(tf.keras.callbacks.Callback):
         if self._train_function is not None:
             self.model.train_function = self._train_function
             self._train_function = None
-        if isinstance(getattr(self.model, "_training_state", None), _ResumePosition):
-            self.model._training_state = None
+        if isinstance(_keras_compat.fit_start(self.model), _ResumePosition):
+            _keras_compat.set_fit_start(self.model, None)
         if self._last_checkpoint_steps != self._steps_completed:
             self._save()
         self._core.train.report_batches(self._steps_completed, force=True)
@@ -488,8 +486,8 @@ def _iterator_of_epoch(iterator: Any, epochs: int) -> Any:
     gave it the ``epochs + 2``-th. Other iterators (a distributed dataset's, a
     generator's) are returned as they are.
     """
-    dataset = getattr(iterator, "_dataset", None)
-    if not epochs or not isinstance(iterator, tf.data.Iterator) or not isinstance(dataset, tf.data.Dataset):
+    dataset = _keras_compat.dataset_of(iterator)
+    if not epochs or dataset is None:
         return iterator
     for _ in range(epochs):
         fresh = iter(dataset)
@@ -517,14 +515,6 @@ def _warn_of_layers_without_generators(model: tf.keras.Model) -> None:
 def _skip_evaluation(*args: Any, **kwargs: Any) -> dict[str, Any]:
     """Stands in for ``model.evaluate`` in the epoch a pause interrupts: no validation of a partial epoch."""
     return {}
-
-
-def _build_optimizer(optimizer: Any, variables: list[Any]) -> None:
-    """Creates an optimizer's slot variables for ``variables`` (Keras 2.11+ optimizers, and legacy ones)."""
-    if hasattr(optimizer, "build") and not isinstance(optimizer, tf.keras.optimizers.legacy.Optimizer):
-        optimizer.build(variables)
-    elif hasattr(optimizer, "_create_all_weights"):
-        optimizer._create_all_weights(variables)
 
 
 def _numbers(logs: Optional[dict[str, Any]]) -> dict[str, float]:

@@ -6,6 +6,7 @@ from typing import Any
 import tensorflow as tf
 
 from det_estimator import _horovod
+from det_estimator.keras._engine import _keras_compat
 
 
 class TrainStep:
@@ -25,7 +26,7 @@ class TrainStep:
         self._model = model
         self._function = model.make_train_function()
         # compile(steps_per_execution=n) makes the train function run n batches per call.
-        self._per_execution = getattr(model, "_steps_per_execution", None)
+        self._per_execution = _keras_compat.steps_per_execution(model)
         self.batches_per_call = 1 if self._per_execution is None else int(self._per_execution.numpy())
         self._agreeing = None
         if size > 1:

@@ -269,15 +269,25 @@ def _check_wrapped(dataset: tf.data.Dataset, context: TFKerasTrialContext, which
 
 
 def _class_weighted(dataset: tf.data.Dataset, class_weight: Optional[dict]) -> tf.data.Dataset:
+    """Each training batch with its examples weighted by their class, as ``model.fit(class_weight=...)`` weighs them.
+
+    Keras' rule: the class of a label is its argmax when it has several columns, else
+    the label rounded; the weight multiplies the sample weights, when there are some.
+    """
     if not class_weight:
         return dataset
-    from keras.src.engine import data_adapter  # Keras' own rule, as model.fit(class_weight=...) applies it
-
-    class_weights_of = data_adapter._make_class_weight_map_fn(class_weight)
+    if sorted(class_weight) != list(range(len(class_weight))):
+        raise ValueError(
+            "Expected `class_weight` to be a dict with keys from 0 to one less than the number of classes, "
+            f"found {class_weight}"
+        )
+    table = tf.convert_to_tensor([class_weight[index] for index in range(len(class_weight))])
 
     def weighted(*batch: Any) -> tuple:
-        x, y, sample_weight = data_adapter.unpack_x_y_sample_weight(batch)
-        _, _, weights = class_weights_of(x, y)
+        x, y, sample_weight = tf.keras.utils.unpack_x_y_sample_weight(batch)
+        if tf.nest.is_nested(y):
+            raise ValueError("`class_weight` is only supported for Models with a single output.")
+        weights = tf.gather(table, _classes(y))
         if sample_weight is None:
             return x, y, weights
         # Keras multiplies them after reshaping the sample weights to their static shape,
@@ -288,6 +298,19 @@ def _class_weighted(dataset: tf.data.Dataset, class_weight: Optional[dict]) -> t
         return x, y, tf.reshape(sample_weight, shape) * weights
 
     return dataset.map(weighted)
+
+
+def _classes(y: tf.Tensor) -> tf.Tensor:
+    """The class of each label: the argmax of one-hot (or probability) rows, else the label rounded."""
+    if y.shape.rank < 2:
+        return tf.cast(tf.round(y), tf.int64)
+    if y.shape[-1] is not None:  # known when traced: only the branch that applies is built
+        return tf.argmax(y, axis=-1) if y.shape[-1] > 1 else tf.cast(tf.round(tf.squeeze(y, axis=-1)), tf.int64)
+    return tf.cond(
+        tf.shape(y)[-1] > 1,
+        lambda: tf.argmax(y, axis=-1),
+        lambda: tf.cast(tf.round(tf.squeeze(y, axis=-1)), tf.int64),
+    )
 
 
 def _batch_size(batch: tuple) -> tf.Tensor:

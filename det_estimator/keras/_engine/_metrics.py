@@ -29,6 +29,7 @@ import tensorflow as tf
 
 from det_estimator.core import DistributedContext
 from det_estimator.core._metrics import CombinedMetrics, RankMetrics, combine_across_ranks
+from det_estimator.keras._engine._keras_compat import strategy_spans_processes
 
 VALIDATION_PREFIX = "val_"
 
@@ -111,13 +112,6 @@ def read_combined(model: tf.keras.Model, combined: CombinedMetrics) -> dict[str,
                 variable.assign(value)
     others = {name: value for name, value in combined.values.items() if name not in results}
     return {**results, **others}
-
-
-def strategy_spans_processes(model: tf.keras.Model) -> bool:
-    """Whether the model's ``tf.distribute`` strategy has replicas in other processes (its metrics are global)."""
-    extended = getattr(model.distribute_strategy, "extended", None)
-    in_multi_worker_mode = getattr(extended, "_in_multi_worker_mode", None)
-    return bool(callable(in_multi_worker_mode) and in_multi_worker_mode())
 
 
 def _results(metrics: list) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from typing import Any, Optional
 import tensorflow as tf
 
 from det_estimator._checkpoint_kind import KERAS_TRIAL_SAVED_MODEL
+from det_estimator.keras._engine import _keras_compat
 
 logger = logging.getLogger("det_estimator.keras")
 
@@ -41,9 +42,7 @@ class ServingExport:
                     self._warned = True
                     logger.warning("The model was never called, so its inputs are unknown: no SavedModel is written.")
                 return False
-            from keras.src.saving.legacy import saving_utils  # the signature Keras' own SavedModel export uses
-
-            self._signature = saving_utils.trace_model_call(self._model)
+            self._signature = _keras_compat.serving_signature(self._model)
             self._holder = tf.Module()
             self._holder.model_variables = list(self._model.variables)
         tf.saved_model.save(self._holder, str(directory), signatures={"serving_default": self._signature})
