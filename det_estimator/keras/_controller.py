@@ -9,19 +9,16 @@ from typing import Any, Optional
 import numpy as np
 import tensorflow as tf
 
-from det_estimator import __version__, core
-from det_estimator._process_random_state import python_and_numpy_state, restore_python_and_numpy_state
+from det_estimator import core
+from det_estimator._process_random_state import python_and_numpy_state
 from det_estimator._trial_controller import TrialController
-from det_estimator.checkpoint import read_checkpoint
 from det_estimator.core._metrics import combine_across_ranks
 from det_estimator.errors import PermanentTrialError
-from det_estimator.keras._checkpoints import read_variables, write_variables
 from det_estimator.keras._context import TFKerasTrialContext
 from det_estimator.keras._devices import apply_session_config, pin_local_gpu, require_eager
-from det_estimator.keras._engine import _callback_states, _inputs, _keras_compat, _random_states
+from det_estimator.keras._engine import _callback_states, _format, _inputs, _keras_compat, _random_states
 from det_estimator.keras._engine._callbacks import TrialCallbacks
 from det_estimator.keras._engine._metrics import global_metrics, local_metrics, read_combined
-from det_estimator.keras._engine._serving import SAVED_MODEL_DIR, ServingExport
 from det_estimator.keras._reducer_metric import ReducerMetric
 from det_estimator.keras._steps import TrainStep
 from det_estimator.keras._trial import TFKerasTrial, check_model
@@ -91,7 +88,10 @@ class TFKerasTrialController(TrialController):
                 rank=self._distributed.rank,
             )
             self._check_exact_metrics_run_compiled()
-            self._export = ServingExport(self._model)
+            options = _format.CheckpointOptions(
+                "TFKerasTrial", saved_model=True, callbacks=True, iterators=self._train_data.saves_iterator
+            )
+            self._writer = _format.CheckpointWriter(self._core, self._model, options)
             self._step = TrainStep(self._model, self._distributed.size)
             iterator = self._resume()
             max_batches = self._start_operations()
@@ -149,22 +149,21 @@ class TFKerasTrialController(TrialController):
             self._build(iterator)
             return iterator
         with self._core.checkpoint.restore_path(self._latest_checkpoint) as path:
-            metadata = read_checkpoint(path).metadata
-            self._batches = self._last_checkpoint = self._start_batches = int(metadata["batches_trained"])
-            self._start_position = int(metadata.get("data_position", self._batches * size))
-            self._best_metric = metadata.get("best_validation_metric")
-            self._last_validation = int(metadata.get("last_validation_batches", -1))
-            saved = (path, int(metadata.get("slots", size)))
+            state = _format.read(path)
+            position = state.position
+            self._batches = self._last_checkpoint = self._start_batches = int(position["steps_completed"])
+            data_position = position["data_position"]
+            self._start_position = int(self._batches * size if data_position is None else data_position)
+            self._best_metric = position["best_validation_metric"]
+            last_validation = position["last_validation_batches"]
+            self._last_validation = -1 if last_validation is None else int(last_validation)
+            saved = (path, int(position["slots"] or size))
             iterator = self._train_data.start(self._start_position, self._batches, saved, size)
             self._build(iterator)
-            read_variables(path, self._model)
-            self._saved_callback_states = _callback_states.read_states(path)
+            _format.restore_variables(state, self._model, with_optimizer=True, strict=True)
+            self._saved_callback_states = state.callback_states()
             # Last: building the data and the model may draw random numbers of their own.
-            rng_states = metadata.get("rng_states", [])
-            restore_python_and_numpy_state(rng_states, self._distributed.rank)
-            if self._distributed.rank < len(rng_states):
-                own = rng_states[self._distributed.rank].get("tensorflow")
-                _random_states.restore_generator_states(_random_states.all_generators(self._model), own)
+            _format.restore_random_states(state, self._model, self._distributed.rank)
         return iterator
 
     def _build(self, iterator: Iterator) -> None:
@@ -276,7 +275,7 @@ class TFKerasTrialController(TrialController):
         metrics = _to_json(global_metrics(self._model, self._distributed, across_ranks=across_ranks))
         self._core.train.report_training_metrics(self._batches, metrics)
         if self.context.fit_config.verbose and self._is_chief:
-            print(f"[keras] {self._batches} batches: {_format(metrics)}", flush=True)
+            print(f"[keras] {self._batches} batches: {_shown(metrics)}", flush=True)
         return metrics
 
     def _validate(self) -> dict[str, Any]:
@@ -298,7 +297,7 @@ class TFKerasTrialController(TrialController):
         self._record_validation(metrics)
         self._callbacks.on_test_end(logs)
         if self.context.fit_config.verbose and self._is_chief:
-            print(f"[keras] validation after {self._batches} batches: {_format(metrics)}", flush=True)
+            print(f"[keras] validation after {self._batches} batches: {_shown(metrics)}", flush=True)
         return metrics
 
     # Checkpoints.
@@ -308,32 +307,32 @@ class TFKerasTrialController(TrialController):
         # Each process's own: the model's variables hold the chief's generators only.
         own = {
             **python_and_numpy_state(),
-            "tensorflow": _random_states.generator_states(_random_states.all_generators(self._model)),
+            "generators": _random_states.generator_states(_random_states.all_generators(self._model)),
         }
-        rng_states = self._distributed.allgather(own)
         self._last_checkpoint = self._batches
-        metadata = {
+        position = {
             "steps_completed": self._batches,
             "batches_trained": self._batches,
             "data_position": self._start_position + (self._batches - self._start_batches) * size,
             "slots": size,
-            "trial_seed": self._seed,
-            "hparams": self._hparams,
-            "config": self._config.to_dict(),
-            "rng_states": rng_states,
             "best_validation_metric": self._best_metric,
             "last_validation_batches": self._last_validation,
-            "framework": {"det_estimator": __version__, "tensorflow": tf.__version__},
         }
+        metadata = {"trial_seed": self._seed, "hparams": self._hparams, "config": self._config.to_dict()}
         if metrics is not None:
             metadata["validation_metrics"] = metrics
-        with self._core.checkpoint.store_path(metadata, shard=True) as (path, _):
-            self._train_data.save(iterator, path)
-            if self._is_chief:
-                write_variables(path, self._model)
-                self._export.write(path / SAVED_MODEL_DIR)
-                self._callbacks.on_checkpoint_end(str(path))
-                _callback_states.write_states(path, self._callbacks.stateful)  # last: as on_checkpoint_end left them
+
+        def chief(path: Path) -> None:
+            self._callbacks.on_checkpoint_end(str(path))
+            _callback_states.write_states(path, self._callbacks.stateful)  # last: as on_checkpoint_end left them
+
+        self._writer.write(
+            position,
+            own,
+            metadata=metadata,
+            every_process=lambda path: self._train_data.save(iterator, path),
+            chief=chief,
+        )
 
 
 @contextlib.contextmanager
@@ -368,7 +367,7 @@ def _to_json(logs: dict[str, Any]) -> dict[str, Any]:
     return converted
 
 
-def _format(metrics: dict[str, Any]) -> str:
+def _shown(metrics: dict[str, Any]) -> str:
     return ", ".join(
         f"{key} {value:.6g}" if isinstance(value, float) else f"{key} {value}" for key, value in metrics.items()
     )

@@ -1,28 +1,19 @@
 """DeterminedCallback: metrics, checkpoints, pause and resume for a script's own ``model.fit``, on the Core API."""
 
-import json
 import logging
 import numbers
-import tempfile
 from pathlib import Path
 from typing import Any, Optional, Union
 
 import numpy as np
 import tensorflow as tf
 
-from det_estimator import __version__, core
-from det_estimator._checkpoint_kind import CALLBACK_WEIGHTS
-from det_estimator._process_random_state import python_and_numpy_state, restore_python_and_numpy_state
-from det_estimator.keras._engine import _keras_compat, _random_states
+from det_estimator import core
+from det_estimator._process_random_state import python_and_numpy_state
+from det_estimator.keras._engine import _format, _keras_compat, _random_states
 from det_estimator.keras._engine._metrics import GlobalMetrics, global_metrics
 
 logger = logging.getLogger("det_estimator.keras")
-
-# Files of a checkpoint written by the callback.
-WEIGHTS_PREFIX = CALLBACK_WEIGHTS
-STATE_FILE = "callback_state.json"
-# Keys of the state, also copied into the checkpoint's metadata.
-_STATE_VERSION = 1
 
 
 class DeterminedCallback(tf.keras.callbacks.Callback):
@@ -47,10 +38,11 @@ class DeterminedCallback(tf.keras.callbacks.Callback):
     - **Progress**: batches trained, of ``epochs * steps_per_epoch``.
     - **Checkpoints**: through ``core_context.checkpoint``, every
       ``checkpoint_every_epochs`` epochs, every ``checkpoint_every_batches`` batches if
-      set, when pausing, and at the end of training: the model's weights and the
-      optimizer's state (a TensorFlow checkpoint named ``model_checkpoint``), and the
-      position (epoch, batch within the epoch, batches in all) with the ``continue_id``
-      (``callback_state.json``, also in the checkpoint's metadata). The chief writes
+      set, when pausing, and at the end of training, in the Keras checkpoint format a
+      ``TFKerasTrial``'s checkpoints have too: the model's weights, the optimizer's
+      state and the random generators' (``model/state``), the model's architecture
+      when it has one, and the position (epoch, batch within the epoch, batches in
+      all) with the ``continue_id`` in the checkpoint's metadata. The chief writes
       them; every process takes part, as ``tf.distribute`` requires.
     - **Pause**: every ``check_preempt_every_batches`` batches all processes ask
       ``core_context.preempt.should_preempt()`` together (one answer for all); when it
@@ -118,6 +110,9 @@ class DeterminedCallback(tf.keras.callbacks.Callback):
                 model.fit(x, y, epochs=10, validation_data=(vx, vy), callbacks=[callback])
     """
 
+    # What its checkpoints' metadata names as their writer.
+    _written_by = "DeterminedCallback"
+
     def __init__(
         self,
         core_context: core.Context,
@@ -160,6 +155,8 @@ class DeterminedCallback(tf.keras.callbacks.Callback):
         self._checkpoint_epochs = checkpoint_every_epochs
         self._checkpoint_batches = checkpoint_every_batches
         self._preempt_every = check_preempt_every_batches
+        # The storage id of the latest checkpoint this callback wrote.
+        self.last_checkpoint: Optional[str] = None
         # The metrics of every process's data; context.fit shares one that comes first among its callbacks.
         self._metrics = GlobalMetrics(core_context.distributed)
         self._owns_metrics = True
@@ -178,7 +175,7 @@ class DeterminedCallback(tf.keras.callbacks.Callback):
         self._preempted = False
         self._resume_status: Any = None
         self._train_function: Any = None
-        self._writer: Optional[tf.train.Checkpoint] = None
+        self._writer: Optional[_format.CheckpointWriter] = None
         self._steps_per_epoch: Optional[int] = None
         self._epochs: Optional[int] = None
         # Python's and NumPy's random states when the current epoch began: Keras shuffles a
@@ -213,6 +210,7 @@ class DeterminedCallback(tf.keras.callbacks.Callback):
                 "position of model.fit. Remove BackupAndRestore; the callback's checkpoints resume training."
             )
         self._reset_position()
+        self._writer = _format.CheckpointWriter(self._core, model, _format.CheckpointOptions(self._written_by))
         self._steps_per_epoch = self.params.get("steps")
         self._epochs = self.params.get("epochs")
         if self._checkpoint is not None:
@@ -224,37 +222,28 @@ class DeterminedCallback(tf.keras.callbacks.Callback):
 
     def _restore(self, storage_id: str) -> None:
         with self._core.checkpoint.restore_path(storage_id) as path:
-            state_file = Path(path) / STATE_FILE
-            if not state_file.is_file():
-                raise core.CheckpointError(
-                    f"Checkpoint {storage_id} was not written by DeterminedCallback: it has no {STATE_FILE}."
-                )
-            state = json.loads(state_file.read_text(encoding="utf-8"))
-            continuing = self._continue_id is not None and state.get("continue_id") == self._continue_id
-            self._load_weights(str(Path(path) / WEIGHTS_PREFIX), with_optimizer=continuing)
+            state = _format.read(Path(path))
+            position = state.position
+            continuing = self._continue_id is not None and position["continue_id"] == self._continue_id
+            self._load_weights(state, with_optimizer=continuing)
         if not continuing:
             logger.info("starting from the weights of checkpoint %s (a new training: continue_id differs)", storage_id)
             return
-        epoch, batch = int(state["epoch"]), int(state["batch"])
-        self._steps_completed = int(state["steps_completed"])
+        epoch, batch = int(position["epoch"]), int(position["batch"])
+        self._steps_completed = int(position["steps_completed"])
         self._last_checkpoint_steps = self._steps_completed
         self._epoch, self._batch = epoch, batch
         self._epoch_start_steps = self._steps_completed - batch
         # fit() asks the model's training state where to start right after on_train_begin.
         _keras_compat.set_fit_start(self.model, _ResumePosition(epoch, batch))
-        rank = self._core.distributed.rank
-        if state.get("random_states"):
-            # The resumed epoch draws its order (and the user's own draws) as the interrupted one did.
-            restore_python_and_numpy_state(state["random_states"], rank)
-        generator_states = state.get("generator_states") or []
-        if rank < len(generator_states):
-            layer_generators = _random_states.generators(self.model)["layer_generators"]
-            _random_states.restore_generator_states(layer_generators, generator_states[rank])
+        # The resumed epoch draws its order (and the user's own draws) as the interrupted one did:
+        # Python's and NumPy's states are those of the epoch's start.
+        _format.restore_random_states(state, self.model, self._core.distributed.rank)
         if batch or epoch:
             self._resume_reading_on_first_call(epoch, batch)
         logger.info("continuing from checkpoint %s at epoch %d, batch %d", storage_id, epoch, batch)
 
-    def _load_weights(self, prefix: str, with_optimizer: bool) -> None:
+    def _load_weights(self, state: _format.SavedState, with_optimizer: bool) -> None:
         model = self.model
         if with_optimizer and model.built:
             # Create the optimizer's slots now, so that their values are restored at once
@@ -267,16 +256,9 @@ class DeterminedCallback(tf.keras.callbacks.Callback):
             with model.distribute_strategy.scope():
                 _random_states.create_layer_generators(model)
             _warn_of_layers_without_generators(model)
-            root = tf.train.Checkpoint(model=model, optimizer=model.optimizer, **_layer_generators(model))
-        else:
-            # The model tracks its optimizer too: read through a view of its other parts,
-            # so that a warm start keeps the fresh optimizer.
-            root = tf.train.Checkpoint(model=_keras_compat.model_without_optimizer(model))
-        status = root.read(prefix)
-        status.expect_partial()
         # Variables created later (an unbuilt model) are restored when they are created:
-        # keep the reading alive until then.
-        self._resume_status = (root, status)
+        # keep the reading alive until then. A warm start reads the weights alone.
+        self._resume_status = _format.restore_variables(state, model, with_optimizer=with_optimizer)
 
     def _resume_reading_on_first_call(self, epochs: int, batches: int) -> None:
         """Makes the first training step read the resumed epoch's order and drop the ``batches`` already trained.
@@ -421,42 +403,25 @@ class DeterminedCallback(tf.keras.callbacks.Callback):
 
     def _save(self) -> None:
         """Writes a checkpoint of the model, the optimizer and the position; every process calls it."""
-        state = {
-            "version": _STATE_VERSION,
-            "continue_id": self._continue_id,
+        position = {
+            "steps_completed": self._steps_completed,
             "epoch": self._epoch,
             "batch": self._batch,
-            "steps_completed": self._steps_completed,
+            "continue_id": self._continue_id,
             "steps_per_epoch": self._steps_per_epoch,
             "epochs": self._epochs,
         }
         if self._at_epoch_end():
-            state["epoch"], state["batch"] = self._epoch + 1, 0
-        # Every process's, by rank; kept out of the metadata, which stays small.
-        random_states = self._core.distributed.allgather(self._epoch_random_state)
-        # The weights hold the chief's layer generators only, and a process that trained
-        # on batches of other sizes (an epoch's last) has drawn another amount from its own.
-        layer_generators = _random_states.generators(self.model)["layer_generators"]
-        generator_states = self._core.distributed.allgather(_random_states.generator_states(layer_generators))
-        # The versions, as the trial types' checkpoints record them (the callback's used to say "tensorflow-keras").
-        framework = {"det_estimator": __version__, "tensorflow": tf.__version__}
-        metadata = {"steps_completed": self._steps_completed, "framework": framework, **state}
-        if self._writer is None:  # built once: each new one would trace its save functions again
-            self._writer = tf.train.Checkpoint(
-                model=self.model, optimizer=self.model.optimizer, **_layer_generators(self.model)
-            )
-        checkpoint = self._writer
-        rank = self._core.distributed.rank
-        with self._core.checkpoint.store_path(metadata, shard=True) as (path, storage_id):
-            if rank == 0:
-                checkpoint.write(str(Path(path) / WEIGHTS_PREFIX))
-                with_random = {**state, "random_states": random_states, "generator_states": generator_states}
-                (Path(path) / STATE_FILE).write_text(json.dumps(with_random, indent=2), encoding="utf-8")
-            else:
-                # Reading variables of a tf.distribute strategy can be a collective: every
-                # process writes, the others into a directory thrown away.
-                with tempfile.TemporaryDirectory(prefix="det-estimator-ckpt-") as scratch:
-                    checkpoint.write(str(Path(scratch) / WEIGHTS_PREFIX))
+            position["epoch"], position["batch"] = self._epoch + 1, 0
+        # Each process's own: Python's and NumPy's states at the epoch's start, and the
+        # generators' now (the weights hold the chief's, and a process that trained on
+        # batches of other sizes, an epoch's last, has drawn another amount from its own).
+        own = {
+            **(self._epoch_random_state or {}),
+            "generators": _random_states.generator_states(_random_states.all_generators(self.model)),
+        }
+        storage_id = self._writer.write(position, own)
+        self.last_checkpoint = storage_id
         self._last_checkpoint_steps = self._steps_completed
         logger.info("checkpoint %s after %d batches", storage_id, self._steps_completed)
 
@@ -492,12 +457,6 @@ def _iterator_of_epoch(iterator: Any, epochs: int) -> Any:
     for _ in range(epochs):
         fresh = iter(dataset)
     return fresh
-
-
-def _layer_generators(model: tf.keras.Model) -> dict[str, Any]:
-    """The ``tf.random.Generator`` of each layer that has one (dropout, noise), to checkpoint with the model."""
-    found = _random_states.generators(model)["layer_generators"]
-    return {"layer_generators": found} if found else {}
 
 
 def _warn_of_layers_without_generators(model: tf.keras.Model) -> None:

@@ -63,6 +63,11 @@ class TrainingData:
         self.first_batch = first_batch
         self._warned_unsaved = False
 
+    @property
+    def saves_iterator(self) -> bool:
+        """Whether the position is the iterator's state (tf.data), saved in every checkpoint."""
+        return self._saves_iterator
+
     def start(self, position: int, batches: int, saved: Optional[tuple[Path, int]], size: int) -> Iterator:
         """The iterator of this run's batches.
 

@@ -13,6 +13,7 @@ from typing import Any, Optional
 import numpy as np
 import tensorflow as tf
 
+from det_estimator._process_random_state import restore_python_and_numpy_state
 from det_estimator.keras._engine import _keras_compat
 
 
@@ -20,6 +21,11 @@ def seed_everything(seed: int) -> None:
     """Seeds Python, NumPy, TensorFlow (global seed and global generator) and Keras' own seed generator."""
     tf.keras.utils.set_random_seed(seed)
     tf.random.set_global_generator(tf.random.Generator.from_seed(seed))
+
+
+def restore_python_and_numpy(own: dict[str, Any]) -> None:
+    """Puts back Python's and NumPy's states of one process's entry of ``python_and_numpy_state()``."""
+    restore_python_and_numpy_state([own], 0)
 
 
 def use_generators_in_layers() -> bool:
