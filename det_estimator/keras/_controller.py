@@ -1,6 +1,5 @@
 """TFKerasTrialController: runs one TFKerasTrial on this process, as one rank of the job, on the Core API."""
 
-import contextlib
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,8 +18,8 @@ from det_estimator.keras._devices import apply_session_config, pin_local_gpu, re
 from det_estimator.keras._engine import _callback_states, _format, _inputs, _keras_compat, _random_states
 from det_estimator.keras._engine._callbacks import TrialCallbacks
 from det_estimator.keras._engine._metrics import global_metrics, local_metrics, read_combined
+from det_estimator.keras._engine._tap import Tap, one_step_per_execution
 from det_estimator.keras._reducer_metric import ReducerMetric
-from det_estimator.keras._steps import TrainStep
 from det_estimator.keras._trial import TFKerasTrial, check_model
 from det_estimator.store import State
 
@@ -92,7 +91,7 @@ class TFKerasTrialController(TrialController):
                 "TFKerasTrial", saved_model=True, callbacks=True, iterators=self._train_data.saves_iterator
             )
             self._writer = _format.CheckpointWriter(self._core, self._model, options)
-            self._step = TrainStep(self._model, self._distributed.size)
+            self._step = Tap(self._model, self._distributed.size)
             iterator = self._resume()
             max_batches = self._start_operations()
             if max_batches is not None:
@@ -280,7 +279,7 @@ class TFKerasTrialController(TrialController):
 
     def _validate(self) -> dict[str, Any]:
         self._validation.reset_count()
-        with _one_step_per_execution(self._model):
+        with one_step_per_execution(self._model):
             local = self._model.evaluate(
                 self._validation.dataset,
                 steps=self._validation.steps,
@@ -333,26 +332,6 @@ class TFKerasTrialController(TrialController):
             every_process=lambda path: self._train_data.save(iterator, path),
             chief=chief,
         )
-
-
-@contextlib.contextmanager
-def _one_step_per_execution(model: tf.keras.Model) -> Iterator[None]:
-    """Evaluates one batch per call, whatever ``compile(steps_per_execution=...)`` says.
-
-    The validation data has no known length (see ``_inputs.ValidationData``), and Keras
-    refuses data of unknown length with ``steps_per_execution > 1`` unless told the
-    steps, which a process's share of a Sequence or a dataset does not tell.
-    """
-    steps = _keras_compat.steps_per_execution(model)
-    saved = int(steps.numpy()) if steps is not None else 1
-    if saved == 1:
-        yield
-        return
-    steps.assign(1)
-    try:
-        yield
-    finally:
-        steps.assign(saved)
 
 
 def _to_json(logs: dict[str, Any]) -> dict[str, Any]:

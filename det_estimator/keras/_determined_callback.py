@@ -12,6 +12,8 @@ from det_estimator import core
 from det_estimator._process_random_state import python_and_numpy_state
 from det_estimator.keras._engine import _format, _keras_compat, _random_states
 from det_estimator.keras._engine._metrics import GlobalMetrics, global_metrics
+from det_estimator.keras._engine._position import Replay
+from det_estimator.keras._engine._tap import Tap
 
 logger = logging.getLogger("det_estimator.keras")
 
@@ -174,7 +176,8 @@ class DeterminedCallback(tf.keras.callbacks.Callback):
         self._last_training_report: Optional[int] = None
         self._preempted = False
         self._resume_status: Any = None
-        self._train_function: Any = None
+        self._tap: Optional[Tap] = None
+        self._replay: Optional[Replay] = None
         self._writer: Optional[_format.CheckpointWriter] = None
         self._steps_per_epoch: Optional[int] = None
         self._epochs: Optional[int] = None
@@ -211,6 +214,7 @@ class DeterminedCallback(tf.keras.callbacks.Callback):
             )
         self._reset_position()
         self._writer = _format.CheckpointWriter(self._core, model, _format.CheckpointOptions(self._written_by))
+        self._tap = Tap(model)
         self._steps_per_epoch = self.params.get("steps")
         self._epochs = self.params.get("epochs")
         if self._checkpoint is not None:
@@ -234,13 +238,12 @@ class DeterminedCallback(tf.keras.callbacks.Callback):
         self._last_checkpoint_steps = self._steps_completed
         self._epoch, self._batch = epoch, batch
         self._epoch_start_steps = self._steps_completed - batch
-        # fit() asks the model's training state where to start right after on_train_begin.
-        _keras_compat.set_fit_start(self.model, _ResumePosition(epoch, batch))
         # The resumed epoch draws its order (and the user's own draws) as the interrupted one did:
         # Python's and NumPy's states are those of the epoch's start.
         _format.restore_random_states(state, self.model, self._core.distributed.rank)
-        if batch or epoch:
-            self._resume_reading_on_first_call(epoch, batch)
+        # fit() asks the model where to start right after on_train_begin.
+        self._replay = Replay(epoch, batch)
+        self._replay.start(self.model, self._tap)
         logger.info("continuing from checkpoint %s at epoch %d, batch %d", storage_id, epoch, batch)
 
     def _load_weights(self, state: _format.SavedState, with_optimizer: bool) -> None:
@@ -260,39 +263,13 @@ class DeterminedCallback(tf.keras.callbacks.Callback):
         # keep the reading alive until then. A warm start reads the weights alone.
         self._resume_status = _format.restore_variables(state, model, with_optimizer=with_optimizer)
 
-    def _resume_reading_on_first_call(self, epochs: int, batches: int) -> None:
-        """Makes the first training step read the resumed epoch's order and drop the ``batches`` already trained.
-
-        A ``tf.data.Dataset`` shuffled anew each epoch draws each epoch's order from its
-        seed generator when ``fit`` makes the epoch's iterator; the resumed process's
-        dataset starts that generator afresh. The iterators of the ``epochs`` before are
-        made first (and dropped), so that the resumed epoch reads from the iterator an
-        uninterrupted run would, for the whole epoch; the next epochs' follow from it.
-        """
-        model = self.model
-        train_function = model.train_function
-
-        def resume_then_train(iterator: Any) -> Any:
-            epoch_iterator = _iterator_of_epoch(iterator, epochs)
-            for _ in range(batches):
-                next(epoch_iterator)
-            if epoch_iterator is iterator:
-                model.train_function = train_function
-            else:
-                # Keras hands over its own iterator at every step of the epoch: read this one instead.
-                model.train_function = lambda _: train_function(epoch_iterator)
-            return train_function(epoch_iterator)
-
-        model.train_function = resume_then_train
-        self._train_function = train_function
-
     # ----- epochs and batches -----
 
     def on_epoch_begin(self, epoch: int, logs: Optional[dict[str, Any]] = None) -> None:
         if self._owns_metrics:
             self._metrics.on_epoch_begin(epoch, logs)
-        if isinstance(_keras_compat.fit_start(self.model), _ResumePosition):
-            _keras_compat.set_fit_start(self.model, None)  # fit read it already; nothing else may see it
+        if self._replay is not None:
+            self._replay.started(self.model)  # fit read where to start already; nothing else may see it
         if epoch != self._epoch:
             self._epoch, self._batch = epoch, 0
             self._epoch_start_steps = self._steps_completed
@@ -320,7 +297,7 @@ class DeterminedCallback(tf.keras.callbacks.Callback):
                     # Checkpoint at this batch and leave fit without validating the partial epoch.
                     if self._last_checkpoint_steps != steps:
                         self._save()
-                    self.model.evaluate = _skip_evaluation
+                    self._tap.skip_evaluation()
                 logger.info("pausing after %d batches", steps)
 
     def _at_epoch_end(self) -> bool:
@@ -337,10 +314,7 @@ class DeterminedCallback(tf.keras.callbacks.Callback):
     def on_epoch_end(self, epoch: int, logs: Optional[dict[str, Any]] = None) -> None:
         if self._owns_metrics:
             self._metrics.on_epoch_end(epoch, logs)  # first: the logs become those of every process's data
-        if self._train_function is not None:
-            # The resumed epoch is over: the next epochs read the iterators fit makes.
-            self.model.train_function = self._train_function
-            self._train_function = None
+        self._tap.end_epoch()  # a resumed epoch is over: the next epochs read the iterators fit makes
         if self._preempted and not self._at_epoch_end():
             return  # checkpointed at the batch of the pause; this epoch is not over
         logs = dict(logs or {})
@@ -361,13 +335,9 @@ class DeterminedCallback(tf.keras.callbacks.Callback):
     def on_train_end(self, logs: Optional[dict[str, Any]] = None) -> None:
         if self._owns_metrics:
             self._metrics.on_train_end(logs)
-        if "evaluate" in vars(self.model):
-            del self.model.evaluate
-        if self._train_function is not None:
-            self.model.train_function = self._train_function
-            self._train_function = None
-        if isinstance(_keras_compat.fit_start(self.model), _ResumePosition):
-            _keras_compat.set_fit_start(self.model, None)
+        self._tap.undo()
+        if self._replay is not None:
+            self._replay.started(self.model)
         if self._last_checkpoint_steps != self._steps_completed:
             self._save()
         self._core.train.report_batches(self._steps_completed, force=True)
@@ -426,39 +396,6 @@ class DeterminedCallback(tf.keras.callbacks.Callback):
         logger.info("checkpoint %s after %d batches", storage_id, self._steps_completed)
 
 
-class _ResumePosition:
-    """What ``fit`` asks a model's ``_training_state`` for: the epoch and batch at which to start."""
-
-    def __init__(self, epoch: int, batch: int) -> None:
-        self.epoch = epoch
-        self.batch = batch
-
-    def maybe_load_initial_counters_from_ckpt(self, steps_per_epoch: Any, initial_epoch: int, mode: Any) -> tuple:
-        return self.epoch, self.batch
-
-    def back_up(self, *args: Any, **kwargs: Any) -> None:
-        """Keras' own fault-tolerance calls it when it saves; the callback saves instead."""
-
-    def delete_backup(self) -> None:
-        """Nothing to delete."""
-
-
-def _iterator_of_epoch(iterator: Any, epochs: int) -> Any:
-    """The iterator ``fit`` would read epoch ``epochs`` from in an uninterrupted run, for a dataset's own iterator.
-
-    ``fit`` makes one iterator of the dataset before its first epoch and one per epoch;
-    a resumed ``fit`` gives the resumed epoch the second, where an uninterrupted one
-    gave it the ``epochs + 2``-th. Other iterators (a distributed dataset's, a
-    generator's) are returned as they are.
-    """
-    dataset = _keras_compat.dataset_of(iterator)
-    if not epochs or dataset is None:
-        return iterator
-    for _ in range(epochs):
-        fresh = iter(dataset)
-    return fresh
-
-
 def _warn_of_layers_without_generators(model: tf.keras.Model) -> None:
     names = _random_states.layers_without_generators(model)
     if names:
@@ -469,11 +406,6 @@ def _warn_of_layers_without_generators(model: tf.keras.Model) -> None:
             "(det.keras.init() does it in a trial).",
             ", ".join(names),
         )
-
-
-def _skip_evaluation(*args: Any, **kwargs: Any) -> dict[str, Any]:
-    """Stands in for ``model.evaluate`` in the epoch a pause interrupts: no validation of a partial epoch."""
-    return {}
 
 
 def _numbers(logs: Optional[dict[str, Any]]) -> dict[str, float]:

@@ -39,6 +39,7 @@ from det_estimator._checkpoint_kind import CheckpointKind, checkpoint_kind
 from det_estimator.checkpoint import read_checkpoint
 from det_estimator.errors import DetEstimatorError
 from det_estimator.keras._engine import _callback_states, _keras_compat, _random_states
+from det_estimator.keras._engine._position import ITERATORS_DIR
 from det_estimator.keras._engine._serving import ServingExport
 
 logger = logging.getLogger("det_estimator.keras")
@@ -54,7 +55,7 @@ VARIABLES = "model/state"
 ARCHITECTURE = "model/architecture.json"
 SAVED_MODEL = "saved_model"
 CALLBACKS = _callback_states.STATES_FILE
-ITERATORS = "data"
+ITERATORS = ITERATORS_DIR
 RANDOM_STATES = "random_states.json"
 # The files of the older layouts.
 CALLBACK_V1_WEIGHTS = "model_checkpoint"

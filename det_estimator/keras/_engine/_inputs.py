@@ -21,14 +21,13 @@ from typing import Any, Callable, Optional, Union
 import tensorflow as tf
 
 from det_estimator.keras._context import TFKerasTrialContext
+from det_estimator.keras._engine._position import Addressable, IteratorState
 from det_estimator.keras._engine._sequences import BatchReader, DataError, Placement, SequenceAdapter, signature_of
 from det_estimator.keras._engine._sharding import ArrayData, sequence_plan
 
 logger = logging.getLogger("det_estimator.keras")
 
 KINDS = "(x, y), (x, y, sample_weights), a tf.data.Dataset, a keras.utils.Sequence or a det.keras.SequenceAdapter"
-# The checkpoint directory of the training iterators' states, one file set per process.
-ITERATORS_DIR = "data"
 
 
 class DataTypeError(DataError, TypeError):
@@ -57,11 +56,10 @@ class TrainingData:
         first_batch: Optional[tuple] = None,
     ) -> None:
         self._make_dataset = make_dataset
-        self._rank = rank
         self._saves_iterator = saves_iterator
+        self._resumed = IteratorState(rank) if saves_iterator else Addressable()
         self._reader = reader
         self.first_batch = first_batch
-        self._warned_unsaved = False
 
     @property
     def saves_iterator(self) -> bool:
@@ -77,47 +75,11 @@ class TrainingData:
             saved: the checkpoint directory to resume from and how many processes wrote it.
             size: how many processes train now.
         """
-        dataset = self._make_dataset(position)
-        iterator = iter(dataset)
-        if not self._saves_iterator or batches == 0:
-            return iterator
-        prefix = None if saved is None else saved[0] / ITERATORS_DIR / f"rank{self._rank}"
-        if prefix is not None and saved[1] == size and Path(f"{prefix}.index").exists():
-            try:
-                tf.train.Checkpoint(iterator=iterator).read(str(prefix)).assert_consumed()
-            except (tf.errors.OpError, AssertionError, ValueError) as error:
-                raise DataError(
-                    f"The position of the training dataset saved in {prefix} cannot be restored: {error}. "
-                    "Does build_training_data_loader() build the same pipeline as when the checkpoint was written?"
-                ) from error
-            return iterator
-        logger.warning(
-            "The checkpoint holds no position of this process's training dataset (%s): the dataset restarts and "
-            "skips the %d batches already trained, which takes time in proportion to them.",
-            "it was written by another number of processes" if saved and saved[1] != size else "it could not be saved",
-            batches,
-        )
-        return iter(dataset.skip(batches))
+        return self._resumed.resume(self._make_dataset(position), batches, saved, size)
 
     def save(self, iterator: Iterator, directory: Path) -> None:
         """Writes this process's position (a tf.data iterator's state) into a checkpoint being written."""
-        if not self._saves_iterator:
-            return
-        (directory / ITERATORS_DIR).mkdir(exist_ok=True)
-        prefix = directory / ITERATORS_DIR / f"rank{self._rank}"
-        try:
-            tf.train.Checkpoint(iterator=iterator).write(str(prefix))
-        except (tf.errors.OpError, ValueError, TypeError) as error:
-            for partial in prefix.parent.glob(f"{prefix.name}.*"):
-                partial.unlink()
-            if not self._warned_unsaved:
-                self._warned_unsaved = True
-                logger.warning(
-                    "The training dataset's position cannot be saved (%s); a resumed trial will skip the batches "
-                    "already trained instead. Pipelines of tf.data operations save theirs; Python generators "
-                    "and py_function do not.",
-                    str(error).splitlines()[0],
-                )
+        self._resumed.save(iterator, directory)
 
     def close(self) -> None:
         """Stops the threads and processes that read a Sequence."""
