@@ -18,6 +18,7 @@ from det_estimator.keras._devices import apply_session_config, pin_local_gpu, re
 from det_estimator.keras._engine import _callback_states, _format, _inputs, _keras_compat, _random_states
 from det_estimator.keras._engine._callbacks import TrialCallbacks
 from det_estimator.keras._engine._metrics import global_metrics, local_metrics, read_combined
+from det_estimator.keras._engine._position import Position
 from det_estimator.keras._engine._tap import Tap, one_step_per_execution
 from det_estimator.keras._reducer_metric import ReducerMetric
 from det_estimator.keras._trial import TFKerasTrial, check_model
@@ -149,14 +150,14 @@ class TFKerasTrialController(TrialController):
             return iterator
         with self._core.checkpoint.restore_path(self._latest_checkpoint) as path:
             state = _format.read(path)
-            position = state.position
-            self._batches = self._last_checkpoint = self._start_batches = int(position["steps_completed"])
-            data_position = position["data_position"]
-            self._start_position = int(self._batches * size if data_position is None else data_position)
-            self._best_metric = position["best_validation_metric"]
-            last_validation = position["last_validation_batches"]
+            position = Position.saved(state.position)
+            self._batches = self._last_checkpoint = self._start_batches = position.steps_completed
+            data_position = position.data_position
+            self._start_position = self._batches * size if data_position is None else data_position
+            self._best_metric = state.position["best_validation_metric"]
+            last_validation = state.position["last_validation_batches"]
             self._last_validation = -1 if last_validation is None else int(last_validation)
-            saved = (path, int(position["slots"] or size))
+            saved = (path, position.slots or size)
             iterator = self._train_data.start(self._start_position, self._batches, saved, size)
             self._build(iterator)
             _format.restore_variables(state, self._model, with_optimizer=True, strict=True)
@@ -309,11 +310,16 @@ class TFKerasTrialController(TrialController):
             "generators": _random_states.generator_states(_random_states.all_generators(self._model)),
         }
         self._last_checkpoint = self._batches
-        position = {
-            "steps_completed": self._batches,
+        per_epoch = self._batches_per_epoch()
+        position = Position(
+            self._batches,
+            epoch=self._batches // per_epoch if per_epoch else None,
+            batch=self._batches % per_epoch if per_epoch else None,
+            data_position=self._start_position + (self._batches - self._start_batches) * size,
+            slots=size,
+        )
+        trial = {
             "batches_trained": self._batches,
-            "data_position": self._start_position + (self._batches - self._start_batches) * size,
-            "slots": size,
             "best_validation_metric": self._best_metric,
             "last_validation_batches": self._last_validation,
         }
@@ -326,7 +332,7 @@ class TFKerasTrialController(TrialController):
             _callback_states.write_states(path, self._callbacks.stateful)  # last: as on_checkpoint_end left them
 
         self._writer.write(
-            position,
+            {**position.metadata(), **trial},
             own,
             metadata=metadata,
             every_process=lambda path: self._train_data.save(iterator, path),

@@ -10,9 +10,9 @@ import tensorflow as tf
 from det_estimator import _horovod, core
 from det_estimator.errors import DetEstimatorError
 from det_estimator.keras._api import _fit
-from det_estimator.keras._determined_callback import DeterminedCallback, with_searcher_metric
+from det_estimator.keras._determined_callback import DeterminedCallback
 from det_estimator.keras._engine import _format
-from det_estimator.keras._engine._metrics import GlobalMetrics
+from det_estimator.keras._engine._metrics import GlobalMetrics, with_searcher_metric
 from det_estimator.keras._engine._sharding import ShardedSequence, Sharder, in_input_order
 from det_estimator.store import ExperimentStore
 

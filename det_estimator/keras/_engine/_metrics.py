@@ -114,6 +114,18 @@ def read_combined(model: tf.keras.Model, combined: CombinedMetrics) -> dict[str,
     return {**results, **others}
 
 
+def with_searcher_metric(metrics: dict[str, Any], searcher_metric: Optional[str]) -> dict[str, Any]:
+    """Validation metrics under Keras' names, and also under the searcher's ``val_`` name for one of them.
+
+    Keras names a validation metric ``val_loss`` in ``fit``'s logs and ``loss`` in
+    ``evaluate``'s; they are reported as ``loss``, and a ``searcher.metric`` of
+    ``val_loss`` (the name a fit's History shows) must find its value too.
+    """
+    if searcher_metric and searcher_metric.startswith("val_") and searcher_metric[4:] in metrics:
+        return {**metrics, searcher_metric: metrics[searcher_metric[4:]]}
+    return metrics
+
+
 def _results(metrics: list) -> dict[str, Any]:
     """The metrics' values as Python numbers (arrays stay arrays), a dict result spread out, as Keras logs them."""
     results: dict[str, Any] = {}

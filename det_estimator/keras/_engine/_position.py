@@ -41,7 +41,7 @@ class Position:
 
     Attributes:
         steps_completed: batches trained since the start of training, over every run.
-        epoch: the epoch being trained (a script's ``fit``; a trial's ``records_per_epoch``).
+        epoch: the epoch being trained (a script's ``fit``; a trial's, of ``records_per_epoch``).
         batch: the batches of it trained.
         data_position: batches of the global input stream all processes read (a trial).
         slots: how many processes trained.
@@ -51,8 +51,8 @@ class Position:
     """
 
     steps_completed: int = 0
-    epoch: int = 0
-    batch: int = 0
+    epoch: Optional[int] = None
+    batch: Optional[int] = None
     data_position: Optional[int] = None
     slots: Optional[int] = None
     continue_id: Any = None
