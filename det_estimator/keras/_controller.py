@@ -19,6 +19,7 @@ from det_estimator.keras._engine import _callback_states, _format, _inputs, _ker
 from det_estimator.keras._engine._callbacks import TrialCallbacks
 from det_estimator.keras._engine._metrics import global_metrics, local_metrics, read_combined
 from det_estimator.keras._engine._position import Position
+from det_estimator.keras._engine._schedule import WorkloadSchedule
 from det_estimator.keras._engine._tap import Tap, one_step_per_execution
 from det_estimator.keras._reducer_metric import ReducerMetric
 from det_estimator.keras._trial import TFKerasTrial, check_model
@@ -177,83 +178,79 @@ class TFKerasTrialController(TrialController):
     # Training.
 
     def _train(self, iterator: Iterator, max_batches: int) -> None:
+        self._iterator = iterator
         self._model.stop_training = False
         self._callbacks.on_train_begin(self._batches)
         if self._saved_callback_states is not None:
             _callback_states.load_states(self._saved_callback_states, self._callbacks.stateful)
         if self._config.perform_initial_validation and self._batches == 0 and not self._test:
             self._validate()
-        while True:
-            requested = self._workload_length(max_batches)
-            self._callbacks.on_train_workload_begin(self._batches, requested)
-            self._model.reset_metrics()
-            stopping = self._train_workload(iterator, requested)
-            if self._batches >= max_batches:
-                stopping = "end"
-            logs = self._report_training()
-            self._callbacks.on_train_workload_end(self._batches, logs)
-            validate = self._validation_due(stopping)
-            metrics = self._validate() if validate else None
-            if validate and not stopping and self._stop_requested():
-                stopping = "request_stop"
-            checkpoint_now = bool(stopping) or self._checkpoint_due(metrics)
-            if checkpoint_now:
-                self._checkpoint(iterator, metrics)
-            if self._pause_asked_meanwhile(stopping, validate, checkpoint_now):
-                stopping = "pause"  # at this batch
-                if not checkpoint_now:
-                    self._checkpoint(iterator, metrics)
-            if stopping == "end":
-                max_batches = self._next_operation()
-                if max_batches is None:
-                    break
-            elif stopping == "pause":
-                self._pause()
-                break
-            elif stopping == "request_stop":
-                self._core.train.report_early_exit(core.EarlyExitReason.USER_REQUESTED_STOP)
-                break
-        self._callbacks.on_train_end()
-
-    def _workload_length(self, max_batches: int) -> int:
-        """``scheduling_unit`` batches, or fewer to end where the operation ends or a validation or checkpoint is due.
-
-        A resumed trial thus validates and checkpoints at the batches an uninterrupted one would.
-        """
-        if self._test:
-            return 1
-        length = min(self._config.scheduling_unit, max_batches - self._batches)
-        for period, since in (
-            (self._config.min_validation_period, self._last_validation),
-            (self._config.min_checkpoint_period, self._last_checkpoint),
-        ):
-            if period is not None:
-                due = period.to_batches(self.context.get_global_batch_size(), self._config.records_per_epoch)
-                length = min(length, max(1, max(since, 0) + due - self._batches))
-        return length
-
-    def _train_workload(self, iterator: Iterator, requested: int) -> str:
-        """Trains up to ``requested`` batches; returns "pause" or "request_stop" if training stops early, else ""."""
+        global_batch_size = self.context.get_global_batch_size()
+        schedule = WorkloadSchedule(self, self._config, global_batch_size, self._test, max_batches)
         preempt, model = self._core.preempt, self._model
-        done = 0
-        while done < requested:
-            batches = min(self._step.batches_per_call, requested - done)
-            to_epoch_end = self._callbacks.batches_to_epoch_end(self._batches)
-            if to_epoch_end is not None:
-                batches = min(batches, to_epoch_end)
+        going = True
+        while going:
+            batches = schedule.batches_for_step(self._step.batches_per_call)
             self._callbacks.on_train_batch_begin(self._batches)
             logs, pause, stop = self._step(iterator, batches, preempt.requested_locally(), model.stop_training)
             self._batches += batches
-            done += batches
             self._callbacks.on_train_batch_end(self._batches, batches, logs)
             self._core.train.report_batches(self._batches)
             if self._distributed.size == 1:  # no agreement to wait for: what the callbacks just did counts
                 pause, stop = preempt.requested_locally(), model.stop_training
-            if pause:
-                return "pause"
-            if stop:
-                return "request_stop"
-        return ""
+            going = schedule.after_step(batches, pause, stop)
+        self._callbacks.on_train_end()
+
+    # What the schedule asks of the trial (WorkloadSchedule's TrialSteps).
+
+    @property
+    def batches(self) -> int:
+        return self._batches
+
+    @property
+    def last_validation(self) -> int:
+        return self._last_validation
+
+    @property
+    def last_checkpoint(self) -> int:
+        return self._last_checkpoint
+
+    def begin_workload(self, requested: int) -> None:
+        self._callbacks.on_train_workload_begin(self._batches, requested)
+        self._model.reset_metrics()
+
+    def batches_to_epoch_end(self) -> Optional[int]:
+        return self._callbacks.batches_to_epoch_end(self._batches)
+
+    def end_workload(self) -> None:
+        self._callbacks.on_train_workload_end(self._batches, self._report_training())
+
+    def validation_due(self, stopping: str) -> bool:
+        return self._validation_due(stopping)
+
+    def validate(self) -> dict[str, Any]:
+        return self._validate()
+
+    def stop_requested(self) -> bool:
+        return self._stop_requested()
+
+    def checkpoint_due(self, metrics: Optional[dict[str, Any]]) -> bool:
+        return self._checkpoint_due(metrics)
+
+    def checkpoint(self, metrics: Optional[dict[str, Any]]) -> None:
+        self._checkpoint(self._iterator, metrics)
+
+    def pause_asked_meanwhile(self, stopping: str, validated: bool, checkpointed: bool) -> bool:
+        return self._pause_asked_meanwhile(stopping, validated, checkpointed)
+
+    def next_operation(self) -> Optional[int]:
+        return self._next_operation()
+
+    def pause(self) -> None:
+        self._pause()
+
+    def exit_early(self) -> None:
+        self._core.train.report_early_exit(core.EarlyExitReason.USER_REQUESTED_STOP)
 
     def _stop_requested(self) -> bool:
         """Whether a callback (EarlyStopping, say) set ``model.stop_training`` on any process in the validation."""
