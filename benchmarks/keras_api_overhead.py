@@ -38,7 +38,7 @@ import tensorflow as tf  # noqa: E402
 
 import det_estimator as det  # noqa: E402
 from det_estimator.keras import DeterminedCallback  # noqa: E402
-from det_estimator.keras._global_metrics import GlobalMetrics  # noqa: E402
+from det_estimator.keras._engine._metrics import GlobalMetrics  # noqa: E402
 
 NUM_FEATURES, NUM_ROWS, VALIDATION_ROWS, BATCH_SIZE = 32, 131_072, 8_192, 256
 _RNG = np.random.default_rng(0)

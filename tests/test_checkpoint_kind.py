@@ -1,11 +1,14 @@
 """Each loader of a checkpoint loads its own kind and refuses the others, and what is no checkpoint, saying why.
 
 The checkpoints are real ones, one of each kind: an EstimatorTrial's (the analytic
-trial, with its ``raw`` SavedModel), a TFKerasTrial's (the analytic Keras trial) and
-DeterminedCallback's (the linear regression of tests/keras_callback).
+trial, with its ``raw`` SavedModel), a TFKerasTrial's (the analytic Keras trial's model)
+and DeterminedCallback's (the linear regression of tests/keras_callback), the Keras ones
+written as their trial types wrote them before the one Keras format
+(tests/support/legacy_keras_checkpoints.py), whose kind their files tell.
 """
 
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,31 +17,36 @@ import tensorflow as tf
 
 import det_estimator as det
 from det_estimator._checkpoint_kind import CheckpointKind, checkpoint_kind
+from det_estimator.checkpoint import read_checkpoint
+from det_estimator.config import load_experiment_config
 from det_estimator.store import ExperimentStore
 
 TESTS = Path(__file__).parent
+sys.path.insert(0, str(TESTS / "support"))
+import legacy_keras_checkpoints as legacy  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory, analytic, module_loader) -> dict[CheckpointKind, Path]:
-    """The path of a checkpoint of each kind."""
+    """The path of a checkpoint of each kind; the Keras ones in the layouts their trial types wrote first."""
     root = tmp_path_factory.mktemp("kinds")
     analytic_keras = module_loader(TESTS / "support" / "analytic_keras_trial.py")
     linear = module_loader(TESTS / "keras_callback" / "linear_script.py")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("DET_ESTIMATOR_STORE", str(root / "store.sqlite"))
         estimator = det.run_trial(analytic.AnalyticTrial, analytic.make_config(root / "estimator", 1))
-        keras = det.run_trial(analytic_keras.AnalyticKerasTrial, analytic_keras.make_config(root / "keras", 1))
-        with det.core.init(checkpoint_storage=root / "callback") as core_context:
-            callback = det.keras.DeterminedCallback(core_context, None, "run")
-            linear.build_model().fit(linear.dataset(0, 1), epochs=1, callbacks=[callback], verbose=0)
-            info = core_context.info
-        with ExperimentStore(info.store_path) as store:
-            (written,) = store.checkpoints(info.trial.experiment_id, trial_id=info.trial.trial_id)
+    raw = analytic_keras.make_config(root / "keras-trial", 1)
+    context = det.keras.TFKerasTrialContext(load_experiment_config(raw), raw["hyperparameters"], 1)
+    keras = analytic_keras.AnalyticKerasTrial(context).build_model()
+    keras.fit(analytic_keras.FEATURES[:8, None], analytic_keras.TARGETS[:8, None], batch_size=8, verbose=0)
+    legacy.write_trial_v1(root / "keras", keras, 1)
+    callback = linear.build_model()
+    callback.fit(linear.dataset(0, 1), epochs=1, verbose=0)
+    legacy.write_callback_v1(root / "callback", callback, epoch=1, batch=0, steps_completed=8, continue_id="run")
     return {
         CheckpointKind.ESTIMATOR: Path(estimator.checkpoints[-1]["path"]),
-        CheckpointKind.KERAS_TRIAL: Path(keras.checkpoints[-1]["path"]),
-        CheckpointKind.KERAS_CALLBACK: Path(written.path),
+        CheckpointKind.KERAS_TRIAL: root / "keras",
+        CheckpointKind.KERAS_CALLBACK: root / "callback",
     }
 
 
@@ -127,3 +135,61 @@ def test_an_estimator_checkpoint_without_serving_functions_is_said_to_have_none(
     shutil.copytree(checkpoints[CheckpointKind.ESTIMATOR], copy, ignore=shutil.ignore_patterns("raw"))
     with pytest.raises(ValueError, match=r"has no SavedModel: the trial.s build_serving_input_receiver_fns"):
         det.estimator.load_estimator_from_checkpoint_path(str(copy))
+
+
+@pytest.fixture(scope="module")
+def format_2(tmp_path_factory, analytic, module_loader) -> dict[str, Path]:
+    """Checkpoints in the one Keras format, by the front end that wrote them."""
+    root = tmp_path_factory.mktemp("format-2")
+    analytic_keras = module_loader(TESTS / "support" / "analytic_keras_trial.py")
+    linear = module_loader(TESTS / "keras_callback" / "linear_script.py")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DET_ESTIMATOR_STORE", str(root / "store.sqlite"))
+        trial = det.run_trial(analytic_keras.AnalyticKerasTrial, analytic_keras.make_config(root / "trial", 1))
+        with det.core.init(checkpoint_storage=root / "callback") as core_context:
+            callback = det.keras.DeterminedCallback(core_context, None, "run")
+            linear.build_model().fit(linear.dataset(0, 1), epochs=1, callbacks=[callback], verbose=0)
+            info = core_context.info
+        with ExperimentStore(info.store_path) as store:
+            (written,) = store.checkpoints(info.trial.experiment_id, trial_id=info.trial.trial_id)
+    return {"TFKerasTrial": Path(trial.checkpoints[-1]["path"]), "DeterminedCallback": Path(written.path)}
+
+
+def test_a_keras_checkpoint_names_its_kind_its_writer_and_its_files_in_its_metadata(format_2):
+    for written_by, path in format_2.items():
+        metadata = read_checkpoint(path).metadata
+        assert metadata["checkpoint_kind"] == "keras"
+        described = metadata["keras_checkpoint"]
+        assert (described["format"], described["written_by"]) == (2, written_by)
+        assert checkpoint_kind(path) is CheckpointKind.KERAS
+        assert CheckpointKind.KERAS.written_by(path) == written_by
+        for name in filter(None, described["contents"].values()):
+            assert list(path.glob(f"{name}*")), name
+        assert (described["contents"]["saved_model"] is not None) == (written_by == "TFKerasTrial")
+        assert described["contents"]["architecture"] == "model/architecture.json"
+
+
+def test_the_keras_loader_loads_a_trial_s_checkpoint_and_names_the_loaders_of_a_script_s(format_2, module_loader):
+    analytic_keras = module_loader(TESTS / "support" / "analytic_keras_trial.py")
+    loaded = det.keras.load_model_from_checkpoint_path(format_2["TFKerasTrial"])
+    (outputs,) = loaded.signatures["serving_default"](x=tf.constant(analytic_keras.SERVING_INPUT)).values()
+    assert outputs.shape[0] == len(analytic_keras.SERVING_INPUT)
+    refused = r"DeterminedCallback \(the Keras checkpoint format\) holds no SavedModel: load it with context\."
+    with pytest.raises(ValueError, match=refused + r"load_checkpoint_model\(checkpoint_uuid=\.\.\.\)"):
+        det.keras.load_model_from_checkpoint_path(format_2["DeterminedCallback"])
+
+
+def test_the_estimator_loader_refuses_a_keras_checkpoint_naming_what_wrote_it_and_its_loaders(format_2):
+    with pytest.raises(
+        ValueError,
+        match=r"is a checkpoint of a TFKerasTrial \(the Keras checkpoint format\), not of an "
+        r"EstimatorTrial: load it with det\.keras\.load_model_from_checkpoint_path\('.*'\) or "
+        r"context\.load_checkpoint_model",
+    ):
+        det.estimator.load_estimator_from_checkpoint_path(str(format_2["TFKerasTrial"]))
+    with pytest.raises(
+        ValueError,
+        match=r"is a checkpoint of det\.keras\.DeterminedCallback \(the Keras checkpoint "
+        r"format\), not of an EstimatorTrial: load it with context\.load_checkpoint_model",
+    ):
+        det.estimator.load_estimator_from_checkpoint_path(str(format_2["DeterminedCallback"]))

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from det_estimator._checkpoint_kind import CheckpointKind, checkpoint_kind
+from det_estimator._checkpoint_kind import CheckpointKind, checkpoint_kind, keras_checkpoint
 from det_estimator.checkpoint import CheckpointCopyError, copy_checkpoint, read_checkpoint
 from det_estimator.cli._experiments import UsageError
 from det_estimator.cli._output import format_size, format_time, print_table
@@ -149,7 +149,7 @@ def _load_with(record: CheckpointRecord, on_disk: _OnDisk) -> list[str]:
         return [f"core.checkpoint.restore_path({record.uuid!r}) of det.core.init() (its files are the script's own)"]
     if kind is CheckpointKind.ESTIMATOR:
         return [kind.loader(on_disk.path, serving_name=name) for name in on_disk.saved_models]
-    return [kind.loader(on_disk.path, uuid=record.uuid)]
+    return kind.loaders(on_disk.path, uuid=record.uuid)
 
 
 def _framework(metadata: dict[str, Any]) -> str:
@@ -172,7 +172,9 @@ def describe_checkpoint(store: ExperimentStore, args: argparse.Namespace) -> int
             **to_json_value(record),
             "experiment_id": experiment.id,
             "kept_as": kept_as,
-            "trial_type": on_disk.kind.trial_type if on_disk.kind else None,
+            "trial_type": on_disk.kind.written_by(on_disk.path) if on_disk.kind else None,
+            "checkpoint_kind": record.metadata.get("checkpoint_kind"),
+            "keras_format": _keras_format(on_disk),
             "framework": record.metadata.get("framework"),
             "files": None if on_disk.gone else on_disk.files,
             "problems": on_disk.problems or ([on_disk.gone] if on_disk.gone else []),
@@ -193,6 +195,7 @@ def describe_checkpoint(store: ExperimentStore, args: argparse.Namespace) -> int
         ("Size", format_size(record.size_bytes)),
         ("Path", record.path),
         ("Trial type", _trial_type(on_disk)),
+        *([("Format", _format_line(on_disk))] if _keras_format(on_disk) else []),
         ("Framework", _framework(record.metadata)),
         ("Files", _files_line(on_disk)),
     ]
@@ -209,9 +212,23 @@ def describe_checkpoint(store: ExperimentStore, args: argparse.Namespace) -> int
     return 0
 
 
+def _keras_format(on_disk: _OnDisk) -> Optional[int]:
+    """The Keras checkpoint format (1 for the layouts written before it had a number); None for other kinds."""
+    if on_disk.kind is CheckpointKind.KERAS:
+        return keras_checkpoint(on_disk.path).get("format")
+    return 1 if on_disk.kind in (CheckpointKind.KERAS_TRIAL, CheckpointKind.KERAS_CALLBACK) else None
+
+
+def _format_line(on_disk: _OnDisk) -> str:
+    # (a checkpoint of no known kind has no format line: _keras_format is None for it)
+    if on_disk.kind is CheckpointKind.KERAS or on_disk.kind is None:
+        return f"Keras checkpoint format {_keras_format(on_disk)} (its kind and files named in metadata.json)"
+    return f"the {on_disk.kind.trial_type} layout written before the one Keras checkpoint format (read only)"
+
+
 def _trial_type(on_disk: _OnDisk) -> str:
     if on_disk.kind is not None:
-        return on_disk.kind.trial_type
+        return on_disk.kind.written_by(on_disk.path)
     return "-" if on_disk.gone else "none: a Core API script's own files"
 
 

@@ -11,9 +11,9 @@ from det_estimator.keras import callbacks
 from det_estimator.keras._api import KerasContext, init
 from det_estimator.keras._context import TFKerasExperimentalContext, TFKerasTrialContext
 from det_estimator.keras._determined_callback import DeterminedCallback
+from det_estimator.keras._engine._sequences import SequenceAdapter
 from det_estimator.keras._load import load_model_from_checkpoint_path
 from det_estimator.keras._reducer_metric import ReducerMetric
-from det_estimator.keras._sequences import SequenceAdapter
 from det_estimator.keras._trial import InputData, TFKerasTrial
 from det_estimator.keras.callbacks import TFKerasTensorBoard
 from det_estimator.keras.callbacks._tensorboard import CoreTensorBoard as TensorBoard

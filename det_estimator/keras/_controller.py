@@ -1,6 +1,5 @@
 """TFKerasTrialController: runs one TFKerasTrial on this process, as one rank of the job, on the Core API."""
 
-import contextlib
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,21 +9,19 @@ import numpy as np
 import tensorflow as tf
 
 from det_estimator import core
-from det_estimator._process_random_state import python_and_numpy_state, restore_python_and_numpy_state
+from det_estimator._process_random_state import python_and_numpy_state
 from det_estimator._trial_controller import TrialController, new_trial_context
-from det_estimator._version import __version__
-from det_estimator.checkpoint import read_checkpoint
 from det_estimator.core._metrics import combine_across_ranks
 from det_estimator.errors import TrialLifecycleError
-from det_estimator.keras import _callback_states, _data, _random_states
-from det_estimator.keras._callback_list import TrialCallbacks
-from det_estimator.keras._checkpoints import read_variables, write_variables
 from det_estimator.keras._context import TFKerasTrialContext
 from det_estimator.keras._devices import apply_session_config, pin_local_gpu, require_eager
-from det_estimator.keras._global_metrics import global_metrics, local_metrics, read_combined
+from det_estimator.keras._engine import _callback_states, _format, _inputs, _keras_compat, _random_states
+from det_estimator.keras._engine._callbacks import TrialCallbacks
+from det_estimator.keras._engine._metrics import global_metrics, local_metrics, read_combined
+from det_estimator.keras._engine._position import Position
+from det_estimator.keras._engine._schedule import WorkloadSchedule
+from det_estimator.keras._engine._tap import Tap, one_step_per_execution
 from det_estimator.keras._reducer_metric import ReducerMetric
-from det_estimator.keras._serving import SAVED_MODEL_DIR, ServingExport
-from det_estimator.keras._steps import TrainStep
 from det_estimator.keras._trial import TFKerasTrial, check_model
 from det_estimator.store import State
 
@@ -78,8 +75,8 @@ class TFKerasTrialController(TrialController):
             trial = self._trial_class(self.context)
             apply_session_config(trial.session_config())
             self._model = self._built_model(trial)
-            self._train_data = _data.training_data(trial.build_training_data_loader(), self.context)
-            self._validation = _data.validation_data(trial.build_validation_data_loader(), self.context, self._test)
+            self._train_data = _inputs.training_data(trial.build_training_data_loader(), self.context)
+            self._validation = _inputs.validation_data(trial.build_validation_data_loader(), self.context, self._test)
             self._callbacks = TrialCallbacks(
                 trial.keras_callbacks(),
                 self._model,
@@ -88,8 +85,11 @@ class TFKerasTrialController(TrialController):
                 rank=self._distributed.rank,
             )
             self._check_exact_metrics_run_compiled()
-            self._export = ServingExport(self._model)
-            self._step = TrainStep(self._model, self._distributed.size)
+            options = _format.CheckpointOptions(
+                "TFKerasTrial", saved_model=True, callbacks=True, iterators=self._train_data.saves_iterator
+            )
+            self._writer = _format.CheckpointWriter(self._core, self._model, options)
+            self._step = Tap(self._model, self._distributed.size)
             iterator = self._resume()
             max_batches = self._start_operations()
             if max_batches is not None:
@@ -108,7 +108,7 @@ class TFKerasTrialController(TrialController):
                 "build_model() returned a model that never went through context.wrap_model(). Wrap the model right "
                 "after creating it, then compile it: model = self.context.wrap_model(model); model.compile(...)."
             )
-        if not getattr(model, "_is_compiled", False):
+        if not _keras_compat.is_compiled(model):
             raise TrialLifecycleError(
                 "build_model() returned a model that is not compiled: call model.compile(optimizer, loss, ...) "
                 "in build_model() after context.wrap_model(model)."
@@ -123,11 +123,7 @@ class TFKerasTrialController(TrialController):
 
     def _check_exact_metrics_run_compiled(self) -> None:
         # Before the first step Keras lists no compiled metric yet: look at what compile() was given.
-        container = getattr(self._model, "compiled_metrics", None)
-        given = [
-            *tf.nest.flatten(getattr(container, "_user_metrics", None) or []),
-            *tf.nest.flatten(getattr(container, "_user_weighted_metrics", None) or []),
-        ]
+        given = _keras_compat.metrics_given_to_compile(self._model)
         exact = any(isinstance(metric, ReducerMetric) for metric in given)
         if self._distributed.size > 1 and self._model.run_eagerly and exact:
             raise TrialLifecycleError(
@@ -150,22 +146,21 @@ class TFKerasTrialController(TrialController):
             self._build(iterator)
             return iterator
         with self._core.checkpoint.restore_path(self._latest_checkpoint) as path:
-            metadata = read_checkpoint(path).metadata
-            self._batches = self._last_checkpoint = self._start_batches = int(metadata["batches_trained"])
-            self._start_position = int(metadata.get("data_position", self._batches * size))
-            self._best_metric = metadata.get("best_validation_metric")
-            self._last_validation = int(metadata.get("last_validation_batches", -1))
-            saved = (path, int(metadata.get("slots", size)))
+            state = _format.read(path)
+            position = Position.saved(state.position)
+            self._batches = self._last_checkpoint = self._start_batches = position.steps_completed
+            data_position = position.data_position
+            self._start_position = self._batches * size if data_position is None else data_position
+            self._best_metric = state.position["best_validation_metric"]
+            last_validation = state.position["last_validation_batches"]
+            self._last_validation = -1 if last_validation is None else int(last_validation)
+            saved = (path, position.slots or size)
             iterator = self._train_data.start(self._start_position, self._batches, saved, size)
             self._build(iterator)
-            read_variables(path, self._model)
-            self._saved_callback_states = _callback_states.read_states(path)
+            _format.restore_variables(state, self._model, with_optimizer=True, strict=True)
+            self._saved_callback_states = state.callback_states()
             # Last: building the data and the model may draw random numbers of their own.
-            rng_states = metadata.get("rng_states", [])
-            restore_python_and_numpy_state(rng_states, self._distributed.rank)
-            if self._distributed.rank < len(rng_states):
-                own = rng_states[self._distributed.rank].get("tensorflow")
-                _random_states.restore_generator_states(_random_states.all_generators(self._model), own)
+            _format.restore_random_states(state, self._model, self._distributed.rank)
         return iterator
 
     def _build(self, iterator: Iterator) -> None:
@@ -179,84 +174,79 @@ class TFKerasTrialController(TrialController):
     # Training.
 
     def _train(self, iterator: Iterator, max_batches: int) -> None:
+        self._iterator = iterator
         self._model.stop_training = False
         self._callbacks.on_train_begin(self._batches)
         if self._saved_callback_states is not None:
             _callback_states.load_states(self._saved_callback_states, self._callbacks.stateful)
         if self._config.perform_initial_validation and self._batches == 0 and not self._test:
             self._validate()
-        while True:
-            requested = self._workload_length(max_batches)
-            self._callbacks.on_train_workload_begin(self._batches, requested)
-            self._model.reset_metrics()
-            stopping = self._train_workload(iterator, requested)
-            if self._batches >= max_batches:
-                stopping = "end"
-            logs = self._report_training()
-            self._callbacks.on_train_workload_end(self._batches, logs)
-            validate = self._validation_due(stopping)
-            metrics = self._validate() if validate else None
-            if validate and not stopping and self._stop_requested():
-                stopping = "request_stop"
-            checkpoint_now = bool(stopping) or self._checkpoint_due(metrics)
-            if checkpoint_now:
-                self._checkpoint(iterator, metrics)
-            if self._pause_asked_meanwhile(stopping, validate, checkpoint_now):
-                stopping = "pause"  # at this batch
-                if not checkpoint_now:
-                    self._checkpoint(iterator, metrics)
-            if stopping == "end":
-                next_target = self._next_operation()
-                if next_target is None:
-                    break
-                max_batches = next_target
-            elif stopping == "pause":
-                self._pause()
-                break
-            elif stopping == "request_stop":
-                self._core.train.report_early_exit(core.EarlyExitReason.USER_REQUESTED_STOP)
-                break
-        self._callbacks.on_train_end()
-
-    def _workload_length(self, max_batches: int) -> int:
-        """``scheduling_unit`` batches, or fewer to end where the operation ends or a validation or checkpoint is due.
-
-        A resumed trial thus validates and checkpoints at the batches an uninterrupted one would.
-        """
-        if self._test:
-            return 1
-        length = min(self._config.scheduling_unit, max_batches - self._batches)
-        for period, since in (
-            (self._config.min_validation_period, self._last_validation),
-            (self._config.min_checkpoint_period, self._last_checkpoint),
-        ):
-            if period is not None:
-                due = period.to_batches(self.context.get_global_batch_size(), self._config.records_per_epoch)
-                length = min(length, max(1, max(since, 0) + due - self._batches))
-        return length
-
-    def _train_workload(self, iterator: Iterator, requested: int) -> str:
-        """Trains up to ``requested`` batches; returns "pause" or "request_stop" if training stops early, else ""."""
+        global_batch_size = self.context.get_global_batch_size()
+        schedule = WorkloadSchedule(self, self._config, global_batch_size, self._test, max_batches)
         preempt, model = self._core.preempt, self._model
-        done = 0
-        while done < requested:
-            batches = min(self._step.batches_per_call, requested - done)
-            to_epoch_end = self._callbacks.batches_to_epoch_end(self._batches)
-            if to_epoch_end is not None:
-                batches = min(batches, to_epoch_end)
+        going = True
+        while going:
+            batches = schedule.batches_for_step(self._step.batches_per_call)
             self._callbacks.on_train_batch_begin(self._batches)
             logs, pause, stop = self._step(iterator, batches, preempt.requested_locally(), model.stop_training)
             self._batches += batches
-            done += batches
             self._callbacks.on_train_batch_end(self._batches, batches, logs)
             self._core.train.report_batches(self._batches)
             if self._distributed.size == 1:  # no agreement to wait for: what the callbacks just did counts
                 pause, stop = preempt.requested_locally(), model.stop_training
-            if pause:
-                return "pause"
-            if stop:
-                return "request_stop"
-        return ""
+            going = schedule.after_step(batches, pause, stop)
+        self._callbacks.on_train_end()
+
+    # What the schedule asks of the trial (WorkloadSchedule's TrialSteps).
+
+    @property
+    def batches(self) -> int:
+        return self._batches
+
+    @property
+    def last_validation(self) -> int:
+        return self._last_validation
+
+    @property
+    def last_checkpoint(self) -> int:
+        return self._last_checkpoint
+
+    def begin_workload(self, requested: int) -> None:
+        self._callbacks.on_train_workload_begin(self._batches, requested)
+        self._model.reset_metrics()
+
+    def batches_to_epoch_end(self) -> Optional[int]:
+        return self._callbacks.batches_to_epoch_end(self._batches)
+
+    def end_workload(self) -> None:
+        self._callbacks.on_train_workload_end(self._batches, self._report_training())
+
+    def validation_due(self, stopping: str) -> bool:
+        return self._validation_due(stopping)
+
+    def validate(self) -> dict[str, Any]:
+        return self._validate()
+
+    def stop_requested(self) -> bool:
+        return self._stop_requested()
+
+    def checkpoint_due(self, metrics: Optional[dict[str, Any]]) -> bool:
+        return self._checkpoint_due(metrics)
+
+    def checkpoint(self, metrics: Optional[dict[str, Any]]) -> None:
+        self._checkpoint(self._iterator, metrics)
+
+    def pause_asked_meanwhile(self, stopping: str, validated: bool, checkpointed: bool) -> bool:
+        return self._pause_asked_meanwhile(stopping, validated, checkpointed)
+
+    def next_operation(self) -> Optional[int]:
+        return self._next_operation()
+
+    def pause(self) -> None:
+        self._pause()
+
+    def exit_early(self) -> None:
+        self._core.train.report_early_exit(core.EarlyExitReason.USER_REQUESTED_STOP)
 
     def _stop_requested(self) -> bool:
         """Whether a callback (EarlyStopping, say) set ``model.stop_training`` on any process in the validation."""
@@ -278,12 +268,12 @@ class TFKerasTrialController(TrialController):
         metrics = _to_json(global_metrics(self._model, self._distributed, across_ranks=across_ranks))
         self._core.train.report_training_metrics(self._batches, metrics)
         if self.context.fit_config.verbose and self._is_chief:
-            print(f"[keras] {self._batches} batches: {_format(metrics)}", flush=True)
+            print(f"[keras] {self._batches} batches: {_shown(metrics)}", flush=True)
         return metrics
 
     def _validate(self) -> dict[str, Any]:
         self._validation.reset_count()
-        with _one_step_per_execution(self._model):
+        with one_step_per_execution(self._model):
             local = self._model.evaluate(
                 self._validation.dataset,
                 steps=self._validation.steps,
@@ -300,7 +290,7 @@ class TFKerasTrialController(TrialController):
         self._record_validation(metrics)
         self._callbacks.on_test_end(logs)
         if self.context.fit_config.verbose and self._is_chief:
-            print(f"[keras] validation after {self._batches} batches: {_format(metrics)}", flush=True)
+            print(f"[keras] validation after {self._batches} batches: {_shown(metrics)}", flush=True)
         return metrics
 
     # Checkpoints.
@@ -310,52 +300,37 @@ class TFKerasTrialController(TrialController):
         # Each process's own: the model's variables hold the chief's generators only.
         own = {
             **python_and_numpy_state(),
-            "tensorflow": _random_states.generator_states(_random_states.all_generators(self._model)),
+            "generators": _random_states.generator_states(_random_states.all_generators(self._model)),
         }
-        rng_states = self._distributed.allgather(own)
         self._last_checkpoint = self._batches
-        metadata = {
-            "steps_completed": self._batches,
+        per_epoch = self._batches_per_epoch()
+        position = Position(
+            self._batches,
+            epoch=self._batches // per_epoch if per_epoch else None,
+            batch=self._batches % per_epoch if per_epoch else None,
+            data_position=self._start_position + (self._batches - self._start_batches) * size,
+            slots=size,
+        )
+        trial = {
             "batches_trained": self._batches,
-            "data_position": self._start_position + (self._batches - self._start_batches) * size,
-            "slots": size,
-            "trial_seed": self._seed,
-            "hparams": self._hparams,
-            "config": self._config.to_dict(),
-            "rng_states": rng_states,
             "best_validation_metric": self._best_metric,
             "last_validation_batches": self._last_validation,
-            "framework": {"det_estimator": __version__, "tensorflow": tf.__version__},
         }
+        metadata = {"trial_seed": self._seed, "hparams": self._hparams, "config": self._config.to_dict()}
         if metrics is not None:
             metadata["validation_metrics"] = metrics
-        with self._core.checkpoint.store_path(metadata, shard=True) as (path, _):
-            self._train_data.save(iterator, path)
-            if self._is_chief:
-                write_variables(path, self._model)
-                self._export.write(path / SAVED_MODEL_DIR)
-                self._callbacks.on_checkpoint_end(str(path))
-                _callback_states.write_states(path, self._callbacks.stateful)  # last: as on_checkpoint_end left them
 
+        def chief(path: Path) -> None:
+            self._callbacks.on_checkpoint_end(str(path))
+            _callback_states.write_states(path, self._callbacks.stateful)  # last: as on_checkpoint_end left them
 
-@contextlib.contextmanager
-def _one_step_per_execution(model: tf.keras.Model) -> Iterator[None]:
-    """Evaluates one batch per call, whatever ``compile(steps_per_execution=...)`` says.
-
-    The validation data has no known length (see ``_data.ValidationData``), and Keras
-    refuses data of unknown length with ``steps_per_execution > 1`` unless told the
-    steps, which a process's share of a Sequence or a dataset does not tell.
-    """
-    steps = getattr(model, "_steps_per_execution", None)
-    saved = int(steps.numpy()) if steps is not None else 1
-    if steps is None or saved == 1:
-        yield
-        return
-    steps.assign(1)
-    try:
-        yield
-    finally:
-        steps.assign(saved)
+        self._writer.write(
+            {**position.metadata(), **trial},
+            own,
+            metadata=metadata,
+            every_process=lambda path: self._train_data.save(iterator, path),
+            chief=chief,
+        )
 
 
 def _to_json(logs: dict[str, Any]) -> dict[str, Any]:
@@ -370,7 +345,7 @@ def _to_json(logs: dict[str, Any]) -> dict[str, Any]:
     return converted
 
 
-def _format(metrics: dict[str, Any]) -> str:
+def _shown(metrics: dict[str, Any]) -> str:
     return ", ".join(
         f"{key} {value:.6g}" if isinstance(value, float) else f"{key} {value}" for key, value in metrics.items()
     )

@@ -3,15 +3,15 @@
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from det_estimator._checkpoint_kind import CheckpointKind, refuse_other_kind
+from det_estimator._checkpoint_kind import CheckpointKind, checkpoint_kind, refuse_other_kind
 
 
 def load_model_from_checkpoint_path(path: Union[str, Path], tags: Optional[list[str]] = None) -> Any:
     """Loads the SavedModel of a checkpoint written by a ``TFKerasTrial``.
 
     Every checkpoint of a Keras trial holds its model as a SavedModel (in
-    ``saved_model/``); this finds it under ``path`` and loads it with
-    ``tf.saved_model.load``. The result is a TensorFlow ``AutoTrackable`` whose
+    ``saved_model/``, as its metadata's ``keras_checkpoint.contents`` says); this finds
+    it under ``path`` and loads it with ``tf.saved_model.load``. The result is a TensorFlow ``AutoTrackable`` whose
     ``signatures["serving_default"]`` takes the model's inputs by name and returns its
     outputs by name, in inference mode.
 
@@ -25,9 +25,9 @@ def load_model_from_checkpoint_path(path: Union[str, Path], tags: Optional[list[
     Raises:
         FileNotFoundError: there is nothing at ``path``.
         NotADirectoryError: ``path`` is a file.
-        ValueError: ``path`` is (or holds) a checkpoint of an ``EstimatorTrial`` or of
-            ``DeterminedCallback`` (the message names its loader), or there is no
-            SavedModel under it, or more than one.
+        ValueError: ``path`` is (or holds) a checkpoint of an ``EstimatorTrial``, or one
+            of ``DeterminedCallback`` or ``context.fit`` without a SavedModel (the message
+            names its loader), or there is no SavedModel under it, or more than one.
 
     Example:
         ::
@@ -37,8 +37,13 @@ def load_model_from_checkpoint_path(path: Union[str, Path], tags: Optional[list[
     """
     import tensorflow as tf
 
-    refuse_other_kind(path, CheckpointKind.KERAS_TRIAL)
+    refuse_other_kind(path, CheckpointKind.KERAS_TRIAL, CheckpointKind.KERAS)
     found = sorted(Path(path).glob("**/saved_model.pb"))
+    kind = checkpoint_kind(path)
+    if not found and kind is CheckpointKind.KERAS:
+        raise ValueError(
+            f"The checkpoint {path} of {kind.description(path)} holds no SavedModel: load it with {kind.loader(path)}."
+        )
     if not found:
         raise ValueError(f"There is no SavedModel (saved_model.pb) under {path}: it is not a Keras trial's checkpoint.")
     if len(found) > 1:
@@ -47,5 +52,5 @@ def load_model_from_checkpoint_path(path: Union[str, Path], tags: Optional[list[
     checkpoint = found[0].parent.parent  # the checkpoint that holds it: path itself, or one under it
     if checkpoint.name == "saved_models":  # an estimator checkpoint of det-estimator 0.1
         checkpoint = checkpoint.parent
-    refuse_other_kind(checkpoint, CheckpointKind.KERAS_TRIAL)
+    refuse_other_kind(checkpoint, CheckpointKind.KERAS_TRIAL, CheckpointKind.KERAS)
     return tf.saved_model.load(str(found[0].parent), tags=tags or ["serve"])

@@ -7,7 +7,7 @@ import tensorflow as tf
 
 from det_estimator.errors import TrialDefinitionError
 from det_estimator.keras._context import TFKerasTrialContext
-from det_estimator.keras._sequences import SequenceAdapter
+from det_estimator.keras._engine._sequences import SequenceAdapter
 
 InputData = Union[tf.keras.utils.Sequence, tf.data.Dataset, SequenceAdapter, tuple]
 

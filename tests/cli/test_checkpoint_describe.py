@@ -202,3 +202,50 @@ def test_describe_of_a_deleted_checkpoint_or_one_whose_directory_is_gone_shows_i
     shown = fields(describe(store_path, removed.name))
     assert shown["State"] == "COMPLETED"
     assert shown["Files"] == f"none: its directory {removed} is gone (removed outside det-estimator)"
+
+
+def keras_format_2(written_by: str, saved_model: bool) -> tuple[dict[str, bytes], dict]:
+    """The files and metadata of a checkpoint of the one Keras format, by ``written_by``."""
+    files = {"model/state.index": b"s", "model/architecture.json": b"{}", "random_states.json": b"{}"}
+    if saved_model:
+        files["saved_model/saved_model.pb"] = b"p"
+    contents = {
+        "variables": "model/state",
+        "architecture": "model/architecture.json",
+        "saved_model": "saved_model" if saved_model else None,
+        "random_states": "random_states.json",
+    }
+    described = {"format": 2, "written_by": written_by, "keras": "2.15.0", "contents": contents}
+    return files, {"checkpoint_kind": "keras", "keras_checkpoint": described}
+
+
+@pytest.mark.parametrize(
+    ("written_by", "saved_model"), [("TFKerasTrial", True), ("DeterminedCallback", False), ("context.fit", False)]
+)
+def test_describe_names_the_keras_front_end_the_format_and_every_loader_from_the_metadata(
+    store_path, written_by, saved_model
+):
+    files, metadata = keras_format_2(written_by, saved_model)
+    path = seal(store_path, files, 4, **metadata)
+
+    as_json = json.loads(describe(store_path, path.name, "--json"))
+
+    assert as_json["trial_type"] == written_by
+    assert (as_json["checkpoint_kind"], as_json["keras_format"]) == ("keras", 2)
+    by_uuid = f"context.load_checkpoint_model(checkpoint_uuid={path.name!r}) of det.keras.init()"
+    if saved_model:
+        assert as_json["load_with"] == [f"det.keras.load_model_from_checkpoint_path({str(path)!r})", by_uuid]
+        assert as_json["saved_models"] == {"saved_model": str(path / "saved_model")}
+    else:
+        assert as_json["load_with"] == [by_uuid] and as_json["saved_models"] == {}
+    shown = fields(describe(store_path, path.name))
+    assert shown["Trial type"] == written_by
+    assert shown["Format"].startswith("Keras checkpoint format 2")
+    assert shown["Load with"] == as_json["load_with"][0]
+
+
+def test_describe_tells_a_keras_checkpoint_written_before_the_one_format_by_its_files(store_path):
+    path = seal(store_path, KINDS["TFKerasTrial"][0], 4)
+    as_json = json.loads(describe(store_path, path.name, "--json"))
+    assert (as_json["checkpoint_kind"], as_json["keras_format"]) == (None, 1)
+    assert "written before the one Keras checkpoint format" in fields(describe(store_path, path.name))["Format"]

@@ -11,7 +11,7 @@ from tensorboard.backend.event_processing import plugin_event_accumulator
 
 import det_estimator as det
 from det_estimator._root_cause import root_cause
-from det_estimator.keras import _callback_states
+from det_estimator.keras._engine import _callback_states
 from det_estimator.store import ExperimentStore
 
 # With these settings the closed-form validation loss improves by more than 1.0 up to the

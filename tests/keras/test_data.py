@@ -11,9 +11,9 @@ import tensorflow as tf
 
 from det_estimator.config import load_experiment_config
 from det_estimator.keras import SequenceAdapter, TFKerasTrialContext
-from det_estimator.keras._arrays import ArrayData
-from det_estimator.keras._data import DataError, _sequence_plan, training_data, validation_data
-from det_estimator.keras._sequences import BatchReader, Placement
+from det_estimator.keras._engine._inputs import DataError, training_data, validation_data
+from det_estimator.keras._engine._sequences import BatchReader, Placement
+from det_estimator.keras._engine._sharding import ArrayData, sequence_plan
 
 RECORDS = 10
 X = np.arange(RECORDS, dtype=np.float32)[:, None]
@@ -113,12 +113,12 @@ def test_array_validation_shares_cover_every_record_once():
 
 
 def test_a_sequence_plan_shares_every_epoch_even_with_fewer_batches_than_processes():
-    plans = [list(itertools.islice(_sequence_plan(3, rank, 2, None), 3)) for rank in (0, 1)]
+    plans = [list(itertools.islice(sequence_plan(3, rank, 2, None), 3)) for rank in (0, 1)]
     assert plans[0] == [Placement(0, 0), Placement(0, 2), Placement(1, 1)]
     assert plans[1] == [Placement(0, 1), Placement(1, 0), Placement(1, 2)]
-    single = list(itertools.islice(_sequence_plan(1, 1, 2, None), 2))
+    single = list(itertools.islice(sequence_plan(1, 1, 2, None), 2))
     assert single == [Placement(1, 0), Placement(3, 0)]
-    shuffled = [p.index for p in itertools.islice(_sequence_plan(4, 0, 1, 5), 8)]
+    shuffled = [p.index for p in itertools.islice(sequence_plan(4, 0, 1, 5), 8)]
     assert sorted(shuffled[:4]) == sorted(shuffled[4:]) == [0, 1, 2, 3] and shuffled[:4] != shuffled[4:]
 
 

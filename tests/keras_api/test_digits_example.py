@@ -12,7 +12,7 @@ import tensorflow as tf
 import yaml
 from sklearn.datasets import load_digits
 
-from det_estimator.keras._api._model_files import load_model
+from det_estimator.keras._engine._format import load_model
 from det_estimator.store import ExperimentStore
 
 from .conftest import COMMAND
@@ -53,7 +53,7 @@ def test_the_example_runs_in_test_mode_and_its_job_predicts_every_digit(example,
     (trial,) = summary["trials"]
     assert trial["validations"] and trial["validations"][-1]["batches"] == 1
     (checkpoint,) = summary["checkpoints"]
-    assert (Path(checkpoint["path"]) / "model_architecture.json").is_file()
+    assert (Path(checkpoint["path"]) / "model" / "architecture.json").is_file()
 
     det(store, "job", "run", job_config(example, trial["id"], slots=1), example, timeout=300)
     probabilities = np.load(tmp_path / "predictions.npy")

@@ -6,7 +6,7 @@ import tensorflow as tf
 
 from det_estimator import core
 from det_estimator.keras._api._context import KerasContext, Optimizations
-from det_estimator.keras._api._model_files import CheckpointLoadError
+from det_estimator.keras._engine._format import CheckpointLoadError
 from det_estimator.store import ExperimentStore
 
 

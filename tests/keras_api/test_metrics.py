@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 from det_estimator.keras._api._context import KerasContext, Optimizations, TrainingContext
-from det_estimator.keras._global_metrics import global_metrics, local_metrics
+from det_estimator.keras._engine._metrics import global_metrics, local_metrics
 
 
 def classifier() -> tf.keras.Model:

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from det_estimator.keras._api._sharding import ShardedSequence, Sharder, in_input_order
+from det_estimator.keras._engine._sharding import ShardedSequence, Sharder, in_input_order
 
 
 def test_one_process_gets_the_data_as_it_is(one_of_many):

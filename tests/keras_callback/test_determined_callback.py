@@ -99,7 +99,7 @@ def test_metrics_and_checkpoints_of_an_uninterrupted_run_match_plain_keras():
     assert [t.batches for t in trainings] == [4, 8, 12, 16, 20, 24]
     np.testing.assert_allclose([t.metrics["loss"] for t in trainings[1::2]], history.history["loss"], rtol=1e-6)
     kept = latest(info)
-    state = json.loads((Path(kept.path) / "callback_state.json").read_text())
+    state = read_checkpoint(kept.path).metadata
     assert (state["epoch"], state["batch"], state["steps_completed"], state["continue_id"]) == (3, 0, 24, "run")
 
 

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from det_estimator.checkpoint import read_checkpoint
+
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "iris_callback"
 COMMAND = str(Path(sys.executable).with_name("det-estimator"))
 TIMEOUT = 400
@@ -48,7 +50,7 @@ def test_in_test_mode_it_trains_validates_and_checkpoints(tmp_path):
     (validation,) = describe(store, 1)["validations"]
     assert {"val_categorical_accuracy", "categorical_accuracy", "loss"} <= set(validation["metrics"])
     (checkpoint,) = json.loads(det(store, "checkpoint", "list", 1, "--json").stdout)
-    state = json.loads((Path(checkpoint["path"]) / "callback_state.json").read_text())
+    state = read_checkpoint(checkpoint["path"]).metadata
     assert (state["epoch"], state["steps_completed"], state["continue_id"]) == (1, 1, 1)
     assert list((tmp_path / "checkpoints").rglob("*")), "checkpoints go where the config says"
 

@@ -10,6 +10,6 @@ runs as a job (``det-estimator job run``). Built on the Core API and
 from det_estimator.keras._api._context import DistributedInfo, KerasContext, TrainingContext
 from det_estimator.keras._api._fit import FitError
 from det_estimator.keras._api._init import init
-from det_estimator.keras._api._model_files import CheckpointLoadError
+from det_estimator.keras._engine._format import CheckpointLoadError
 
 __all__ = ["CheckpointLoadError", "DistributedInfo", "FitError", "KerasContext", "TrainingContext", "init"]

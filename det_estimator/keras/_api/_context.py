@@ -10,10 +10,11 @@ import tensorflow as tf
 from det_estimator import _horovod, core
 from det_estimator.config import Length, LengthUnit
 from det_estimator.errors import DetEstimatorError
-from det_estimator.keras._api import _fit, _model_files
-from det_estimator.keras._api._sharding import ShardedSequence, Sharder, in_input_order
-from det_estimator.keras._determined_callback import with_searcher_metric
-from det_estimator.keras._global_metrics import GlobalMetrics
+from det_estimator.keras._api import _fit
+from det_estimator.keras._determined_callback import DeterminedCallback
+from det_estimator.keras._engine import _format
+from det_estimator.keras._engine._metrics import GlobalMetrics, with_searcher_metric
+from det_estimator.keras._engine._sharding import ShardedSequence, Sharder, in_input_order
 from det_estimator.store import ExperimentStore
 
 logger = logging.getLogger("det_estimator.keras")
@@ -381,17 +382,10 @@ class KerasContext:
     ) -> list[tf.keras.callbacks.Callback]:
         """The global metrics first (every later callback sees them), the user's, then DeterminedCallback."""
         training = self.training
-        reporter = _model_files.ArchitectureCallback(
-            training.core,
-            _model_files.architecture_of(model),
-            checkpoint=checkpoint,
-            continue_id=training.trial_id,
-            **options,
-        )
-        self._reporter = reporter
+        self._reporter = _FitCallback(training.core, checkpoint=checkpoint, continue_id=training.trial_id, **options)
         metrics = GlobalMetrics(self.distributed.core)
-        reporter.share_metrics(metrics)
-        return [metrics, *user_callbacks, reporter]
+        self._reporter.share_metrics(metrics)
+        return [metrics, *user_callbacks, self._reporter]
 
     def _fit_operations(
         self,
@@ -426,7 +420,7 @@ class KerasContext:
             history = model.fit(x, y, epochs=max(epochs, epochs_done), callbacks=callbacks, **fit_kwargs)
             histories.append(history)
             epochs_done = max(epochs_done, epochs)
-            checkpoint = self._reporter.last_storage_id or checkpoint
+            checkpoint = self._reporter.last_checkpoint or checkpoint
             if core_context.preempt.acknowledged:
                 self._end_paused_process()
             if self.distributed.rank == 0:
@@ -558,7 +552,7 @@ class KerasContext:
                 path = Path(store.checkpoint(checkpoint_uuid).path)
             elif trial_id is not None:  # one of them is given, as checked above
                 path = _trial_checkpoint(store, int(trial_id), best)
-        return _model_files.load_model(path, model=model, custom_objects=custom_objects)
+        return _format.load_model(path, model=model, custom_objects=custom_objects)
 
     # ----- end -----
 
@@ -584,6 +578,12 @@ class KerasContext:
 
     def __exit__(self, exc_type: Any, exc_val: Optional[BaseException], exc_tb: Any) -> None:
         self._end(exc_val)
+
+
+class _FitCallback(DeterminedCallback):
+    """The DeterminedCallback ``context.fit`` adds: its checkpoints name ``context.fit`` as their writer."""
+
+    _written_by = "context.fit"
 
 
 def _trial_checkpoint(store: ExperimentStore, trial_id: int, best: bool) -> Path:

@@ -149,13 +149,33 @@ def split_validation(x: Any, y: Any, sample_weight: Any, validation_split: float
 
     Returns:
         ``((x, y, sample_weight) to train on, (x, y, sample_weight) to validate on)``.
-    """
-    from keras.src.engine import data_adapter
 
-    (x, y, sample_weight), validation = data_adapter.train_validation_split(
-        (x, y, sample_weight), validation_split=validation_split
-    )
-    return (x, y, sample_weight), validation
+    Raises:
+        ValueError: an input is not an array or a tensor, or too few records to split.
+    """
+    arrays = (x, y, sample_weight)
+    leaves = [leaf for leaf in tf.nest.flatten(arrays) if leaf is not None]
+    unsplittable = [type(leaf) for leaf in leaves if not isinstance(leaf, (tf.Tensor, np.ndarray))]
+    if unsplittable:
+        raise ValueError(
+            "`validation_split` is only supported for Tensors or NumPy arrays, found following types in the input: "
+            f"{unsplittable}"
+        )
+    if not leaves:
+        return arrays, arrays
+    records = int(leaves[0].shape[0])
+    split_at = int(math.floor(records * (1.0 - validation_split)))
+    if split_at in (0, records):
+        raise ValueError(
+            f"Training data contains {records} samples, which is not sufficient to split it into a validation and "
+            f"training set as specified by `validation_split={validation_split}`. Either provide more data, or a "
+            "different value for the `validation_split` argument."
+        )
+
+    def part(start: int, end: int) -> Any:
+        return tf.nest.map_structure(lambda leaf: None if leaf is None else leaf[start:end], arrays)
+
+    return part(0, split_at), part(split_at, records)
 
 
 def merge_histories(histories: list[tf.keras.callbacks.History]) -> Optional[tf.keras.callbacks.History]:

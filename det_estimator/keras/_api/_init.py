@@ -14,9 +14,9 @@ from det_estimator import _horovod, _info, core
 from det_estimator.config._errors import describe
 from det_estimator.config._source import read_source
 from det_estimator.errors import DetEstimatorError, TrialHyperparameters, UndefinedHyperparameterError
-from det_estimator.keras import _random_states
 from det_estimator.keras._api._context import KerasContext, Optimizations, TrainingContext
 from det_estimator.keras._devices import pin_local_gpu
+from det_estimator.keras._engine import _random_states
 from det_estimator.store import BATCH_INFERENCE
 
 logger = logging.getLogger("det_estimator.keras")

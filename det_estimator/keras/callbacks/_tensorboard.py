@@ -7,6 +7,7 @@ from typing import Any
 import tensorflow as tf
 from tensorflow.python.ops import summary_ops_v2
 
+from det_estimator.keras._engine import _keras_compat
 from det_estimator.keras.callbacks._callback import Callback
 from det_estimator.store import session_start
 
@@ -61,14 +62,14 @@ class TensorBoard(tf.keras.callbacks.TensorBoard, Callback):
         :func:`det_estimator.store.session_start`). Called once training begins (``on_train_begin``).
         """
         start = tf.constant(session_start(batches))
-        for writer in (self._train_writer, self._val_writer):
+        for writer in _keras_compat.tensorboard_writers(self):
             with writer.as_default():
                 summary_ops_v2.import_event(start)
             writer.flush()
 
     def on_train_workload_end(self, total_batches_trained: int, logs: dict[str, Any]) -> None:
         """Writes the workload's training metrics (and a learning rate schedule's value) at its last batch."""
-        self._log_epoch_metrics(total_batches_trained, dict(logs))
+        _keras_compat.log_epoch_metrics(self, total_batches_trained, dict(logs))
 
 
 TFKerasTensorBoard = TensorBoard

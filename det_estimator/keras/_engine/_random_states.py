@@ -13,11 +13,19 @@ from typing import Any, Optional
 import numpy as np
 import tensorflow as tf
 
+from det_estimator._process_random_state import restore_python_and_numpy_state
+from det_estimator.keras._engine import _keras_compat
+
 
 def seed_everything(seed: int) -> None:
     """Seeds Python, NumPy, TensorFlow (global seed and global generator) and Keras' own seed generator."""
     tf.keras.utils.set_random_seed(seed)
     tf.random.set_global_generator(tf.random.Generator.from_seed(seed))
+
+
+def restore_python_and_numpy(own: dict[str, Any]) -> None:
+    """Puts back Python's and NumPy's states of one process's entry of ``python_and_numpy_state()``."""
+    restore_python_and_numpy_state([own], 0)
 
 
 def use_generators_in_layers() -> bool:
@@ -33,25 +41,18 @@ def restore_layer_setting(previous: bool) -> None:
         tf.keras.backend.experimental.disable_tf_random_generator()
 
 
-def _random_layers(model: tf.keras.Model) -> list[tuple[Any, Any]]:
-    """``(layer, its Keras RandomGenerator)`` for each of the model's layers that draws random numbers."""
-    pairs = [(module, getattr(module, "_random_generator", None)) for module in [model, *model.submodules]]
-    return [(module, random_generator) for module, random_generator in pairs if random_generator is not None]
-
-
 def create_layer_generators(model: tf.keras.Model) -> None:
     """Creates the layers' generators now (Keras does at their first call), for a checkpoint to restore."""
-    for _, random_generator in _random_layers(model):
-        if hasattr(random_generator, "_maybe_init"):
-            random_generator._maybe_init()
+    for _, random_generator in _keras_compat.random_layers(model):
+        _keras_compat.create_generator(random_generator)
 
 
 def layers_without_generators(model: tf.keras.Model) -> list[str]:
     """The layers that draw from TensorFlow's stateful random ops (built before :func:`use_generators_in_layers`)."""
     return [
         layer.name
-        for layer, random_generator in _random_layers(model)
-        if getattr(random_generator, "_rng_type", None) == "legacy_stateful"
+        for layer, random_generator in _keras_compat.random_layers(model)
+        if _keras_compat.draws_from_stateful_ops(random_generator)
     ]
 
 
@@ -63,8 +64,8 @@ def all_generators(model: tf.keras.Model) -> list[tf.random.Generator]:
 
 def generators(model: tf.keras.Model) -> dict[str, Any]:
     """The trackable random states to checkpoint: the global generator and each layer's, in layer order."""
-    found = [getattr(random_generator, "_generator", None) for _, random_generator in _random_layers(model)]
-    found = [generator for generator in found if isinstance(generator, tf.random.Generator)]
+    found = [_keras_compat.generator_of(random_generator) for _, random_generator in _keras_compat.random_layers(model)]
+    found = [generator for generator in found if generator is not None]
     return {"global_generator": tf.random.get_global_generator(), "layer_generators": found}
 
 

@@ -1,6 +1,6 @@
 """Keras Sequences as input: SequenceAdapter, and the ordered read-ahead of batches in threads or processes.
 
-A Sequence's batches are read in a fixed order (see :mod:`det_estimator.keras._data`
+A Sequence's batches are read in a fixed order (see :mod:`det_estimator.keras._engine._inputs`
 for which batch each process reads): workers read ahead, but batches come out in order,
 so training is the same with 0, 1 or 8 workers, with threads or processes.
 """
@@ -15,7 +15,15 @@ from typing import Any, Optional
 import numpy as np
 import tensorflow as tf
 
-from det_estimator.keras._arrays import DataError
+from det_estimator.errors import PermanentTrialError
+
+
+class DataError(PermanentTrialError, ValueError):
+    """A data loader cannot be used as returned.
+
+    Raised by the harness about what the trial returned, in no frame of the user's: the
+    command shows its message alone.
+    """
 
 
 class SequenceAdapter:

@@ -6,12 +6,9 @@ from typing import Any, Optional
 
 import tensorflow as tf
 
-from det_estimator._checkpoint_kind import KERAS_TRIAL_SAVED_MODEL
+from det_estimator.keras._engine import _keras_compat
 
 logger = logging.getLogger("det_estimator.keras")
-
-# The SavedModel's directory in a checkpoint; load_model_from_checkpoint_path finds it.
-SAVED_MODEL_DIR = KERAS_TRIAL_SAVED_MODEL
 
 
 class ServingExport:
@@ -33,17 +30,21 @@ class ServingExport:
         self._holder: Optional[tf.Module] = None
         self._warned = False
 
+    def ready(self) -> bool:
+        """Whether the model's inputs are known, so that it can be exported (it was called once at least)."""
+        if self._signature is None and self._model.save_spec() is None:
+            if not self._warned:
+                self._warned = True
+                logger.warning("The model was never called, so its inputs are unknown: no SavedModel is written.")
+            return False
+        return True
+
     def write(self, directory: Path) -> bool:
         """Writes the SavedModel into ``directory``; returns False if the model's inputs are not known yet."""
         if self._signature is None:
-            if self._model.save_spec() is None:
-                if not self._warned:
-                    self._warned = True
-                    logger.warning("The model was never called, so its inputs are unknown: no SavedModel is written.")
+            if not self.ready():
                 return False
-            from keras.src.saving.legacy import saving_utils  # the signature Keras' own SavedModel export uses
-
-            self._signature = saving_utils.trace_model_call(self._model)
+            self._signature = _keras_compat.serving_signature(self._model)
             self._holder = tf.Module()
             self._holder.model_variables = list(self._model.variables)
         tf.saved_model.save(self._holder, str(directory), signatures={"serving_default": self._signature})

@@ -29,6 +29,7 @@ import tensorflow as tf
 
 from det_estimator.core import DistributedContext
 from det_estimator.core._metrics import CombinedMetrics, RankMetrics, combine_across_ranks
+from det_estimator.keras._engine._keras_compat import strategy_spans_processes
 
 VALIDATION_PREFIX = "val_"
 
@@ -113,11 +114,16 @@ def read_combined(model: tf.keras.Model, combined: CombinedMetrics) -> dict[str,
     return {**results, **others}
 
 
-def strategy_spans_processes(model: tf.keras.Model) -> bool:
-    """Whether the model's ``tf.distribute`` strategy has replicas in other processes (its metrics are global)."""
-    extended = getattr(model.distribute_strategy, "extended", None)
-    in_multi_worker_mode = getattr(extended, "_in_multi_worker_mode", None)
-    return bool(callable(in_multi_worker_mode) and in_multi_worker_mode())
+def with_searcher_metric(metrics: dict[str, Any], searcher_metric: Optional[str]) -> dict[str, Any]:
+    """Validation metrics under Keras' names, and also under the searcher's ``val_`` name for one of them.
+
+    Keras names a validation metric ``val_loss`` in ``fit``'s logs and ``loss`` in
+    ``evaluate``'s; they are reported as ``loss``, and a ``searcher.metric`` of
+    ``val_loss`` (the name a fit's History shows) must find its value too.
+    """
+    if searcher_metric and searcher_metric.startswith("val_") and searcher_metric[4:] in metrics:
+        return {**metrics, searcher_metric: metrics[searcher_metric[4:]]}
+    return metrics
 
 
 def _results(metrics: list) -> dict[str, Any]:

@@ -1,8 +1,18 @@
-"""``context.wrap_data``: each process's share of NumPy arrays, a Sequence or a tf.data.Dataset, and back.
+"""Which process reads which records or batches: a trial's streams, ``wrap_data``'s shares, and predictions back.
 
-The shares follow the Keras trial's rule for data it shards (``wrap_dataset``,
-validation Sequences): process ``rank`` of ``size`` takes every ``size``-th element
-starting at its rank, round robin.
+One rule throughout: unit ``k`` of the global order goes to process ``k % size``.
+
+A trial's data (:class:`ArrayData`, :func:`sequence_plan`): the unit is a per-slot batch
+of the harness's batched stream, epoch after epoch. NumPy arrays ``(x, y[, w])`` are cut
+into batches of the per-slot batch size (the last one smaller when the records do not
+divide evenly), each epoch's records in order or shuffled from the trial seed and the
+epoch number; a Sequence's batches likewise, in order or shuffled. Batch ``k`` of that
+endless stream is a function of ``k`` alone, so a resumed trial starts at any batch at
+no cost; the indices are computed in the input pipeline, as ``model.fit`` does for arrays.
+
+``context.wrap_data`` (:class:`Sharder`): process ``rank`` of ``size`` takes every
+``size``-th element starting at its rank, round robin, as the Keras trial's
+``wrap_dataset`` and validation Sequences do.
 
 - Arrays ``(x, y[, w])`` are shared by record: record ``i`` goes to process
   ``i % size``. With ``batch_size = global_batch_size / size`` on every process, the
@@ -18,8 +28,10 @@ starting at its rank, round robin.
 Predictions made on a share are put back in the input's order by :func:`in_input_order`.
 """
 
+import math
 import threading
 import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -28,9 +40,122 @@ import tensorflow as tf
 
 from det_estimator._dataset_lineage import built_from
 from det_estimator.core import DistributedContext
-from det_estimator.keras._sequences import as_batch
+from det_estimator.keras._engine._sequences import DataError, Placement, as_batch, epoch_order
 
+# What wrap_data() takes.
 KINDS = "(x, y), (x, y, sample_weights), one array, a keras.utils.Sequence or a tf.data.Dataset"
+_LAST_EPOCH = np.iinfo(np.int64).max
+
+
+class ArrayData:
+    """The arrays of a ``(x, y[, sample_weights])`` loader, checked, as tensors.
+
+    Args:
+        data: the tuple returned by the trial's builder.
+        which: how error messages name the builder.
+
+    Raises:
+        DataError: the tuple has not 2 or 3 elements, no record, or arrays of different lengths.
+    """
+
+    def __init__(self, data: tuple, which: str) -> None:
+        if not 2 <= len(data) <= 3:
+            raise DataError(
+                f"{which} must return (x, y) or (x, y, sample_weights) when it returns a tuple. "
+                f"Received: a tuple of {len(data)} elements"
+            )
+        structure = tuple(_as_float_arrays(part) for part in data)
+        lengths = {len(leaf) for leaf in tf.nest.flatten(structure)}
+        if len(lengths) != 1:
+            shapes = tf.nest.map_structure(lambda leaf: leaf.shape, structure)
+            raise DataError(
+                f"The arrays returned by {which} must all have one record per row. Received shapes: {shapes}"
+            )
+        (self.num_records,) = lengths
+        if self.num_records == 0:
+            raise DataError(f"The arrays returned by {which} hold no record.")
+        self._tensors = tf.nest.map_structure(tf.convert_to_tensor, structure)
+
+    def training(
+        self, batch_size: int, rank: int, size: int, first: int, shuffle_seed: Optional[int]
+    ) -> tf.data.Dataset:
+        """This process's endless stream of batches, starting at batch ``first`` of the global stream.
+
+        The process reads batches ``first + rank``, ``first + rank + size``, ... of the
+        stream, so that the processes read consecutive batches and together the
+        records of ``size`` batches per step.
+        """
+        batches_per_epoch = math.ceil(self.num_records / batch_size)
+        own_first = first + rank
+        first_epoch = own_first // batches_per_epoch
+
+        def batches_of_epoch(epoch: tf.Tensor) -> tf.data.Dataset:
+            order = self._order(epoch, shuffle_seed)
+            # The first batch of this epoch that is this process's: its own_first for the first epoch.
+            start = tf.where(
+                epoch == first_epoch,
+                tf.constant(own_first - first_epoch * batches_per_epoch, tf.int64),
+                tf.math.floormod(own_first - epoch * batches_per_epoch, size),
+            )
+            batches = tf.data.Dataset.range(start, batches_per_epoch, size)
+            return batches.map(lambda batch: self._indices(order, batch, batch_size))
+
+        indices = tf.data.Dataset.range(first_epoch, _LAST_EPOCH).flat_map(batches_of_epoch)
+        return self._gathered(indices)
+
+    def validation(self, batch_size: int, rank: int, size: int) -> tf.data.Dataset:
+        """This process's share of one pass over the records: batches ``rank``, ``rank + size``, ... in order."""
+        order = tf.range(self.num_records, dtype=tf.int64)
+        batches = tf.data.Dataset.range(rank, math.ceil(self.num_records / batch_size), size)
+        return self._gathered(batches.map(lambda batch: self._indices(order, batch, batch_size)))
+
+    def _order(self, epoch: tf.Tensor, shuffle_seed: Optional[int]) -> tf.Tensor:
+        if shuffle_seed is None:
+            return tf.range(self.num_records, dtype=tf.int64)
+        seed = tf.stack([tf.constant(shuffle_seed, tf.int64), epoch])
+        return tf.cast(tf.argsort(tf.random.stateless_uniform([self.num_records], seed=seed)), tf.int64)
+
+    def _indices(self, order: tf.Tensor, batch: tf.Tensor, batch_size: int) -> tf.Tensor:
+        start = batch * batch_size
+        return order[start : tf.minimum(start + batch_size, self.num_records)]
+
+    def _gathered(self, indices: tf.data.Dataset) -> tf.data.Dataset:
+        # The arrays travel as a dataset element rather than being captured by the
+        # functions, which would copy them into every function's graph.
+        arrays = tf.data.Dataset.from_tensors(self._tensors).repeat()
+        batches = tf.data.Dataset.zip((indices, arrays)).map(
+            lambda batch, data: tf.nest.map_structure(lambda array: tf.gather(array, batch), data),
+            num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=True,
+        )
+        return batches.prefetch(tf.data.AUTOTUNE)
+
+
+def _as_float_arrays(structure: Any) -> Any:
+    """Arrays (lists of arrays as tuples, dicts kept); floating point ones in Keras' float type, as model.fit does."""
+    if isinstance(structure, (list, tuple)):
+        return tuple(_as_float_arrays(item) for item in structure)
+    if isinstance(structure, dict):
+        return {key: _as_float_arrays(item) for key, item in structure.items()}
+    array = np.asarray(structure)
+    if array.ndim == 0:
+        raise DataError(f"Each array must have one row per record. Received a scalar: {structure!r}")
+    if array.dtype.kind == "f":
+        array = array.astype(tf.keras.backend.floatx(), copy=False)
+    return array
+
+
+def sequence_plan(num_batches: int, first: int, size: int, shuffle_seed: Optional[int]) -> Iterator[Placement]:
+    """Batches ``first``, ``first + size``, ... of the endless stream of a Sequence's epochs."""
+    element = first
+    epoch = element // num_batches
+    order = epoch_order(num_batches, epoch, shuffle_seed)
+    while True:
+        if element // num_batches != epoch:
+            epoch = element // num_batches
+            order = epoch_order(num_batches, epoch, shuffle_seed)
+        yield Placement(epoch, int(order[element % num_batches]))
+        element += size
 
 
 @dataclass(frozen=True)

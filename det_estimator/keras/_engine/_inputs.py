@@ -2,7 +2,7 @@
 
 Every kind becomes a ``tf.data.Dataset`` of batches:
 
-- NumPy arrays ``(x, y[, w])`` (:mod:`._arrays`) and Sequences (plain or in a
+- NumPy arrays ``(x, y[, w])`` and Sequences (plain or in a
   :class:`SequenceAdapter`) are cut into one endless stream of per-process batches,
   epoch after epoch; process ``rank`` of ``size`` reads batches ``rank``,
   ``rank + size``, ... of it, so the processes share every epoch. Batch ``k`` of the
@@ -20,15 +20,14 @@ from typing import Any, Callable, Optional, Union
 
 import tensorflow as tf
 
-from det_estimator.keras._arrays import ArrayData, DataError
 from det_estimator.keras._context import TFKerasTrialContext
-from det_estimator.keras._sequences import BatchReader, Placement, SequenceAdapter, epoch_order, signature_of
+from det_estimator.keras._engine._position import Addressable, IteratorState
+from det_estimator.keras._engine._sequences import BatchReader, DataError, Placement, SequenceAdapter, signature_of
+from det_estimator.keras._engine._sharding import ArrayData, sequence_plan
 
 logger = logging.getLogger("det_estimator.keras")
 
 KINDS = "(x, y), (x, y, sample_weights), a tf.data.Dataset, a keras.utils.Sequence or a det.keras.SequenceAdapter"
-# The checkpoint directory of the training iterators' states, one file set per process.
-ITERATORS_DIR = "data"
 
 
 class DataTypeError(DataError, TypeError):
@@ -57,11 +56,15 @@ class TrainingData:
         first_batch: Optional[tuple] = None,
     ) -> None:
         self._make_dataset = make_dataset
-        self._rank = rank
         self._saves_iterator = saves_iterator
+        self._resumed = IteratorState(rank) if saves_iterator else Addressable()
         self._reader = reader
         self.first_batch = first_batch
-        self._warned_unsaved = False
+
+    @property
+    def saves_iterator(self) -> bool:
+        """Whether the position is the iterator's state (tf.data), saved in every checkpoint."""
+        return self._saves_iterator
 
     def start(self, position: int, batches: int, saved: Optional[tuple[Path, int]], size: int) -> Iterator:
         """The iterator of this run's batches.
@@ -72,48 +75,11 @@ class TrainingData:
             saved: the checkpoint directory to resume from and how many processes wrote it.
             size: how many processes train now.
         """
-        dataset = self._make_dataset(position)
-        iterator = iter(dataset)
-        if not self._saves_iterator or batches == 0:
-            return iterator
-        # This process's position, if the checkpoint was written by as many processes.
-        prefix = saved[0] / ITERATORS_DIR / f"rank{self._rank}" if saved is not None and saved[1] == size else None
-        if prefix is not None and Path(f"{prefix}.index").exists():
-            try:
-                tf.train.Checkpoint(iterator=iterator).read(str(prefix)).assert_consumed()
-            except (tf.errors.OpError, AssertionError, ValueError) as error:
-                raise DataError(
-                    f"The position of the training dataset saved in {prefix} cannot be restored: {error}. "
-                    "Does build_training_data_loader() build the same pipeline as when the checkpoint was written?"
-                ) from error
-            return iterator
-        logger.warning(
-            "The checkpoint holds no position of this process's training dataset (%s): the dataset restarts and "
-            "skips the %d batches already trained, which takes time in proportion to them.",
-            "it was written by another number of processes" if saved and saved[1] != size else "it could not be saved",
-            batches,
-        )
-        return iter(dataset.skip(batches))
+        return self._resumed.resume(self._make_dataset(position), batches, saved, size)
 
     def save(self, iterator: Iterator, directory: Path) -> None:
         """Writes this process's position (a tf.data iterator's state) into a checkpoint being written."""
-        if not self._saves_iterator:
-            return
-        (directory / ITERATORS_DIR).mkdir(exist_ok=True)
-        prefix = directory / ITERATORS_DIR / f"rank{self._rank}"
-        try:
-            tf.train.Checkpoint(iterator=iterator).write(str(prefix))
-        except (tf.errors.OpError, ValueError, TypeError) as error:
-            for partial in prefix.parent.glob(f"{prefix.name}.*"):
-                partial.unlink()
-            if not self._warned_unsaved:
-                self._warned_unsaved = True
-                logger.warning(
-                    "The training dataset's position cannot be saved (%s); a resumed trial will skip the batches "
-                    "already trained instead. Pipelines of tf.data operations save theirs; Python generators "
-                    "and py_function do not.",
-                    str(error).splitlines()[0],
-                )
+        self._resumed.save(iterator, directory)
 
     def close(self) -> None:
         """Stops the threads and processes that read a Sequence."""
@@ -206,7 +172,7 @@ def training_data(loader: Loader, context: TFKerasTrialContext) -> TrainingData:
             reader.sequence.on_epoch_end()
 
         def batches() -> Iterator[tuple]:
-            return reader.read(_sequence_plan(num_batches, first, distributed.size, shuffle_seed), epoch)
+            return reader.read(sequence_plan(num_batches, first, distributed.size, shuffle_seed), epoch)
 
         stream = tf.data.Dataset.from_generator(batches, output_signature=signature)
         return _class_weighted(stream, fit.class_weight).prefetch(1)
@@ -260,19 +226,6 @@ def _reader(loader: Any, context: TFKerasTrialContext, which: str) -> BatchReade
     raise DataTypeError(f"{which} must return {KINDS}. Received: {type(loader).__name__}{hint}")
 
 
-def _sequence_plan(num_batches: int, first: int, size: int, shuffle_seed: Optional[int]) -> Iterator[Placement]:
-    """Batches ``first``, ``first + size``, ... of the endless stream of a Sequence's epochs."""
-    element = first
-    epoch = element // num_batches
-    order = epoch_order(num_batches, epoch, shuffle_seed)
-    while True:
-        if element // num_batches != epoch:
-            epoch = element // num_batches
-            order = epoch_order(num_batches, epoch, shuffle_seed)
-        yield Placement(epoch, int(order[element % num_batches]))
-        element += size
-
-
 def _check_wrapped(dataset: tf.data.Dataset, context: TFKerasTrialContext, which: str) -> None:
     if context.distributed.size > 1 and not context.is_wrapped_dataset(dataset):
         raise DataError(
@@ -283,15 +236,25 @@ def _check_wrapped(dataset: tf.data.Dataset, context: TFKerasTrialContext, which
 
 
 def _class_weighted(dataset: tf.data.Dataset, class_weight: Optional[Mapping[Any, float]]) -> tf.data.Dataset:
+    """Each training batch with its examples weighted by their class, as ``model.fit(class_weight=...)`` weighs them.
+
+    Keras' rule: the class of a label is its argmax when it has several columns, else
+    the label rounded; the weight multiplies the sample weights, when there are some.
+    """
     if not class_weight:
         return dataset
-    from keras.src.engine import data_adapter  # Keras' own rule, as model.fit(class_weight=...) applies it
-
-    class_weights_of = data_adapter._make_class_weight_map_fn(class_weight)
+    if sorted(class_weight) != list(range(len(class_weight))):
+        raise ValueError(
+            "Expected `class_weight` to be a dict with keys from 0 to one less than the number of classes, "
+            f"found {class_weight}"
+        )
+    table = tf.convert_to_tensor([class_weight[index] for index in range(len(class_weight))])
 
     def weighted(*batch: Any) -> tuple:
-        x, y, sample_weight = data_adapter.unpack_x_y_sample_weight(batch)
-        _, _, weights = class_weights_of(x, y)
+        x, y, sample_weight = tf.keras.utils.unpack_x_y_sample_weight(batch)
+        if tf.nest.is_nested(y):
+            raise ValueError("`class_weight` is only supported for Models with a single output.")
+        weights = tf.gather(table, _classes(y))
         if sample_weight is None:
             return x, y, weights
         # Keras multiplies them after reshaping the sample weights to their static shape,
@@ -302,6 +265,19 @@ def _class_weighted(dataset: tf.data.Dataset, class_weight: Optional[Mapping[Any
         return x, y, tf.reshape(sample_weight, shape) * weights
 
     return dataset.map(weighted)
+
+
+def _classes(y: tf.Tensor) -> tf.Tensor:
+    """The class of each label: the argmax of one-hot (or probability) rows, else the label rounded."""
+    if y.shape.rank < 2:
+        return tf.cast(tf.round(y), tf.int64)
+    if y.shape[-1] is not None:  # known when traced: only the branch that applies is built
+        return tf.argmax(y, axis=-1) if y.shape[-1] > 1 else tf.cast(tf.round(tf.squeeze(y, axis=-1)), tf.int64)
+    return tf.cond(
+        tf.shape(y)[-1] > 1,
+        lambda: tf.argmax(y, axis=-1),
+        lambda: tf.cast(tf.round(tf.squeeze(y, axis=-1)), tf.int64),
+    )
 
 
 def _batch_size(batch: tuple) -> tf.Tensor:

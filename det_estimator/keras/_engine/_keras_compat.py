@@ -1,0 +1,143 @@
+"""Every use of Keras' (and tf.distribute's) internals, one function each, with its Keras 3 counterpart.
+
+det-estimator runs on Keras 2.15 (``tf.keras`` of TensorFlow 2.15). What the public API
+does not give is reached here and nowhere else, so that a port to Keras 3 changes this
+module. Each function's docstring names what Keras 3 offers instead.
+"""
+
+from typing import Any, Optional
+
+import tensorflow as tf
+
+# ----- the model -----
+
+
+def is_compiled(model: tf.keras.Model) -> bool:
+    """Whether ``model.compile()`` was called. Keras 3: ``model.compiled``."""
+    return bool(getattr(model, "_is_compiled", False))
+
+
+def metrics_given_to_compile(model: tf.keras.Model) -> list[Any]:
+    """The metrics (weighted ones too) given to ``compile()``; before the first step Keras lists none built.
+
+    Keras 3: ``model._compile_metrics`` (or look after the first step).
+    """
+    container = getattr(model, "compiled_metrics", None)
+    return [
+        *tf.nest.flatten(getattr(container, "_user_metrics", None) or []),
+        *tf.nest.flatten(getattr(container, "_user_weighted_metrics", None) or []),
+    ]
+
+
+def model_without_optimizer(model: tf.keras.Model) -> tf.train.Checkpoint:
+    """A view of the model's checkpointed parts without its optimizer, to read weights into and keep the optimizer.
+
+    Keras 3: the same ``_trackable_children`` of TensorFlow's trackables, to verify there.
+    """
+    parts = dict(model._trackable_children(save_type="checkpoint"))
+    parts.pop("optimizer", None)
+    return tf.train.Checkpoint(**parts)
+
+
+def build_optimizer(optimizer: Any, variables: list[Any]) -> None:
+    """Creates an optimizer's slot variables for ``variables`` (Keras 2.11+ optimizers, and legacy ones).
+
+    Keras 3: ``optimizer.build(variables)``, public.
+    """
+    if hasattr(optimizer, "build") and not isinstance(optimizer, tf.keras.optimizers.legacy.Optimizer):
+        optimizer.build(variables)
+    elif hasattr(optimizer, "_create_all_weights"):
+        optimizer._create_all_weights(variables)
+
+
+def steps_per_execution(model: tf.keras.Model) -> Optional[tf.Variable]:
+    """The variable of ``compile(steps_per_execution=n)``, which the train function reads at every call.
+
+    Keras 3: an int baked into the traced function; cutting an execution takes a second
+    train function traced with ``steps_per_execution=1``.
+    """
+    return getattr(model, "_steps_per_execution", None)
+
+
+def serving_signature(model: tf.keras.Model) -> Any:
+    """The ``serving_default`` function Keras' own SavedModel export traces (inference, ``training=False``).
+
+    Keras 3: ``keras.export.ExportArchive``, public.
+    """
+    from keras.src.saving.legacy import saving_utils
+
+    return saving_utils.trace_model_call(model)
+
+
+# ----- where fit starts -----
+
+
+def fit_start(model: tf.keras.Model) -> Any:
+    """What ``fit`` asks for the epoch and batch to start at (``BackupAndRestore``'s or ours); None if nothing.
+
+    Keras 3: ``model._initial_epoch`` only (epochs, not batches).
+    """
+    return getattr(model, "_training_state", None)
+
+
+def set_fit_start(model: tf.keras.Model, start: Any) -> None:
+    """Makes the next ``fit`` start where ``start.maybe_load_initial_counters_from_ckpt`` says; None to clear."""
+    model._training_state = start
+
+
+# ----- random generators of layers -----
+
+
+def random_layers(model: tf.keras.Model) -> list[tuple[Any, Any]]:
+    """``(layer, its Keras RandomGenerator)`` for each of the model's layers that draws random numbers.
+
+    Keras 3: layers hold ``SeedGenerator`` objects, whose states are variables of the model.
+    """
+    pairs = [(module, getattr(module, "_random_generator", None)) for module in [model, *model.submodules]]
+    return [(module, random_generator) for module, random_generator in pairs if random_generator is not None]
+
+
+def create_generator(random_generator: Any) -> None:
+    """Creates a layer's ``tf.random.Generator`` now (Keras does at the layer's first call). Keras 3: nothing to do."""
+    if hasattr(random_generator, "_maybe_init"):
+        random_generator._maybe_init()
+
+
+def generator_of(random_generator: Any) -> Optional[tf.random.Generator]:
+    """A layer's ``tf.random.Generator``, if it has one yet. Keras 3: its ``SeedGenerator.state``."""
+    generator = getattr(random_generator, "_generator", None)
+    return generator if isinstance(generator, tf.random.Generator) else None
+
+
+def draws_from_stateful_ops(random_generator: Any) -> bool:
+    """Whether a layer draws from TensorFlow's stateful random ops, which no checkpoint holds. Keras 3: never."""
+    return getattr(random_generator, "_rng_type", None) == "legacy_stateful"
+
+
+# ----- TensorBoard -----
+
+
+def tensorboard_writers(callback: tf.keras.callbacks.TensorBoard) -> tuple[Any, Any]:
+    """The training and validation summary writers of Keras' TensorBoard callback. Keras 3: the same names."""
+    return callback._train_writer, callback._val_writer
+
+
+def log_epoch_metrics(callback: tf.keras.callbacks.TensorBoard, step: int, logs: dict[str, Any]) -> None:
+    """Writes ``logs`` as Keras' TensorBoard writes an epoch's (``epoch_<name>``), at ``step``. Keras 3: the same."""
+    callback._log_epoch_metrics(step, logs)
+
+
+# ----- tf.distribute and tf.data -----
+
+
+def strategy_spans_processes(model: tf.keras.Model) -> bool:
+    """Whether the model's ``tf.distribute`` strategy has replicas in other processes (its metrics are global)."""
+    extended = getattr(model.distribute_strategy, "extended", None)
+    in_multi_worker_mode = getattr(extended, "_in_multi_worker_mode", None)
+    return bool(callable(in_multi_worker_mode) and in_multi_worker_mode())
+
+
+def dataset_of(iterator: Any) -> Optional[tf.data.Dataset]:
+    """The dataset a ``tf.data`` iterator reads, or None for another iterator."""
+    dataset = getattr(iterator, "_dataset", None)
+    return dataset if isinstance(iterator, tf.data.Iterator) and isinstance(dataset, tf.data.Dataset) else None

@@ -1,0 +1,148 @@
+"""The train function as the engine sees it: executions cut at any batch, stops agreed by every process, its input.
+
+The engine trains through the model's own train function (what ``model.fit`` runs per
+step, custom ``train_step``s included). :class:`Tap` calls it for a number of batches
+(a workload's end may cut an execution of ``compile(steps_per_execution=n)`` short),
+and on several processes sums two flags over them in the same compiled step, so that
+every process stops after the same batch. Inside ``model.fit`` it also stands in for
+fit's train function when a resumed epoch must read another iterator than fit's own,
+and keeps ``evaluate`` from running when a pause cuts an epoch: every such change is
+undone when fit ends, and when the train function raises.
+"""
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any, Callable, Optional
+
+import tensorflow as tf
+
+from det_estimator import _horovod
+from det_estimator.keras._engine import _keras_compat
+
+
+class Tap:
+    """Runs ``model.make_train_function()`` for a number of batches, as ``model.fit`` would.
+
+    On several processes, every call also sums two flags over all processes in the
+    same compiled step (one small allreduce beside the gradients'): "pause requested"
+    and "a callback set ``model.stop_training``". Every process then stops after the
+    same batch, however the request reached it. One process needs no collective.
+
+    Args:
+        model: the compiled model.
+        size: how many processes train (1: the flags are not exchanged).
+    """
+
+    def __init__(self, model: tf.keras.Model, size: int = 1) -> None:
+        self._model = model
+        self._function = model.make_train_function()
+        # compile(steps_per_execution=n) makes the train function run n batches per call.
+        self._per_execution = _keras_compat.steps_per_execution(model)
+        self.batches_per_call = 1 if self._per_execution is None else int(self._per_execution.numpy())
+        self._agreeing = None
+        if size > 1:
+
+            def train_and_agree(iterator: Iterator, flags: tf.Tensor) -> tuple[Any, tf.Tensor]:
+                logs = self._function(iterator)
+                return logs, _horovod.allreduce_sum(flags, name="det_keras_stop_flags")
+
+            self._agreeing = train_and_agree if model.run_eagerly else tf.function(train_and_agree)
+        self._fit_function: Optional[Callable[[Any], Any]] = None
+
+    def trace(self, iterator: Iterator) -> None:
+        """Traces the step without running it, which creates every variable of the model and its optimizer."""
+        if self._agreeing is not None and isinstance(self._agreeing, tf.types.experimental.GenericFunction):
+            self._agreeing.get_concrete_function(iterator, tf.TensorSpec([2], tf.int32))
+        elif isinstance(self._function, tf.types.experimental.GenericFunction):
+            self._function.get_concrete_function(iterator)
+
+    def __call__(self, iterator: Iterator, batches: int, pause: bool, stop: bool) -> tuple[Any, bool, bool]:
+        """Trains ``batches`` batches (at most :attr:`batches_per_call`); returns the logs and the agreed flags.
+
+        On one process the flags are returned as given.
+        """
+        # The variable to set for this call, if it runs other than batches_per_call batches
+        # (without steps_per_execution, batches_per_call and every call's batches are 1).
+        resized = self._per_execution if batches != self.batches_per_call else None
+        if resized is not None:
+            resized.assign(batches)
+        try:
+            if self._agreeing is None:
+                return self._function(iterator), pause, stop
+            logs, agreed = self._agreeing(iterator, tf.constant([int(pause), int(stop)], tf.int32))
+            agreed = agreed.numpy()
+            return logs, bool(agreed[0]), bool(agreed[1])
+        finally:
+            if resized is not None:
+                resized.assign(self.batches_per_call)
+
+    # ----- inside model.fit -----
+
+    def read_first(self, iterator_of: Callable[[Any], Any]) -> None:
+        """Makes fit's next step read ``iterator_of(fit's iterator)``, and the steps after it too, to the epoch's end.
+
+        When ``iterator_of`` returns fit's own iterator, fit's train function is put back at once.
+        """
+        model = self._model
+        function = model.train_function
+        self._fit_function = function
+
+        def first_step(iterator: Any) -> Any:
+            substitute = self._undone_if_raising(iterator_of, iterator)
+            if substitute is iterator:
+                self.end_epoch()
+            else:
+                # Keras hands over its own iterator at every step of the epoch: read this one instead.
+                model.train_function = lambda _: self._undone_if_raising(function, substitute)
+            return self._undone_if_raising(function, substitute)
+
+        model.train_function = first_step
+
+    def skip_evaluation(self) -> None:
+        """Makes the ``evaluate`` fit runs at this epoch's end do nothing (a pause cut the epoch)."""
+        self._model.evaluate = _skip_evaluation
+
+    def end_epoch(self) -> None:
+        """Gives fit its own train function back (the next epochs read the iterators fit makes)."""
+        if self._fit_function is not None:
+            self._model.train_function = self._fit_function
+            self._fit_function = None
+
+    def undo(self) -> None:
+        """Undoes every change to the model: fit's train function and ``evaluate`` are the model's own again."""
+        self.end_epoch()
+        if "evaluate" in vars(self._model):
+            del self._model.evaluate
+
+    def _undone_if_raising(self, function: Callable[[Any], Any], argument: Any) -> Any:
+        try:
+            return function(argument)
+        except BaseException:
+            # Keras ends fit without on_train_end: the model must not keep a stand-in.
+            self.undo()
+            raise
+
+
+@contextlib.contextmanager
+def one_step_per_execution(model: tf.keras.Model) -> Iterator[None]:
+    """Evaluates one batch per call, whatever ``compile(steps_per_execution=...)`` says.
+
+    The validation data has no known length (see ``_inputs.ValidationData``), and Keras
+    refuses data of unknown length with ``steps_per_execution > 1`` unless told the
+    steps, which a process's share of a Sequence or a dataset does not tell.
+    """
+    steps = _keras_compat.steps_per_execution(model)
+    saved = int(steps.numpy()) if steps is not None else 1
+    if steps is None or saved == 1:
+        yield
+        return
+    steps.assign(1)
+    try:
+        yield
+    finally:
+        steps.assign(saved)
+
+
+def _skip_evaluation(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    """Stands in for ``model.evaluate`` in the epoch a pause interrupts: no validation of a partial epoch."""
+    return {}

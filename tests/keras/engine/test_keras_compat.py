@@ -1,0 +1,98 @@
+"""The engine's own versions of Keras internals agree with Keras 2.15; each use of an internal does what it says."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from keras.src.engine import data_adapter
+
+from det_estimator.keras._api._fit import split_validation
+from det_estimator.keras._engine import _keras_compat
+from det_estimator.keras._engine._inputs import _class_weighted
+
+CLASS_WEIGHT = {0: 0.5, 1: 2.0, 2: 3.0}
+
+
+@pytest.mark.parametrize(
+    "labels",
+    [
+        np.array([0, 2, 1, 0]),  # sparse, rank 1
+        np.array([[0.0], [2.0], [1.0], [0.9]], np.float32),  # one column: rounded
+        np.eye(3, dtype=np.float32)[[2, 0, 1, 1]],  # one-hot: argmax
+    ],
+    ids=["sparse", "column", "one-hot"],
+)
+@pytest.mark.parametrize("with_sample_weights", [False, True])
+def test_class_weights_are_those_keras_applies(labels, with_sample_weights):
+    x = np.arange(4, dtype=np.float32)[:, None]
+    data = (x, labels, np.array([1.0, 2.0, 3.0, 4.0], np.float32)) if with_sample_weights else (x, labels)
+    dataset = tf.data.Dataset.from_tensor_slices(data).batch(4)
+    (_, _, ours), *_ = list(_class_weighted(dataset, CLASS_WEIGHT))
+    # Keras' own, on the batch's tensors (in a dataset it needs static shapes these batches do not have).
+    _, _, keras = data_adapter._make_class_weight_map_fn(CLASS_WEIGHT)(*map(tf.constant, data))
+    np.testing.assert_array_equal(ours.numpy(), keras.numpy())
+
+
+def test_class_weights_need_every_class_from_zero():
+    with pytest.raises(ValueError, match="keys from 0 to one less than the number of classes"):
+        _class_weighted(tf.data.Dataset.range(2), {1: 1.0})
+
+
+@pytest.mark.parametrize("split", [0.25, 0.3, 0.5])
+def test_the_validation_split_of_arrays_is_keras_own(split):
+    x, y, w = np.arange(20.0).reshape(10, 2), {"a": np.arange(10)}, None
+    ours = split_validation(x, y, w, split)
+    keras = data_adapter.train_validation_split((x, y, w), validation_split=split)
+    for mine, theirs in zip(tf.nest.flatten(ours), tf.nest.flatten(keras)):
+        np.testing.assert_array_equal(mine, theirs)
+
+
+def test_a_split_of_too_few_records_or_of_other_data_is_refused_as_keras_refuses_it():
+    with pytest.raises(ValueError, match="not sufficient to split"):
+        split_validation(np.zeros((1, 1)), np.zeros(1), None, 0.5)
+    with pytest.raises(ValueError, match="only supported for Tensors or NumPy arrays"):
+        split_validation([[1.0], [2.0]], np.zeros(2), None, 0.5)
+
+
+def test_what_compile_was_given_and_how_many_steps_an_execution_runs():
+    model = tf.keras.Sequential([tf.keras.Input((1,)), tf.keras.layers.Dense(1)])
+    assert not _keras_compat.is_compiled(model)
+    auc = tf.keras.metrics.AUC()
+    model.compile("sgd", "mse", metrics=[auc], weighted_metrics=["mae"], steps_per_execution=3)
+    assert _keras_compat.is_compiled(model)
+    assert _keras_compat.metrics_given_to_compile(model) == [auc, "mae"]
+    assert int(_keras_compat.steps_per_execution(model).numpy()) == 3
+
+
+def test_layer_generators_are_found_created_and_told_from_stateful_ops():
+    tf.keras.backend.experimental.enable_tf_random_generator()
+    try:
+        with_generator = tf.keras.Sequential([tf.keras.Input((2,)), tf.keras.layers.Dropout(0.5, name="drop")])
+    finally:
+        tf.keras.backend.experimental.disable_tf_random_generator()
+    stateful = tf.keras.Sequential([tf.keras.Input((2,)), tf.keras.layers.Dropout(0.5, name="old")])
+    (layer, random_generator), *others = _keras_compat.random_layers(with_generator)
+    assert layer.name == "drop" and not others
+    _keras_compat.create_generator(random_generator)  # made at the layer's build or first call otherwise
+    assert isinstance(_keras_compat.generator_of(random_generator), tf.random.Generator)
+    assert not _keras_compat.draws_from_stateful_ops(random_generator)
+    ((_, old),) = _keras_compat.random_layers(stateful)
+    assert _keras_compat.draws_from_stateful_ops(old)
+
+
+def test_a_view_without_the_optimizer_reads_the_weights_and_leaves_the_optimizer(tmp_path):
+    model = tf.keras.Sequential([tf.keras.Input((1,)), tf.keras.layers.Dense(1, kernel_initializer="ones")])
+    model.compile(tf.keras.optimizers.SGD(momentum=0.9), "mse")
+    model.fit(np.ones((4, 1)), np.zeros((4, 1)), verbose=0)
+    tf.train.Checkpoint(model=model).write(str(tmp_path / "ckpt"))
+    fresh = tf.keras.Sequential([tf.keras.Input((1,)), tf.keras.layers.Dense(1)])
+    fresh.compile(tf.keras.optimizers.SGD(momentum=0.9), "mse")
+    status = tf.train.Checkpoint(model=_keras_compat.model_without_optimizer(fresh)).read(str(tmp_path / "ckpt"))
+    status.expect_partial()
+    np.testing.assert_array_equal(fresh.get_weights()[0], model.get_weights()[0])
+    assert int(fresh.optimizer.iterations.numpy()) == 0
+
+
+def test_the_dataset_of_an_iterator():
+    dataset = tf.data.Dataset.range(3)
+    assert _keras_compat.dataset_of(iter(dataset)) is dataset
+    assert _keras_compat.dataset_of(iter([1, 2])) is None
