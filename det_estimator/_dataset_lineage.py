@@ -1,5 +1,6 @@
-"""Whether a ``tf.data.Dataset`` was built from one of some given datasets."""
+"""Whether a ``tf.data.Dataset`` was built from given datasets, and the one rule that takes a process's share of one."""
 
+import weakref
 from collections.abc import Container
 from typing import Any
 
@@ -23,21 +24,57 @@ def built_from(dataset: Any, sources: Container[Any]) -> bool:
     return False
 
 
-def refuse_sharding_a_share(dataset: Any, shares: Container[Any]) -> None:
-    """Raises if ``dataset`` was built from one of ``shares``, the datasets that are already one process's share.
+class DatasetShares:
+    """One process's round-robin shares of ``tf.data.Dataset`` records, and the datasets it handed out.
 
-    A dataset that ``wrap_dataset`` sharded, or that a dataset cache read, holds this
-    process's round-robin share: sharding it again would leave each process a fraction
-    of its records, and the processes together a fraction of the data, silently.
+    The one rule by which every front door (a trial's ``context.wrap_dataset``,
+    ``det.keras.init()``'s ``context.wrap_data``) gives a process its share of a dataset:
+    process ``rank`` of ``size`` keeps records ``rank``, ``rank + size``, ... A dataset
+    built from a share (or from what a dataset cache read, also one process's share) is
+    refused: sharding it again would leave each process a fraction of its records, and
+    the processes together a fraction of the data, silently. On one process nothing is
+    cut, and wrapping twice loses nothing.
 
-    Raises:
-        TrialDefinitionError: it was.
+    The sets are weak, as each ``input_fn`` builds a new graph.
+
+    Args:
+        rank: this process's rank.
+        size: how many processes share the data.
     """
-    if built_from(dataset, shares):
-        raise TrialDefinitionError(
-            "Argument `dataset` must be a dataset that is not yet this process's share. Received one built from "
-            "a dataset that context.wrap_dataset() or a context.experimental.cache_train_dataset / "
-            "cache_validation_dataset function returned, which each process already reads its own round-robin "
-            "shard of: wrapping it again would shard it again, and the processes would train or validate on a "
-            "fraction of the data. Use it without wrapping it again (or pass shard_dataset=False)."
-        )
+
+    def __init__(self, rank: int, size: int) -> None:
+        self._rank = rank
+        self._size = size
+        self._shares: weakref.WeakSet[Any] = weakref.WeakSet()  # cut by this process (on several processes)
+        self._handed_out: weakref.WeakSet[Any] = weakref.WeakSet()  # every dataset returned or read from a cache
+
+    def share_of(self, dataset: Any, shard: bool = True) -> Any:
+        """This process's share of ``dataset`` (``dataset`` itself on one process or when ``shard`` is False).
+
+        Raises:
+            TrialDefinitionError: ``dataset`` was built from a share already.
+        """
+        if shard and built_from(dataset, self._shares):
+            raise TrialDefinitionError(
+                "Argument `dataset` must be a dataset that is not yet this process's share. Received one built "
+                "from a dataset that context.wrap_dataset() or context.wrap_data() or a "
+                "context.experimental.cache_train_dataset / cache_validation_dataset function returned, which "
+                "each process already reads its own round-robin shard of: wrapping it again would shard it again, "
+                "and the processes would train or validate on a fraction of the data. Use it without wrapping it "
+                "again (or pass shard_dataset=False)."
+            )
+        if shard and self._size > 1:
+            dataset = dataset.shard(self._size, self._rank)
+            self._shares.add(dataset)
+        self._handed_out.add(dataset)
+        return dataset
+
+    def add_cached(self, dataset: Any) -> Any:
+        """Records ``dataset``, read from a dataset cache, as this process's share (caches shard as above)."""
+        self._shares.add(dataset)
+        self._handed_out.add(dataset)
+        return dataset
+
+    def handed_out(self, dataset: Any) -> bool:
+        """Whether ``dataset`` is, or was built from, one that :meth:`share_of` returned or a cache read."""
+        return built_from(dataset, self._handed_out)

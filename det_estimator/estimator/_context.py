@@ -1,12 +1,11 @@
 """EstimatorContext and EstimatorExperimentalContext: what any tf.estimator workflow gets."""
 
-import weakref
 from typing import Any, Callable, Optional, Union
 
 import tensorflow as tf
 
 from det_estimator import _dataset_cache, _horovod
-from det_estimator._dataset_lineage import refuse_sharding_a_share
+from det_estimator._dataset_lineage import DatasetShares
 from det_estimator.core import DistributedContext, DummyDistributedContext
 from det_estimator.errors import TrialDefinitionError
 from det_estimator.reducers import MetricReducer
@@ -49,10 +48,7 @@ class EstimatorContext:
         self._gradient_compression = gradient_compression
         self.wrapped_optimizers = 0
         self.wrapped_datasets = 0
-        # The datasets that are already one process's share: those wrap_dataset sharded
-        # (on several processes; on one, wrapping twice loses nothing) and those the
-        # dataset caches read. Weak, as each input_fn builds a new graph.
-        self._shares: weakref.WeakSet = weakref.WeakSet()
+        self._shares = DatasetShares(self.distributed.rank, self.distributed.size)
         # As given (a Horovod wrapper leaves its state on them), to release evaluations' graphs.
         self.optimizers: list[Any] = []
 
@@ -107,13 +103,8 @@ class EstimatorContext:
             raise TrialDefinitionError(
                 f"Argument `dataset` must be a tf.data.Dataset. Received: {type(dataset).__name__}"
             )
-        if shard_dataset:
-            refuse_sharding_a_share(dataset, self._shares)
         self.wrapped_datasets += 1
-        if shard_dataset and self.distributed.size > 1:
-            dataset = dataset.shard(self.distributed.size, self.distributed.rank)
-            self._shares.add(dataset)
-        return dataset
+        return self._shares.share_of(dataset, shard_dataset)
 
     def make_metric(
         self, metric: Any, reducer: Union[Callable[[list[Any]], Any], MetricReducer], numpy_dtype: Any
@@ -210,8 +201,7 @@ class EstimatorExperimentalContext:
 
         def count_as_wrapped(dataset: tf.data.Dataset) -> tf.data.Dataset:
             context.wrapped_datasets += 1  # sharded like wrap_dataset does
-            context._shares.add(dataset)
-            return dataset
+            return context._shares.add_cached(dataset)
 
         return _dataset_cache.caching_decorator(
             dataset_id,

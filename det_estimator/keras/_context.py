@@ -8,7 +8,7 @@ from typing import Any, Callable, Optional
 import tensorflow as tf
 
 from det_estimator import _dataset_cache, _horovod
-from det_estimator._dataset_lineage import built_from, refuse_sharding_a_share
+from det_estimator._dataset_lineage import DatasetShares
 from det_estimator._trial_context_base import TrialContextBase
 from det_estimator.config import ExperimentConfig
 from det_estimator.core import DistributedContext, DummyDistributedContext
@@ -54,10 +54,7 @@ class TFKerasTrialContext(TrialContextBase):
         TrialContextBase.__init__(self, config, hparams, trial_seed, trial_id, experiment_id)
         self._wrapped_models: weakref.WeakSet = weakref.WeakSet()
         self._wrapped_optimizers: weakref.WeakSet = weakref.WeakSet()
-        self._wrapped_datasets: weakref.WeakSet = weakref.WeakSet()
-        # The datasets that are already one process's share: those wrap_dataset sharded
-        # and those a dataset cache read (on one process, wrapping twice loses nothing).
-        self._shares: weakref.WeakSet = weakref.WeakSet()
+        self._shares = DatasetShares(self.distributed.rank, self.distributed.size)
 
     # The wrappers.
 
@@ -149,13 +146,7 @@ class TFKerasTrialContext(TrialContextBase):
         """
         if not isinstance(dataset, tf.data.Dataset):
             raise TypeError(f"Argument `dataset` must be a tf.data.Dataset. Received: {type(dataset).__name__}")
-        if shard_dataset:
-            refuse_sharding_a_share(dataset, self._shares)
-        if shard_dataset and self.distributed.size > 1:
-            dataset = dataset.shard(self.distributed.size, self.distributed.rank)
-            self._shares.add(dataset)
-        self._wrapped_datasets.add(dataset)
-        return dataset
+        return self._shares.share_of(dataset, shard_dataset)
 
     def configure_fit(
         self,
@@ -226,7 +217,7 @@ class TFKerasTrialContext(TrialContextBase):
 
     def is_wrapped_dataset(self, dataset: tf.data.Dataset) -> bool:
         """Whether ``dataset`` was built from a dataset :meth:`wrap_dataset` (or a cache) returned."""
-        return built_from(dataset, self._wrapped_datasets)
+        return self._shares.handed_out(dataset)
 
     def _distributed(self, optimizer: Any) -> Any:
         if self.is_wrapped_optimizer(optimizer):
@@ -237,11 +228,6 @@ class TFKerasTrialContext(TrialContextBase):
             self.distributed.size,
         )
         return self.wrap_optimizer(optimizer)
-
-    def _mark_wrapped(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
-        self._wrapped_datasets.add(dataset)
-        self._shares.add(dataset)
-        return dataset
 
 
 class TFKerasExperimentalContext:
@@ -301,5 +287,5 @@ class TFKerasExperimentalContext:
             size=context.distributed.size,
             shuffle_seed=context.get_trial_seed() if shuffle else None,
             reshuffle_each_iteration=reshuffle_each_iteration,
-            on_read=context._mark_wrapped,  # sharded as wrap_dataset would
+            on_read=context._shares.add_cached,  # sharded as wrap_dataset would
         )

@@ -59,6 +59,16 @@ def test_a_dataset_is_sharded_by_element(one_of_many):
     assert [list(share.as_numpy_iterator()) for share in shares] == [[0, 3, 6], [1, 4, 7], [2, 5]]
 
 
+def test_a_dataset_built_from_a_share_is_not_sharded_again(one_of_many):
+    sharder = Sharder(one_of_many(1, 2))
+    share = sharder.wrap(tf.data.Dataset.range(8))
+    with pytest.raises(ValueError, match=r"not yet this process's share.*context.wrap_data\(\)"):
+        sharder.wrap(share.map(lambda record: record * 2))
+    # The rule is the trial's: on one process nothing is cut, and wrapping twice loses nothing.
+    alone = Sharder(one_of_many(0, 1))
+    assert list(alone.wrap(alone.wrap(tf.data.Dataset.range(3)).batch(2)).as_numpy_iterator())[0].tolist() == [0, 1]
+
+
 def test_predictions_on_array_shares_come_back_in_input_order(one_of_many):
     x = np.arange(11, dtype="float32").reshape(11, 1)
     sharders = [Sharder(one_of_many(rank, 3)) for rank in range(3)]

@@ -38,7 +38,7 @@ from typing import Any, Optional
 import numpy as np
 import tensorflow as tf
 
-from det_estimator._dataset_lineage import built_from
+from det_estimator._dataset_lineage import DatasetShares
 from det_estimator.core import DistributedContext
 from det_estimator.keras._engine._sequences import DataError, Placement, as_batch, epoch_order
 
@@ -217,7 +217,7 @@ class Sharder:
         self._distributed = distributed
         # id(array) -> (weak reference, share): arrays cannot be dict keys, nor weak-keyed.
         self._arrays: dict[int, tuple[weakref.ref, Share]] = {}
-        self._datasets: weakref.WeakSet[tf.data.Dataset] = weakref.WeakSet()
+        self._datasets = DatasetShares(distributed.rank, distributed.size)
 
     def wrap(self, *data: Any) -> Any:
         """This process's share of ``data``; see :meth:`KerasContext.wrap_data`."""
@@ -238,10 +238,7 @@ class Sharder:
         return self._wrap_arrays(data)
 
     def _wrap_dataset(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
-        if self._distributed.size > 1:
-            dataset = dataset.shard(self._distributed.size, self._distributed.rank)
-        self._datasets.add(dataset)
-        return dataset
+        return self._datasets.share_of(dataset)
 
     def _wrap_sequence(self, sequence: tf.keras.utils.Sequence) -> tf.keras.utils.Sequence:
         if self._distributed.size == 1:
@@ -287,7 +284,7 @@ class Sharder:
 
     def _derived(self, dataset: tf.data.Dataset) -> bool:
         """Whether ``dataset`` was built from one :meth:`wrap` returned (batched, mapped, ...)."""
-        return built_from(dataset, self._datasets)
+        return self._datasets.handed_out(dataset)
 
 
 def in_input_order(
