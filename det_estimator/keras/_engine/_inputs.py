@@ -21,7 +21,7 @@ from typing import Any, Callable, Optional, Union
 import tensorflow as tf
 
 from det_estimator.keras._context import TFKerasTrialContext
-from det_estimator.keras._engine._position import Addressable, IteratorState
+from det_estimator.keras._engine._position import Addressable, IteratorState, Resumed
 from det_estimator.keras._engine._sequences import BatchReader, DataError, Placement, SequenceAdapter, signature_of
 from det_estimator.keras._engine._sharding import ArrayData, sequence_plan
 
@@ -76,6 +76,13 @@ class TrainingData:
             size: how many processes train now.
         """
         return self._resumed.resume(self._make_dataset(position), batches, saved, size)
+
+    def stream(self, position: int, batches: int, saved: Optional[tuple[Path, int]], size: int) -> Resumed:
+        """The dataset of this run's batches, for ``model.fit``, and what restores its first iterator, if anything.
+
+        Args: as :meth:`start`'s.
+        """
+        return self._resumed.stream(self._make_dataset(position), batches, saved, size)
 
     def save(self, iterator: Iterator, directory: Path) -> None:
         """Writes this process's position (a tf.data iterator's state) into a checkpoint being written."""
