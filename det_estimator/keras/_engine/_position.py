@@ -81,10 +81,6 @@ class Addressable:
         """``dataset`` as it is: already built at the position."""
         return dataset, None
 
-    def resume(self, dataset: tf.data.Dataset, batches: int, saved: Optional[tuple[Path, int]], size: int) -> Iterator:
-        """The iterator of ``dataset``, already built at the position."""
-        return iter(dataset)
-
     def save(self, iterator: Iterator, directory: Path) -> None:
         """Nothing: the position in the metadata is enough."""
 
@@ -99,14 +95,6 @@ class IteratorState:
     def __init__(self, rank: int) -> None:
         self._rank = rank
         self._warned_unsaved = False
-
-    def resume(self, dataset: tf.data.Dataset, batches: int, saved: Optional[tuple[Path, int]], size: int) -> Iterator:
-        """The iterator of this run's batches; see :meth:`stream`."""
-        dataset, restore = self.stream(dataset, batches, saved, size)
-        iterator = iter(dataset)
-        if restore is not None:
-            restore(iterator)
-        return iterator
 
     def stream(self, dataset: tf.data.Dataset, batches: int, saved: Optional[tuple[Path, int]], size: int) -> Resumed:
         """The dataset of this run's batches, and what restores the saved state into its first iterator.
