@@ -388,7 +388,8 @@ class TrialEngine(tf.keras.callbacks.Callback):
         going = self._schedule.after_step(self._batches, pause, stop)
         # Last: Keras stops where every process agreed to; a request of this process's waits for the next step.
         self._stop_asked = bool(model.stop_training) and going
-        model.stop_training = not going
+        if bool(model.stop_training) == going:  # set only to change it: setting a model's attribute takes time
+            model.stop_training = not going
 
     def on_train_end(self, logs: Optional[dict[str, Any]] = None) -> None:
         self._tap.undo()
