@@ -188,7 +188,8 @@ class TFKerasTrialController(TrialController):
                 self._training_stream,
                 steps_per_epoch=FOREVER,
                 epochs=1,
-                callbacks=[self._engine],
+                # The trial's own callbacks are the engine's to call, at the trial's points.
+                callbacks=_keras_compat.untimed_callbacks([self._engine], self._model),
                 verbose=0,
                 shuffle=False,
             )
