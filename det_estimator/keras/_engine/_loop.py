@@ -5,7 +5,12 @@ engine counts them (epochs and batches in them, and batches in all, over every r
 reports training and validation metrics over every process's data, writes checkpoints
 in the one format (``_format``), asks whether to pause and stops ``fit`` there, and
 resumes a ``fit`` at the epoch and batch of its checkpoint (``_position.Replay``) with
-its random states. *When* it does each is its schedule's (``_schedule``).
+its random states. *When* it does each is its schedule's (``_schedule``): a script's
+periods (``DeterminedCallback``, ``context.fit``).
+
+:class:`TrialEngine` is the same driver for a ``TFKerasTrial``'s ``fit``, one endless
+epoch: a ``WorkloadSchedule`` cuts it into workloads, and the trial's controller
+validates, checkpoints and pauses where the schedule says, between any two batches.
 """
 
 import logging
