@@ -1,12 +1,13 @@
 """What a TFKerasTrial costs in training against plain ``model.fit``, side by side in one run.
 
 Prints the steady-state training throughput (batches per second) of ``det.run_trial`` on
-a ``TFKerasTrial`` and of ``model.fit`` on the same model and the same data, fed as a
+a ``TFKerasTrial`` (the model's own ``model.fit``, with the harness's engine as its
+callback) and of a plain ``model.fit`` on the same model and the same data, fed as a
 ``tf.data.Dataset`` and as NumPy arrays, and their ratio (target at least 0.95). Both
 are timed by the same Keras callback between batch ``--warmup`` and the last batch, so
 building, tracing, validation and checkpoints are excluded; the harness's own work
-during training (batch counting, pause checks, and every ``scheduling_unit`` batches
-the training metrics' report) is included. Runs alternate, so a change in the
+during training (batch counting, the trial's callbacks, pause checks, and every
+``scheduling_unit`` batches the training metrics' report) is included. Runs alternate, so a change in the
 machine's load hits both alike; the fastest run of each (the least disturbed by other
 work on the machine) and the median of ``--repeats``.
 

@@ -50,6 +50,6 @@ def test_errors_keep_their_built_in_class():
 
 def test_both_trial_controllers_raise_the_one_trial_lifecycle_error():
     from det_estimator.estimator import _controller as estimator_controller
-    from det_estimator.keras import _controller as keras_controller
+    from det_estimator.keras import _trial_controller as keras_controller
 
     assert estimator_controller.TrialLifecycleError is keras_controller.TrialLifecycleError is TrialLifecycleError

@@ -21,11 +21,10 @@ class TFKerasTrial(abc.ABC):
     periods, and resumes it where it stopped, on one process or on several under
     Horovod, exactly as it runs an ``EstimatorTrial``.
 
-    The model runs in TensorFlow 2's eager mode (with ``tf.function`` steps, as
-    ``model.fit`` runs them). The harness drives the model's own train step
-    (``model.train_step``, custom ones included) in a loop of its own rather than
-    calling ``model.fit``, so that it can stop after any batch and save the position in
-    the data.
+    The model runs in TensorFlow 2's eager mode. Training is the model's own
+    ``model.fit`` (its train step, custom ones included), run as one long epoch with the
+    harness's engine as its callback, which cuts it into workloads, validates,
+    checkpoints and pauses between any two batches, and saves the position in the data.
 
     Args:
         context: this trial's hyperparameters, batch sizes, seed and wrappers.

@@ -15,9 +15,9 @@ def _estimator_controller(trial_class: type, core_context: core.Context, context
 
 
 def _keras_controller(trial_class: type, core_context: core.Context, context: Any) -> State:
-    from det_estimator.keras._controller import TFKerasTrialController
+    from det_estimator.keras._trial_controller import run_keras_trial
 
-    return TFKerasTrialController(trial_class, core_context, context).run()
+    return run_keras_trial(trial_class, core_context, context)
 
 
 def _controllers() -> list[tuple[type, Callable[[type, core.Context, Any], State]]]:

@@ -21,7 +21,7 @@ from typing import Any, Callable, Optional, Union
 import tensorflow as tf
 
 from det_estimator.keras._context import TFKerasTrialContext
-from det_estimator.keras._engine._position import Addressable, IteratorState
+from det_estimator.keras._engine._position import Addressable, IteratorState, Resumed
 from det_estimator.keras._engine._sequences import BatchReader, DataError, Placement, SequenceAdapter, signature_of
 from det_estimator.keras._engine._sharding import ArrayData, sequence_plan
 
@@ -66,8 +66,8 @@ class TrainingData:
         """Whether the position is the iterator's state (tf.data), saved in every checkpoint."""
         return self._saves_iterator
 
-    def start(self, position: int, batches: int, saved: Optional[tuple[Path, int]], size: int) -> Iterator:
-        """The iterator of this run's batches.
+    def stream(self, position: int, batches: int, saved: Optional[tuple[Path, int]], size: int) -> Resumed:
+        """The dataset of this run's batches, for ``model.fit``, and what restores its first iterator, if anything.
 
         Args:
             position: batches of the global stream read by all processes before this run.
@@ -75,7 +75,18 @@ class TrainingData:
             saved: the checkpoint directory to resume from and how many processes wrote it.
             size: how many processes train now.
         """
-        return self._resumed.resume(self._make_dataset(position), batches, saved, size)
+        return self._resumed.stream(self._make_dataset(position), batches, saved, size)
+
+    def start(self, position: int, batches: int, saved: Optional[tuple[Path, int]], size: int) -> Iterator:
+        """The first iterator of this run's batches, as ``fit`` reads it: :meth:`stream`'s, restored.
+
+        Args: as :meth:`stream`'s.
+        """
+        dataset, restore = self.stream(position, batches, saved, size)
+        iterator = iter(dataset)
+        if restore is not None:
+            restore(iterator)
+        return iterator
 
     def save(self, iterator: Iterator, directory: Path) -> None:
         """Writes this process's position (a tf.data iterator's state) into a checkpoint being written."""

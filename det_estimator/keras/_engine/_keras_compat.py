@@ -69,6 +69,21 @@ def serving_signature(model: tf.keras.Model) -> Any:
     return saving_utils.trace_model_call(model)
 
 
+# ----- fit's callbacks -----
+
+
+def untimed_callbacks(callbacks: list[tf.keras.callbacks.Callback], model: tf.keras.Model) -> Any:
+    """``callbacks`` as ``fit`` calls them, without Keras' check that batch hooks are fast.
+
+    A driver that validates and checkpoints in ``on_train_batch_end`` would be reported
+    as slow over the first batches. ``fit`` takes the list as it is (no History, no
+    progress bar). Keras 3: a plain list; its ``CallbackList`` times nothing.
+    """
+    callback_list = tf.keras.callbacks.CallbackList(callbacks, model=model)
+    callback_list._check_timing = False
+    return callback_list
+
+
 # ----- where fit starts -----
 
 

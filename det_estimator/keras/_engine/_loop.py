@@ -5,23 +5,29 @@ engine counts them (epochs and batches in them, and batches in all, over every r
 reports training and validation metrics over every process's data, writes checkpoints
 in the one format (``_format``), asks whether to pause and stops ``fit`` there, and
 resumes a ``fit`` at the epoch and batch of its checkpoint (``_position.Replay``) with
-its random states. *When* it does each is its schedule's (``_schedule``).
+its random states. *When* it does each is its schedule's (``_schedule``): a script's
+periods (``DeterminedCallback``, ``context.fit``).
+
+:class:`TrialEngine` is the same driver for a ``TFKerasTrial``'s ``fit``, one endless
+epoch: a ``WorkloadSchedule`` cuts it into workloads, and the trial's controller
+validates, checkpoints and pauses where the schedule says, between any two batches.
 """
 
 import logging
-import numbers
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Optional, Union
 
-import numpy as np
 import tensorflow as tf
 
 from det_estimator import core
 from det_estimator._process_random_state import python_and_numpy_state
 from det_estimator.keras._engine import _format, _keras_compat, _random_states
-from det_estimator.keras._engine._metrics import GlobalMetrics, global_metrics, with_searcher_metric
+from det_estimator.keras._engine._callbacks import TrialCallbacks
+from det_estimator.keras._engine._metrics import GlobalMetrics, global_metrics, numbers_of, with_searcher_metric
 from det_estimator.keras._engine._position import Position, Replay
-from det_estimator.keras._engine._schedule import EpochSchedule
+from det_estimator.keras._engine._schedule import EpochSchedule, TrialSteps, WorkloadSchedule
 from det_estimator.keras._engine._tap import Tap
 
 logger = logging.getLogger("det_estimator.keras")
@@ -171,7 +177,7 @@ class Engine(tf.keras.callbacks.Callback):
             # must exist to be restored.
             with model.distribute_strategy.scope():
                 _random_states.create_layer_generators(model)
-            _warn_of_layers_without_generators(model)
+            _random_states.warn_of_layers_without_generators(model)
         # Variables created later (an unbuilt model) are restored when they are created:
         # keep the reading alive until then. A warm start reads the weights alone.
         self._resume_status = _format.restore_variables(state, model, with_optimizer=with_optimizer)
@@ -262,13 +268,13 @@ class Engine(tf.keras.callbacks.Callback):
         return global_metrics(self.model, self._core.distributed, logs)
 
     def _report_training(self, logs: Optional[dict[str, Any]]) -> None:
-        metrics = _numbers(logs)
+        metrics = numbers_of(logs)
         self._last_training_report = self._steps_completed
         if metrics:
             self._core.train.report_training_metrics(self._steps_completed, metrics)
 
     def _report_validation(self, logs: dict[str, Any]) -> None:
-        metrics = _numbers(logs)
+        metrics = numbers_of(logs)
         if not metrics:
             return
         metrics = with_searcher_metric(metrics, self._core.config.searcher.metric)
@@ -303,34 +309,93 @@ class Engine(tf.keras.callbacks.Callback):
         logger.info("checkpoint %s after %d batches", storage_id, self._steps_completed)
 
 
-def _warn_of_layers_without_generators(model: tf.keras.Model) -> None:
-    names = _random_states.layers_without_generators(model)
-    if names:
-        logger.warning(
-            "Layers %s draw from TensorFlow's stateful random ops, whose position no checkpoint holds: the "
-            "resumed training draws other masks than an uninterrupted one would. To resume exactly, call "
-            "tf.keras.backend.experimental.enable_tf_random_generator() before building the model "
-            "(det.keras.init() does it in a trial).",
-            ", ".join(names),
-        )
+# Batches per epoch of a trial's fit: it runs one endless epoch, cut into workloads by the engine.
+FOREVER = sys.maxsize
 
 
-def _numbers(logs: Optional[dict[str, Any]]) -> dict[str, float]:
-    """The numeric entries of ``logs`` as floats (already combined across processes)."""
-    numbers = {key: _to_float(value) for key, value in (logs or {}).items()}
-    return {key: value for key, value in numbers.items() if value is not None}
+class TrialEngine(tf.keras.callbacks.Callback):
+    """A trial's driver inside ``model.fit``: workloads, validations, checkpoints, pauses between any two batches.
 
+    The trial's ``fit`` runs one epoch of :data:`FOREVER` batches with this engine as its
+    only callback. Before each step the engine asks the schedule how many batches the
+    step trains (a workload's or an epoch of ``records_per_epoch``'s end cuts an
+    execution short); the step trains them through the tap, which on several processes
+    also agrees on pausing and stopping; after it the engine counts them, calls the
+    trial's callbacks with its own batch numbers (Keras' are meaningless here) and hands
+    the schedule the step, which says whether training goes on. Keras stops after the
+    step the processes agreed on: the engine writes the agreed ``model.stop_training``
+    last, and carries a callback's own request into the next step's agreement. Keras'
+    own epoch end, when ``fit`` stops, is no epoch of the trial's: the engine ignores it.
 
-def _to_float(value: Any) -> Optional[float]:
-    """A metric's value as a float, or None when it is not a number (a tensor is read)."""
-    if isinstance(value, (tf.Tensor, tf.Variable)):
-        if value.shape.rank != 0:
-            return None
-        value = value.numpy()
-    if isinstance(value, np.ndarray):
-        if value.ndim != 0:
-            return None
-        value = value.item()
-    if isinstance(value, numbers.Real) and not isinstance(value, bool):
-        return float(value)
-    return None
+    Args:
+        trial: the trial's controller: its bookkeeping, and what follows a workload.
+        schedule: the trial's workloads.
+        tap: the model's train function.
+        callbacks: the trial's callbacks.
+        core_context: the trial's core context.
+        first_iterator: what to do with the first iterator ``fit`` makes (restore a saved position), or None.
+    """
+
+    def __init__(
+        self,
+        trial: TrialSteps,
+        schedule: WorkloadSchedule,
+        tap: Tap,
+        callbacks: TrialCallbacks,
+        core_context: core.Context,
+        first_iterator: Optional[Callable[[Any], None]] = None,
+    ) -> None:
+        super().__init__()
+        self._trial = trial
+        self._schedule = schedule
+        self._tap = tap
+        self._callbacks = callbacks
+        self._core = core_context
+        self._first_iterator = first_iterator
+        self._fit_iterator: Any = None  # the iterator fit reads, from its first step on
+        self._batches = 0  # of the step under way
+        self._agreed = (False, False)
+        self._stop_asked = False  # a callback's request on this process, for the next step's agreement
+        # The logs are the train function's tensors: the trial's callbacks read them if they need to.
+        self._supports_tf_logs = True
+
+    @property
+    def fit_iterator(self) -> Any:
+        """The iterator ``fit`` reads (its state is the position of a tf.data input)."""
+        if self._fit_iterator is None:
+            raise RuntimeError("The trial's model.fit has not trained a step yet: there is no iterator to save.")
+        return self._fit_iterator
+
+    def on_train_begin(self, logs: Optional[dict[str, Any]] = None) -> None:
+        self._tap.drive(self._step)
+        self._trial.begin_training()
+
+    def on_train_batch_begin(self, batch: int, logs: Optional[dict[str, Any]] = None) -> None:
+        self._batches = self._schedule.batches_for_step(self._tap.batches_per_call)
+        self._callbacks.on_train_batch_begin(self._trial.batches)
+
+    def _step(self, iterator: Any) -> Any:
+        if self._fit_iterator is None and self._first_iterator is not None:
+            self._first_iterator(iterator)
+        self._fit_iterator = iterator
+        logs, pause, stop = self._tap(iterator, self._batches, self._core.preempt.requested_locally(), self._stop_asked)
+        self._agreed = (pause, stop)
+        return logs
+
+    def on_train_batch_end(self, batch: int, logs: Optional[dict[str, Any]] = None) -> None:
+        model, trial = self.model, self._trial
+        trial.count_batches(self._batches)
+        self._callbacks.on_train_batch_end(trial.batches, self._batches, logs)
+        self._core.train.report_batches(trial.batches)
+        pause, stop = self._agreed
+        if self._core.distributed.size == 1:  # no agreement to wait for: what the callbacks just did counts
+            pause, stop = self._core.preempt.requested_locally(), bool(model.stop_training)
+        going = self._schedule.after_step(self._batches, pause, stop)
+        # Last: Keras stops where every process agreed to; a request of this process's waits for the next step.
+        self._stop_asked = bool(model.stop_training) and going
+        if bool(model.stop_training) == going:  # set only to change it: setting a model's attribute takes time
+            model.stop_training = not going
+
+    def on_train_end(self, logs: Optional[dict[str, Any]] = None) -> None:
+        self._tap.undo()
+        self._trial.end_training()

@@ -21,6 +21,7 @@ A metric of your own whose state is not a sum (a maximum, a last value) would be
 combined wrongly; keep such metrics out of distributed runs or make their state additive.
 """
 
+import numbers
 from collections.abc import Mapping
 from typing import Any, Optional
 
@@ -124,6 +125,27 @@ def with_searcher_metric(metrics: dict[str, Any], searcher_metric: Optional[str]
     if searcher_metric and searcher_metric.startswith("val_") and searcher_metric[4:] in metrics:
         return {**metrics, searcher_metric: metrics[searcher_metric[4:]]}
     return metrics
+
+
+def numbers_of(logs: Optional[Mapping[str, Any]]) -> dict[str, float]:
+    """The numeric entries of ``logs`` as floats (already combined across processes)."""
+    numbers = {key: _to_float(value) for key, value in (logs or {}).items()}
+    return {key: value for key, value in numbers.items() if value is not None}
+
+
+def _to_float(value: Any) -> Optional[float]:
+    """A metric's value as a float, or None when it is not a number (a tensor is read)."""
+    if isinstance(value, (tf.Tensor, tf.Variable)):
+        if value.shape.rank != 0:
+            return None
+        value = value.numpy()
+    if isinstance(value, np.ndarray):
+        if value.ndim != 0:
+            return None
+        value = value.item()
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return float(value)
+    return None
 
 
 def _results(metrics: list) -> dict[str, Any]:

@@ -19,7 +19,7 @@ at it in one of three ways:
 """
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -70,12 +70,16 @@ class Position:
         return cls(**known)
 
 
+# How a stream resumes: the dataset to read, and what to do with the first iterator made of it (or None).
+Resumed = tuple[tf.data.Dataset, Optional[Callable[[Iterator], None]]]
+
+
 class Addressable:
     """An input whose batches the engine addresses by number: it is built at its position, nothing is saved."""
 
-    def resume(self, dataset: tf.data.Dataset, batches: int, saved: Optional[tuple[Path, int]], size: int) -> Iterator:
-        """The iterator of ``dataset``, already built at the position."""
-        return iter(dataset)
+    def stream(self, dataset: tf.data.Dataset, batches: int, saved: Optional[tuple[Path, int]], size: int) -> Resumed:
+        """``dataset`` as it is: already built at the position."""
+        return dataset, None
 
     def save(self, iterator: Iterator, directory: Path) -> None:
         """Nothing: the position in the metadata is enough."""
@@ -92,8 +96,8 @@ class IteratorState:
         self._rank = rank
         self._warned_unsaved = False
 
-    def resume(self, dataset: tf.data.Dataset, batches: int, saved: Optional[tuple[Path, int]], size: int) -> Iterator:
-        """The iterator of this run's batches.
+    def stream(self, dataset: tf.data.Dataset, batches: int, saved: Optional[tuple[Path, int]], size: int) -> Resumed:
+        """The dataset of this run's batches, and what restores the saved state into its first iterator.
 
         Args:
             dataset: the pipeline, from its beginning.
@@ -102,29 +106,21 @@ class IteratorState:
             size: how many processes train now.
 
         Raises:
-            DataError: the saved state is not that of this pipeline.
+            DataError: (when the first iterator is restored) the saved state is not that of this pipeline.
         """
-        iterator = iter(dataset)
         if batches == 0:
-            return iterator
+            return dataset, None
         # This process's position, if the checkpoint was written by as many processes.
         prefix = saved[0] / ITERATORS_DIR / f"rank{self._rank}" if saved is not None and saved[1] == size else None
         if prefix is not None and Path(f"{prefix}.index").exists():
-            try:
-                tf.train.Checkpoint(iterator=iterator).read(str(prefix)).assert_consumed()
-            except (tf.errors.OpError, AssertionError, ValueError) as error:
-                raise DataError(
-                    f"The position of the training dataset saved in {prefix} cannot be restored: {error}. "
-                    "Does build_training_data_loader() build the same pipeline as when the checkpoint was written?"
-                ) from error
-            return iterator
+            return dataset, _restorer(prefix)
         logger.warning(
             "The checkpoint holds no position of this process's training dataset (%s): the dataset restarts and "
             "skips the %d batches already trained, which takes time in proportion to them.",
             "it was written by another number of processes" if saved and saved[1] != size else "it could not be saved",
             batches,
         )
-        return iter(dataset.skip(batches))
+        return dataset.skip(batches), None
 
     def save(self, iterator: Iterator, directory: Path) -> None:
         """Writes this process's position (the iterator's state) into a checkpoint being written."""
@@ -143,6 +139,21 @@ class IteratorState:
                     "and py_function do not.",
                     str(error).splitlines()[0],
                 )
+
+
+def _restorer(prefix: Path) -> Callable[[Iterator], None]:
+    """Restores the iterator state saved at ``prefix`` into an iterator of the same pipeline."""
+
+    def restore(iterator: Iterator) -> None:
+        try:
+            tf.train.Checkpoint(iterator=iterator).read(str(prefix)).assert_consumed()
+        except (tf.errors.OpError, AssertionError, ValueError) as error:
+            raise DataError(
+                f"The position of the training dataset saved in {prefix} cannot be restored: {error}. "
+                "Does build_training_data_loader() build the same pipeline as when the checkpoint was written?"
+            ) from error
+
+    return restore
 
 
 class Replay:

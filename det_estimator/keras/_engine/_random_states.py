@@ -8,6 +8,7 @@ an uninterrupted one would. Python's and NumPy's states are kept as the estimato
 controller keeps them (``det_estimator._process_random_state``).
 """
 
+import logging
 from typing import Any, Optional
 
 import numpy as np
@@ -15,6 +16,8 @@ import tensorflow as tf
 
 from det_estimator._process_random_state import restore_python_and_numpy_state
 from det_estimator.keras._engine import _keras_compat
+
+logger = logging.getLogger("det_estimator.keras")
 
 
 def seed_everything(seed: int) -> None:
@@ -89,3 +92,16 @@ def restore_generator_states(found: list[tf.random.Generator], states: Optional[
         value = np.asarray(state, dtype=generator.state.dtype.as_numpy_dtype)
         if not np.array_equal(generator.state.numpy(), value):  # most often the chief's, just read
             generator.state.assign(value)
+
+
+def warn_of_layers_without_generators(model: tf.keras.Model) -> None:
+    """Warns, naming them, of the layers whose draws no checkpoint holds (they resume with other masks)."""
+    names = layers_without_generators(model)
+    if names:
+        logger.warning(
+            "Layers %s draw from TensorFlow's stateful random ops, whose position no checkpoint holds: the "
+            "resumed training draws other masks than an uninterrupted one would. To resume exactly, call "
+            "tf.keras.backend.experimental.enable_tf_random_generator() before building the model "
+            "(det.keras.init() does it in a trial).",
+            ", ".join(names),
+        )

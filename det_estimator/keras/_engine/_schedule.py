@@ -115,6 +115,15 @@ class TrialSteps(Protocol):
     def last_checkpoint(self) -> int:
         """The batches at the last checkpoint (-1: none yet)."""
 
+    def begin_training(self) -> None:
+        """Training (re)starts: the trial's callbacks begin, the initial validation if due."""
+
+    def count_batches(self, batches: int) -> None:
+        """A step trained ``batches`` batches."""
+
+    def end_training(self) -> None:
+        """Training ended (completed, paused or stopped)."""
+
     def begin_workload(self, requested: int) -> None:
         """A workload of ``requested`` batches begins (the trial's hooks, the training metrics reset)."""
 
@@ -165,19 +174,21 @@ class WorkloadSchedule:
         config: the experiment config.
         global_batch_size: the batches' global size, to turn lengths into batches.
         test: test mode: workloads of one batch.
-        max_batches: the batches to train in all for the searcher's operation.
     """
 
-    def __init__(
-        self, trial: TrialSteps, config: ExperimentConfig, global_batch_size: int, test: bool, max_batches: int
-    ) -> None:
+    def __init__(self, trial: TrialSteps, config: ExperimentConfig, global_batch_size: int, test: bool) -> None:
         self._trial = trial
         self._config = config
         self._global_batch_size = global_batch_size
         self._test = test
-        self._max_batches = max_batches
+        self._max_batches = 0  # the batches to train in all for the searcher's operation
         self._requested = 0  # batches of the workload under way (0: none)
         self._done = 0
+
+    def start(self, max_batches: int) -> None:
+        """Training starts, to ``max_batches`` batches in all for the searcher's operation."""
+        self._max_batches = max_batches
+        self._requested = self._done = 0
 
     def workload_length(self) -> int:
         """``scheduling_unit`` batches, or fewer: to end where the operation ends, a validation or checkpoint is due."""

@@ -1,13 +1,13 @@
 """The train function as the engine sees it: executions cut at any batch, stops agreed by every process, its input.
 
-The engine trains through the model's own train function (what ``model.fit`` runs per
-step, custom ``train_step``s included). :class:`Tap` calls it for a number of batches
-(a workload's end may cut an execution of ``compile(steps_per_execution=n)`` short),
-and on several processes sums two flags over them in the same compiled step, so that
-every process stops after the same batch. Inside ``model.fit`` it also stands in for
-fit's train function when a resumed epoch must read another iterator than fit's own,
-and keeps ``evaluate`` from running when a pause cuts an epoch: every such change is
-undone when fit ends, and when the train function raises.
+``model.fit`` calls the model's train function once per step (custom ``train_step``s
+included). For a trial, :class:`Tap` stands in for it (:meth:`Tap.drive`): it calls it
+for as many batches as the engine says (a workload's end may cut an execution of
+``compile(steps_per_execution=n)`` short), and on several processes sums two flags over
+them in the same compiled step, so that every process stops after the same batch. For a
+script's ``fit``, it stands in for fit's train function when a resumed epoch must read
+another iterator than fit's own, and keeps ``evaluate`` from running when a pause cuts
+an epoch. Every change is undone when fit ends, and when the train function raises.
 """
 
 import contextlib
@@ -49,12 +49,16 @@ class Tap:
             self._agreeing = train_and_agree if model.run_eagerly else tf.function(train_and_agree)
         self._fit_function: Optional[Callable[[Any], Any]] = None
 
-    def trace(self, iterator: Iterator) -> None:
-        """Traces the step without running it, which creates every variable of the model and its optimizer."""
+    def trace(self, dataset: tf.data.Dataset) -> None:
+        """Traces the step for iterators of ``dataset``, not running it, which creates every variable it uses.
+
+        No iterator is made: ``fit`` makes its own, which then runs the traced step.
+        """
+        spec = tf.data.IteratorSpec(dataset.element_spec)
         if self._agreeing is not None and isinstance(self._agreeing, tf.types.experimental.GenericFunction):
-            self._agreeing.get_concrete_function(iterator, tf.TensorSpec([2], tf.int32))
+            self._agreeing.get_concrete_function(spec, tf.TensorSpec([2], tf.int32))
         elif isinstance(self._function, tf.types.experimental.GenericFunction):
-            self._function.get_concrete_function(iterator)
+            self._function.get_concrete_function(spec)
 
     def __call__(self, iterator: Iterator, batches: int, pause: bool, stop: bool) -> tuple[Any, bool, bool]:
         """Trains ``batches`` batches (at most :attr:`batches_per_call`); returns the logs and the agreed flags.
@@ -97,6 +101,11 @@ class Tap:
             return self._undone_if_raising(function, substitute)
 
         model.train_function = first_step
+
+    def drive(self, step: Callable[[Any], Any]) -> None:
+        """Makes fit call ``step(iterator)`` at every step instead of its train function, until :meth:`undo`."""
+        self._fit_function = self._model.train_function
+        self._model.train_function = lambda iterator: self._undone_if_raising(step, iterator)
 
     def skip_evaluation(self) -> None:
         """Makes the ``evaluate`` fit runs at this epoch's end do nothing (a pause cut the epoch)."""

@@ -1,5 +1,8 @@
 """The engine's own versions of Keras internals agree with Keras 2.15; each use of an internal does what it says."""
 
+import logging
+import time
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -96,3 +99,20 @@ def test_the_dataset_of_an_iterator():
     dataset = tf.data.Dataset.range(3)
     assert _keras_compat.dataset_of(iter(dataset)) is dataset
     assert _keras_compat.dataset_of(iter([1, 2])) is None
+
+
+def test_callbacks_given_to_fit_untimed_draw_no_slow_hook_warning(caplog):
+    class Slow(tf.keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            time.sleep(0.02)
+
+    model = tf.keras.Sequential([tf.keras.Input((1,)), tf.keras.layers.Dense(1)])
+    model.compile("sgd", "mse")
+    data = tf.data.Dataset.from_tensors((np.ones((1, 1), np.float32), np.ones((1, 1), np.float32))).repeat()
+    with caplog.at_level(logging.WARNING):
+        model.fit(data, steps_per_epoch=8, verbose=0, callbacks=[Slow()])
+    assert "is slow compared to the batch time" in caplog.text  # what Keras says of the same hooks it times
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        model.fit(data, steps_per_epoch=8, verbose=0, callbacks=_keras_compat.untimed_callbacks([Slow()], model))
+    assert "is slow" not in caplog.text

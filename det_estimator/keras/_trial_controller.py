@@ -1,7 +1,8 @@
 """TFKerasTrialController: runs one TFKerasTrial on this process, as one rank of the job, on the Core API."""
 
+import contextlib
 import logging
-from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -17,8 +18,9 @@ from det_estimator.keras._context import TFKerasTrialContext
 from det_estimator.keras._devices import apply_session_config, pin_local_gpu, require_eager
 from det_estimator.keras._engine import _callback_states, _format, _inputs, _keras_compat, _random_states
 from det_estimator.keras._engine._callbacks import TrialCallbacks
+from det_estimator.keras._engine._loop import FOREVER, TrialEngine
 from det_estimator.keras._engine._metrics import global_metrics, local_metrics, read_combined
-from det_estimator.keras._engine._position import Position
+from det_estimator.keras._engine._position import Position, Resumed
 from det_estimator.keras._engine._schedule import WorkloadSchedule
 from det_estimator.keras._engine._tap import Tap, one_step_per_execution
 from det_estimator.keras._reducer_metric import ReducerMetric
@@ -28,8 +30,97 @@ from det_estimator.store import State
 logger = logging.getLogger("det_estimator.keras")
 
 
+def run_keras_trial(
+    trial_class: type, core_context: core.Context, context: Optional[TFKerasTrialContext] = None
+) -> State:
+    """Builds ``trial_class``'s trial and runs it to its end (or to a pause); returns COMPLETED or PAUSED.
+
+    Seeds the process with the trial's seed (with random generators in Keras' layers, so
+    that a resumed trial draws what an uninterrupted one would), builds the trial and
+    its parts, and runs its controller; the data readers and the checkpoint it resumed
+    from are released at the end.
+
+    Args:
+        trial_class: the user's ``TFKerasTrial`` subclass.
+        core_context: the trial's core context on this process.
+        context: the trial's context, when it exists before the trial; by default a new one.
+
+    Raises:
+        TypeError: ``trial_class`` is not a ``TFKerasTrial`` subclass.
+    """
+    if not (isinstance(trial_class, type) and issubclass(trial_class, TFKerasTrial)):
+        raise TypeError(f"Argument `trial_class` must be a subclass of TFKerasTrial. Received: {trial_class!r}")
+    context = context or new_trial_context(TFKerasTrialContext, core_context)
+    require_eager()
+    pin_local_gpu(core_context.distributed.local_rank)
+    previous_setting = _random_states.use_generators_in_layers()
+    try:
+        _random_states.seed_everything(core_context.info.require_trial().trial_seed)
+        with contextlib.ExitStack() as resources:
+            built = BuiltTrial.of(trial_class(context), context, core_context.info.test_mode, resources)
+            return TFKerasTrialController(core_context, context, built, resources).run()
+    finally:
+        _random_states.restore_layer_setting(previous_setting)
+
+
+@dataclass(frozen=True)
+class BuiltTrial:
+    """What a ``TFKerasTrial`` builds, checked: everything its controller runs.
+
+    Attributes:
+        model: the wrapped, compiled model.
+        training: this process's training data.
+        validation: this process's validation data.
+        callbacks: what ``keras_callbacks()`` returned.
+    """
+
+    model: tf.keras.Model
+    training: _inputs.TrainingData
+    validation: _inputs.ValidationData
+    callbacks: Any
+
+    @classmethod
+    def of(
+        cls, trial: TFKerasTrial, context: TFKerasTrialContext, test: bool, resources: contextlib.ExitStack
+    ) -> "BuiltTrial":
+        """Calls the trial's builders and checks what they return; the data's readers are closed with ``resources``.
+
+        Raises:
+            TrialLifecycleError: the model is not wrapped and compiled as the harness needs.
+            DataError: a data loader returned something the harness cannot read.
+        """
+        apply_session_config(trial.session_config())
+        model = _checked_model(trial.build_model(), context)
+        training = _inputs.training_data(trial.build_training_data_loader(), context)
+        resources.callback(training.close)
+        validation = _inputs.validation_data(trial.build_validation_data_loader(), context, test)
+        resources.callback(validation.close)
+        return cls(model, training, validation, trial.keras_callbacks())
+
+
+def _checked_model(model: Any, context: TFKerasTrialContext) -> tf.keras.Model:
+    model = check_model(model)
+    if not context.is_wrapped_model(model):
+        raise TrialLifecycleError(
+            "build_model() returned a model that never went through context.wrap_model(). Wrap the model right "
+            "after creating it, then compile it: model = self.context.wrap_model(model); model.compile(...)."
+        )
+    if not _keras_compat.is_compiled(model):
+        raise TrialLifecycleError(
+            "build_model() returned a model that is not compiled: call model.compile(optimizer, loss, ...) "
+            "in build_model() after context.wrap_model(model)."
+        )
+    if not context.is_wrapped_optimizer(model.optimizer):
+        raise TrialLifecycleError(
+            f"The model was compiled before context.wrap_model(), so its optimizer does not average gradients "
+            f"over the {context.distributed.size} processes. Wrap the model before compiling it, or compile it with "
+            "an optimizer from context.wrap_optimizer(optimizer)."
+        )
+    return model
+
+
 class TFKerasTrialController(TrialController):
-    """Trains, validates and checkpoints one ``TFKerasTrial`` on this process.
+    """Trains, validates and checkpoints one built ``TFKerasTrial`` on this process.
 
     Every rank of the job runs one controller; rank 0 (the chief) writes the
     checkpoints, every rank its own position in a tf.data input. All ranks take the
@@ -38,88 +129,71 @@ class TFKerasTrialController(TrialController):
     checkpoints, pauses and lengths all go through the trial's core context, as for an
     ``EstimatorTrial``.
 
-    Training drives the model's own train function (what ``model.fit`` runs per batch)
-    in workloads of ``scheduling_unit`` batches, from an iterator the controller owns,
-    so that it can validate and checkpoint between any two batches and save where the
-    data stands.
+    Training is the model's own ``model.fit``, one endless epoch with the engine
+    (``_engine._loop.TrialEngine``) as its callback, which cuts it into workloads of
+    ``scheduling_unit`` batches (a :class:`WorkloadSchedule`) and validates, checkpoints
+    and pauses between any two batches; a tf.data input's position is its iterator's
+    state, saved in every checkpoint. The controller is built at the trial's position,
+    its variables restored: :meth:`run` only trains. :func:`run_keras_trial` builds it.
 
     Args:
-        trial_class: the user's ``TFKerasTrial`` subclass.
         core_context: the trial's core context on this process.
-        context: the trial's context, when it exists before the trial; by default a new one.
+        context: the trial's context.
+        built: what the trial built.
+        resources: released when the run ends; the checkpoint resumed from stays open in it
+            until then (variables made by the first step and the first iterator's state
+            are read from it then).
     """
 
     def __init__(
         self,
-        trial_class: type,
         core_context: core.Context,
-        context: Optional[TFKerasTrialContext] = None,
+        context: TFKerasTrialContext,
+        built: BuiltTrial,
+        resources: contextlib.ExitStack,
     ) -> None:
-        if not (isinstance(trial_class, type) and issubclass(trial_class, TFKerasTrial)):
-            raise TypeError(f"Argument `trial_class` must be a subclass of TFKerasTrial. Received: {trial_class!r}")
         super().__init__(core_context)
-        self._trial_class = trial_class
-        self.context = context or new_trial_context(TFKerasTrialContext, core_context)
+        self.context = context
+        self._model = built.model
+        self._train_data = built.training
+        self._validation = built.validation
+        self._callbacks = TrialCallbacks(
+            built.callbacks,
+            self._model,
+            self._batches_per_epoch(),
+            tensorboard_dir=_string_or_none(self._core.train.get_tensorboard_path()),
+            rank=self._distributed.rank,
+        )
+        self._check_exact_metrics_run_compiled()
+        options = _format.CheckpointOptions(
+            "TFKerasTrial", saved_model=True, callbacks=True, iterators=self._train_data.saves_iterator
+        )
+        self._writer = _format.CheckpointWriter(self._core, self._model, options)
+        self._tap = Tap(self._model, self._distributed.size)
         # Batches of the global input stream read before this run, and this run's first batch.
         self._start_position = 0
         self._start_batches = 0
         self._saved_callback_states: Optional[list[dict[str, Any]]] = None
+        self._restored: Any = None
+        self._training_stream, first_iterator = self._resume(resources)
+        self._schedule = WorkloadSchedule(self, self._config, context.get_global_batch_size(), self._test)
+        self._engine = TrialEngine(self, self._schedule, self._tap, self._callbacks, self._core, first_iterator)
 
     def run(self) -> State:
         """Runs the trial to its end (or to a pause); returns COMPLETED or PAUSED."""
-        require_eager()
-        pin_local_gpu(self._distributed.local_rank)
-        previous_setting = _random_states.use_generators_in_layers()
-        _random_states.seed_everything(self._seed)
-        try:
-            trial = self._trial_class(self.context)
-            apply_session_config(trial.session_config())
-            self._model = self._built_model(trial)
-            self._train_data = _inputs.training_data(trial.build_training_data_loader(), self.context)
-            self._validation = _inputs.validation_data(trial.build_validation_data_loader(), self.context, self._test)
-            self._callbacks = TrialCallbacks(
-                trial.keras_callbacks(),
-                self._model,
-                self._batches_per_epoch(),
-                tensorboard_dir=_string_or_none(self._core.train.get_tensorboard_path()),
-                rank=self._distributed.rank,
+        max_batches = self._start_operations()
+        if max_batches is not None:
+            self._schedule.start(max_batches)
+            self._model.fit(
+                self._training_stream,
+                steps_per_epoch=FOREVER,
+                epochs=1,
+                # The trial's own callbacks are the engine's to call, at the trial's points.
+                callbacks=_keras_compat.untimed_callbacks([self._engine], self._model),
+                verbose=0,
+                shuffle=False,
             )
-            self._check_exact_metrics_run_compiled()
-            options = _format.CheckpointOptions(
-                "TFKerasTrial", saved_model=True, callbacks=True, iterators=self._train_data.saves_iterator
-            )
-            self._writer = _format.CheckpointWriter(self._core, self._model, options)
-            self._step = Tap(self._model, self._distributed.size)
-            iterator = self._resume()
-            max_batches = self._start_operations()
-            if max_batches is not None:
-                self._train(iterator, max_batches)
-        finally:
-            for data in ("_train_data", "_validation"):
-                if hasattr(self, data):
-                    getattr(self, data).close()
-            _random_states.restore_layer_setting(previous_setting)
         return self._state
-
-    def _built_model(self, trial: TFKerasTrial) -> tf.keras.Model:
-        model = check_model(trial.build_model())
-        if not self.context.is_wrapped_model(model):
-            raise TrialLifecycleError(
-                "build_model() returned a model that never went through context.wrap_model(). Wrap the model right "
-                "after creating it, then compile it: model = self.context.wrap_model(model); model.compile(...)."
-            )
-        if not _keras_compat.is_compiled(model):
-            raise TrialLifecycleError(
-                "build_model() returned a model that is not compiled: call model.compile(optimizer, loss, ...) "
-                "in build_model() after context.wrap_model(model)."
-            )
-        if not self.context.is_wrapped_optimizer(model.optimizer):
-            raise TrialLifecycleError(
-                f"The model was compiled before context.wrap_model(), so its optimizer does not average gradients "
-                f"over the {self._distributed.size} processes. Wrap the model before compiling it, or compile it with "
-                "an optimizer from context.wrap_optimizer(optimizer)."
-            )
-        return model
 
     def _check_exact_metrics_run_compiled(self) -> None:
         # Before the first step Keras lists no compiled metric yet: look at what compile() was given.
@@ -138,66 +212,61 @@ class TFKerasTrialController(TrialController):
 
     # Resuming.
 
-    def _resume(self) -> Iterator:
-        """The training iterator at this trial's position, with the model, callbacks and random states restored."""
+    def _resume(self, resources: contextlib.ExitStack) -> Resumed:
+        """The training dataset at this trial's position, with the model, callbacks and random states restored.
+
+        Returns the dataset and what restores the saved state into the first iterator
+        ``fit`` makes of it (a tf.data input's position), if anything.
+        """
         size = self._distributed.size
         if self._latest_checkpoint is None:
-            iterator = self._train_data.start(0, 0, None, size)
-            self._build(iterator)
-            return iterator
-        with self._core.checkpoint.restore_path(self._latest_checkpoint) as path:
-            state = _format.read(path)
-            position = Position.saved(state.position)
-            self._batches = self._last_checkpoint = self._start_batches = position.steps_completed
-            data_position = position.data_position
-            self._start_position = self._batches * size if data_position is None else data_position
-            self._best_metric = state.position["best_validation_metric"]
-            last_validation = state.position["last_validation_batches"]
-            self._last_validation = -1 if last_validation is None else int(last_validation)
-            saved = (path, position.slots or size)
-            iterator = self._train_data.start(self._start_position, self._batches, saved, size)
-            self._build(iterator)
-            _format.restore_variables(state, self._model, with_optimizer=True, strict=True)
-            self._saved_callback_states = state.callback_states()
-            # Last: building the data and the model may draw random numbers of their own.
-            _format.restore_random_states(state, self._model, self._distributed.rank)
-        return iterator
+            stream = self._train_data.stream(0, 0, None, size)
+            self._build(stream[0])
+            return stream
+        path = resources.enter_context(self._core.checkpoint.restore_path(self._latest_checkpoint))
+        state = _format.read(path)
+        position = Position.saved(state.position)
+        self._batches = self._last_checkpoint = self._start_batches = position.steps_completed
+        data_position = position.data_position
+        self._start_position = self._batches * size if data_position is None else data_position
+        self._best_metric = state.position["best_validation_metric"]
+        last_validation = state.position["last_validation_batches"]
+        self._last_validation = -1 if last_validation is None else int(last_validation)
+        saved = (path, position.slots or size)
+        stream = self._train_data.stream(self._start_position, self._batches, saved, size)
+        self._build(stream[0])
+        # Variables a model run eagerly creates in its first step are read when it creates them.
+        self._restored = _format.restore_variables(state, self._model, with_optimizer=True, strict=True)
+        self._saved_callback_states = state.callback_states()
+        # Last: building the data and the model may draw random numbers of their own.
+        _format.restore_random_states(state, self._model, self._distributed.rank)
+        return stream
 
-    def _build(self, iterator: Iterator) -> None:
+    def _build(self, dataset: tf.data.Dataset) -> None:
         """Creates every variable before training, so that a checkpoint restores them all at once."""
         for data in (self._train_data, self._validation):
             if data.first_batch is not None and not self._model.built:
                 # Sequences' batches have no static shape: build on a real batch, as model.fit does.
                 self._model(data.first_batch[0], training=False)
-        self._step.trace(iterator)
+        self._tap.trace(dataset)
 
-    # Training.
+    # What the engine and the schedule ask of the trial (the engine's and WorkloadSchedule's TrialSteps).
 
-    def _train(self, iterator: Iterator, max_batches: int) -> None:
-        self._iterator = iterator
-        self._model.stop_training = False
+    def begin_training(self) -> None:
+        """Training (re)starts: the callbacks begin, with their saved states, and the initial validation if due."""
         self._callbacks.on_train_begin(self._batches)
         if self._saved_callback_states is not None:
             _callback_states.load_states(self._saved_callback_states, self._callbacks.stateful)
         if self._config.perform_initial_validation and self._batches == 0 and not self._test:
             self._validate()
-        global_batch_size = self.context.get_global_batch_size()
-        schedule = WorkloadSchedule(self, self._config, global_batch_size, self._test, max_batches)
-        preempt, model = self._core.preempt, self._model
-        going = True
-        while going:
-            batches = schedule.batches_for_step(self._step.batches_per_call)
-            self._callbacks.on_train_batch_begin(self._batches)
-            logs, pause, stop = self._step(iterator, batches, preempt.requested_locally(), model.stop_training)
-            self._batches += batches
-            self._callbacks.on_train_batch_end(self._batches, batches, logs)
-            self._core.train.report_batches(self._batches)
-            if self._distributed.size == 1:  # no agreement to wait for: what the callbacks just did counts
-                pause, stop = preempt.requested_locally(), model.stop_training
-            going = schedule.after_step(batches, pause, stop)
-        self._callbacks.on_train_end()
 
-    # What the schedule asks of the trial (WorkloadSchedule's TrialSteps).
+    def count_batches(self, batches: int) -> None:
+        """A step trained ``batches`` batches."""
+        self._batches += batches
+
+    def end_training(self) -> None:
+        """Training ended (completed, paused or stopped)."""
+        self._callbacks.on_train_end()
 
     @property
     def batches(self) -> int:
@@ -234,7 +303,7 @@ class TFKerasTrialController(TrialController):
         return self._checkpoint_due(metrics)
 
     def checkpoint(self, metrics: Optional[dict[str, Any]]) -> None:
-        self._checkpoint(self._iterator, metrics)
+        self._checkpoint(self._engine.fit_iterator, metrics)
 
     def pause_asked_meanwhile(self, stopping: str, validated: bool, checkpointed: bool) -> bool:
         return self._pause_asked_meanwhile(stopping, validated, checkpointed)
@@ -295,7 +364,7 @@ class TFKerasTrialController(TrialController):
 
     # Checkpoints.
 
-    def _checkpoint(self, iterator: Iterator, metrics: Optional[dict[str, Any]]) -> None:
+    def _checkpoint(self, iterator: Any, metrics: Optional[dict[str, Any]]) -> None:
         size = self._distributed.size
         # Each process's own: the model's variables hold the chief's generators only.
         own = {
