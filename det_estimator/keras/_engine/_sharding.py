@@ -128,8 +128,15 @@ class ArrayData:
         # functions, which would copy them into every function's graph.
         arrays = tf.data.Dataset.from_tensors(self._tensors).repeat()
 
+        # Every batch is whole when the batch size divides the records: then the step is
+        # traced for batches of that size, as model.fit's own input of the arrays would
+        # have it, and runs faster than for batches of any size.
+        whole = self.num_records % batch_size == 0
+
         def gathered(batch_and_order: tuple[tf.Tensor, tf.Tensor], data: Any) -> Any:
             indices = self._indices(batch_and_order[1], batch_and_order[0], batch_size)
+            if whole:
+                indices.set_shape([batch_size])
             return tf.nest.map_structure(lambda array: tf.gather(array, indices), data)
 
         gathered_batches = tf.data.Dataset.zip((batches, arrays)).map(
