@@ -97,17 +97,16 @@ class ArrayData:
                 tf.constant(own_first - first_epoch * batches_per_epoch, tf.int64),
                 tf.math.floormod(own_first - epoch * batches_per_epoch, size),
             )
-            batches = tf.data.Dataset.range(start, batches_per_epoch, size)
-            return batches.map(lambda batch: self._indices(order, batch, batch_size))
+            return _with_order(tf.data.Dataset.range(start, batches_per_epoch, size), order)
 
-        indices = tf.data.Dataset.range(first_epoch, _LAST_EPOCH).flat_map(batches_of_epoch)
-        return self._gathered(indices)
+        batches = tf.data.Dataset.range(first_epoch, _LAST_EPOCH).flat_map(batches_of_epoch)
+        return self._gathered(batches, batch_size)
 
     def validation(self, batch_size: int, rank: int, size: int) -> tf.data.Dataset:
         """This process's share of one pass over the records: batches ``rank``, ``rank + size``, ... in order."""
         order = tf.range(self.num_records, dtype=tf.int64)
         batches = tf.data.Dataset.range(rank, math.ceil(self.num_records / batch_size), size)
-        return self._gathered(batches.map(lambda batch: self._indices(order, batch, batch_size)))
+        return self._gathered(_with_order(batches, order), batch_size)
 
     def _order(self, epoch: tf.Tensor, shuffle_seed: Optional[int]) -> tf.Tensor:
         if shuffle_seed is None:
@@ -119,16 +118,36 @@ class ArrayData:
         start = batch * batch_size
         return order[start : tf.minimum(start + batch_size, self.num_records)]
 
-    def _gathered(self, indices: tf.data.Dataset) -> tf.data.Dataset:
+    def _gathered(self, batches: tf.data.Dataset, batch_size: int) -> tf.data.Dataset:
+        """The records of ``batches``' ``(batch number, record order)`` elements, sliced and gathered in one map.
+
+        One function per batch: a map of its own to slice the order cost the step's
+        input a sequential function call per batch.
+        """
         # The arrays travel as a dataset element rather than being captured by the
         # functions, which would copy them into every function's graph.
         arrays = tf.data.Dataset.from_tensors(self._tensors).repeat()
-        batches = tf.data.Dataset.zip((indices, arrays)).map(
-            lambda batch, data: tf.nest.map_structure(lambda array: tf.gather(array, batch), data),
-            num_parallel_calls=tf.data.AUTOTUNE,
-            deterministic=True,
+
+        # Every batch is whole when the batch size divides the records: then the step is
+        # traced for batches of that size, as model.fit's own input of the arrays would
+        # have it, and runs faster than for batches of any size.
+        whole = self.num_records % batch_size == 0
+
+        def gathered(batch_and_order: tuple[tf.Tensor, tf.Tensor], data: Any) -> Any:
+            indices = self._indices(batch_and_order[1], batch_and_order[0], batch_size)
+            if whole:
+                indices.set_shape([batch_size])
+            return tf.nest.map_structure(lambda array: tf.gather(array, indices), data)
+
+        gathered_batches = tf.data.Dataset.zip((batches, arrays)).map(
+            gathered, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
         )
-        return batches.prefetch(tf.data.AUTOTUNE)
+        return gathered_batches.prefetch(tf.data.AUTOTUNE)
+
+
+def _with_order(batches: tf.data.Dataset, order: tf.Tensor) -> tf.data.Dataset:
+    """``(batch number, order)`` for each of ``batches``: the order is the one tensor, shared, not copied."""
+    return tf.data.Dataset.zip((batches, tf.data.Dataset.from_tensors(order).repeat()))
 
 
 def _as_float_arrays(structure: Any) -> Any:
