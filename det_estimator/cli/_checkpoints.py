@@ -195,7 +195,7 @@ def describe_checkpoint(store: ExperimentStore, args: argparse.Namespace) -> int
         ("Size", format_size(record.size_bytes)),
         ("Path", record.path),
         ("Trial type", _trial_type(on_disk)),
-        *([("Format", _format_line(on_disk))] if _keras_format(on_disk) else []),
+        *([("Format", format_line)] if (format_line := _format_line(on_disk)) else []),
         ("Framework", _framework(record.metadata)),
         ("Files", _files_line(on_disk)),
     ]
@@ -219,11 +219,15 @@ def _keras_format(on_disk: _OnDisk) -> Optional[int]:
     return 1 if on_disk.kind in (CheckpointKind.KERAS_TRIAL, CheckpointKind.KERAS_CALLBACK) else None
 
 
-def _format_line(on_disk: _OnDisk) -> str:
-    # (a checkpoint of no known kind has no format line: _keras_format is None for it)
-    if on_disk.kind is CheckpointKind.KERAS or on_disk.kind is None:
-        return f"Keras checkpoint format {_keras_format(on_disk)} (its kind and files named in metadata.json)"
-    return f"the {on_disk.kind.trial_type} layout written before the one Keras checkpoint format (read only)"
+def _format_line(on_disk: _OnDisk) -> Optional[str]:
+    """The Format line of a Keras checkpoint; None for other kinds."""
+    kind = on_disk.kind
+    if kind is CheckpointKind.KERAS:
+        number = _keras_format(on_disk)
+        return f"Keras checkpoint format {number} (its kind and files named in metadata.json)" if number else None
+    if kind in (CheckpointKind.KERAS_TRIAL, CheckpointKind.KERAS_CALLBACK):
+        return f"the {kind.trial_type} layout written before the one Keras checkpoint format (read only)"
+    return None
 
 
 def _trial_type(on_disk: _OnDisk) -> str:
