@@ -81,6 +81,16 @@ class Context:
         self._by_hand = by_hand
         self._exits = contextlib.ExitStack()
 
+    @property
+    def store(self) -> CoreStore:
+        """The one experiment store client this context, and what is built on it, records through.
+
+        A front end built on the Core API (``det.keras.init()``'s context) asks it for what
+        the store holds rather than opening a client of its own. Valid until the context
+        closes.
+        """
+        return self._store
+
     def start(self) -> "Context":
         """Starts watching for pause requests; SIGTERM and SIGINT ask for a pause while it runs.
 

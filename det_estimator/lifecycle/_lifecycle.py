@@ -222,6 +222,15 @@ class RunLifecycle:
 
     # Errors.
 
+    def amend_config(self, experiment_id: int, config: ExperimentConfig) -> None:
+        """Records the config a run by hand turned out to have, for its resume (``fit``'s epochs, say).
+
+        A run by hand is recorded when it begins, before the script has said how long it
+        trains; ``experiment resume`` runs it again as a trial of the config recorded.
+        """
+        experiment = self._store.experiment(experiment_id)
+        self._store.update_experiment(experiment_id, config.to_dict(), experiment.slots, experiment.test)
+
     def record_error(self, run_id: int, error: Optional[RunError]) -> None:
         """Records the error that ended a run (the first one recorded wins, but for a consequence); None: nothing."""
         if error is not None:

@@ -47,6 +47,9 @@ class RunStore(Protocol):
     ) -> int:
         """Records a new trial; returns its id."""
 
+    def update_experiment(self, experiment_id: int, config: dict[str, Any], slots: int, test: bool) -> None:
+        """Replaces an experiment's config, slots and test mode."""
+
     def claim(self, experiment_id: int) -> None:
         """Makes this process the experiment's launcher; raises ``ExperimentBusyError`` if a live one is."""
 

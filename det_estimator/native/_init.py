@@ -2,6 +2,7 @@
 
 import os
 import sys
+import weakref
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -173,18 +174,24 @@ def _local_context(config: ExperimentConfig, test: bool):
     context_dir = os.getcwd()
     root = orchestration.checkpoint_storage_root(config, context_dir)
     run_key = f"native:{root.resolve() / (config.name or 'native')}"
-    with ExperimentStore() as store:
+    # One client records the experiment now and its run when the script trains; it lives as
+    # long as the context, which a script may train more than once.
+    store = ExperimentStore()
+    try:
         experiment_id = orchestration.find_or_record_experiment(store, run_key, config, context_dir, test=test)
         trial = store.trials(experiment_id)[0]
-        store_path = str(store.path)
+    except BaseException:
+        store.close()
+        raise
 
     def run(train: Callable[[core.Context], Any]) -> orchestration.TrialOutcome:
         # The run itself begins here, in the lifecycle, when the script trains.
-        with ExperimentStore(store_path) as store:
-            return run_in_this_process(store, experiment_id, train)
+        return run_in_this_process(store, experiment_id, train)
 
     hparams = TrialHyperparameters(trial.hparams)
-    return _context(config, hparams, trial.seed, trial.id, experiment_id, None, run)
+    context = _context(config, hparams, trial.seed, trial.id, experiment_id, None, run)
+    weakref.finalize(context, store.close)
+    return context
 
 
 def _context_of_launched_rank(info: _info.ClusterInfo):

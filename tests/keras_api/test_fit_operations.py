@@ -53,7 +53,7 @@ def launched(own_store, tmp_path):
         launched=True,
         searcher_metric="val_loss",
     )
-    context = KerasContext(core_context.distributed, training, {}, 0, Optimizations(), info.store_path, "TRIAL")
+    context = KerasContext(core_context.distributed, training, {}, 0, Optimizations(), core_context.store, "TRIAL")
     yield context, completed
     context.close()
 

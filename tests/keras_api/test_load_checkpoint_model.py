@@ -1,5 +1,8 @@
 """context.load_checkpoint_model: the trial's last checkpoint, as the proposal has it; another type's, refused."""
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -8,6 +11,9 @@ from det_estimator import core
 from det_estimator.keras._api._context import KerasContext, Optimizations
 from det_estimator.keras._engine._format import CheckpointLoadError
 from det_estimator.store import ExperimentStore
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
+from memory_store import MemoryStore  # noqa: E402
 
 
 def write_checkpoint(path, kernel: float) -> None:
@@ -20,20 +26,19 @@ def write_checkpoint(path, kernel: float) -> None:
 
 
 def test_a_trial_s_last_checkpoint_is_loaded_unless_its_best_is_asked_for(tmp_path):
-    store_path = tmp_path / "store.sqlite"
-    with ExperimentStore(store_path) as store:
-        config = {"searcher": {"name": "single", "metric": "val_loss", "smaller_is_better": True}}
-        experiment_id = store.create_experiment("fit", config, str(tmp_path), "python3 train.py", 1, False)
-        trial_id = store.create_trial(experiment_id, {}, 0, tmp_path / "checkpoints")
-        # The first checkpoint validated best; the last is the second.
-        for batches, kernel, loss in ((10, 1.0, 0.1), (20, 2.0, 0.5)):
-            path = tmp_path / f"checkpoint-{batches}"
-            write_checkpoint(path, kernel)
-            metadata = {"validation_metrics": {"val_loss": loss}}
-            store.record_checkpoint(trial_id, f"uuid-{batches}", batches, str(path), 0, metadata)
-    context = KerasContext(
-        core.DummyDistributedContext(), None, {}, 0, Optimizations(), str(store_path), "BATCH_INFERENCE"
-    )
+    # The context looks checkpoints up through the client it is handed: an in-memory store
+    # here, whose path no SQLite client can open.
+    store = MemoryStore(tmp_path / "files")
+    config = {"searcher": {"name": "single", "metric": "val_loss", "smaller_is_better": True}}
+    experiment_id = store.create_experiment("fit", config, str(tmp_path), "python3 train.py", 1, False)
+    trial_id = store.create_trial(experiment_id, {}, 0, tmp_path / "checkpoints")
+    # The first checkpoint validated best; the last is the second.
+    for batches, kernel, loss in ((10, 1.0, 0.1), (20, 2.0, 0.5)):
+        path = tmp_path / f"checkpoint-{batches}"
+        write_checkpoint(path, kernel)
+        metadata = {"validation_metrics": {"val_loss": loss}}
+        store.record_checkpoint(trial_id, f"uuid-{batches}", batches, str(path), 0, metadata)
+    context = KerasContext(core.DummyDistributedContext(), None, {}, 0, Optimizations(), store, "BATCH_INFERENCE")
 
     def kernel_of(model) -> float:
         return float(np.squeeze(model.layers[0].kernel.numpy()))
@@ -71,7 +76,14 @@ def test_a_checkpoint_of_another_trial_type_names_what_loads_it(tmp_path, files,
         trial_id = store.create_trial(experiment_id, {}, 0, tmp_path / "checkpoints")
         store.record_checkpoint(trial_id, "uuid", 1, str(path), 0, {})
     context = KerasContext(
-        core.DummyDistributedContext(), None, {}, 0, Optimizations(), str(store_path), "BATCH_INFERENCE"
+        core.DummyDistributedContext(),
+        None,
+        {},
+        0,
+        Optimizations(),
+        ExperimentStore(store_path),
+        "BATCH_INFERENCE",
+        owns_store=True,
     )
     with pytest.raises(CheckpointLoadError, match=message):
         context.load_checkpoint_model(checkpoint_uuid="uuid")

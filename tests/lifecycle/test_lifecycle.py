@@ -5,7 +5,7 @@ import sys
 import pytest
 
 from det_estimator.checkpoint import TrialCheckpoints
-from det_estimator.config import load_experiment_config
+from det_estimator.config import Length, LengthUnit, load_experiment_config
 from det_estimator.errors import InvalidHP, PermanentTrialError
 from det_estimator.lifecycle import Ending, ErrorKind, RunError, RunLifecycle, run_state
 from det_estimator.store import BATCH_INFERENCE, State
@@ -214,3 +214,15 @@ def test_a_job_begins_with_its_info_and_ends_failed_unless_its_processes_exited_
     jobs = {job.name: job for job in store.jobs()}
     assert jobs["ok"].error is None and jobs["failed"].error["message"] == "failed ended"
     assert (jobs["interrupted"].exit_status, jobs["interrupted"].state) == (-15, State.ERROR)
+
+
+def test_a_run_by_hand_s_amended_config_is_what_its_resume_reads(store, tmp_path):
+    config = make_config(tmp_path)
+    experiment_id, _ = record(store, tmp_path, config)
+    longer = config.with_overrides(max_length=Length(LengthUnit.BATCHES, 80))
+
+    RunLifecycle(store).amend_config(experiment_id, longer)
+
+    experiment = store.experiment(experiment_id)
+    assert load_experiment_config(experiment.config).searcher.max_length.value == 80
+    assert (experiment.slots, experiment.test) == (2, True)  # as recorded: only the config changes

@@ -158,6 +158,9 @@ class MemoryStore:
             raise UnknownIdError(f"There is no trial {trial_id} in the store {self.path}.")
         return self._trials[trial_id]
 
+    def update_experiment(self, experiment_id: int, config: dict[str, Any], slots: int, test: bool) -> None:
+        self._update_experiment(experiment_id, config=json.loads(json.dumps(config)), slots=slots, test=bool(test))
+
     def claim(self, experiment_id: int, pid: Optional[int] = None) -> None:
         self._update_experiment(experiment_id, launcher_pid=pid or os.getpid(), pause_requested_at=None)
 

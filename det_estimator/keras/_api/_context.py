@@ -15,7 +15,7 @@ from det_estimator.keras._determined_callback import DeterminedCallback
 from det_estimator.keras._engine import _format
 from det_estimator.keras._engine._metrics import GlobalMetrics, with_searcher_metric
 from det_estimator.keras._engine._sharding import ShardedSequence, Sharder, in_input_order
-from det_estimator.store import ExperimentStore
+from det_estimator.lifecycle import RunLifecycle
 
 logger = logging.getLogger("det_estimator.keras")
 
@@ -131,15 +131,19 @@ class KerasContext:
         config_data: dict[str, Any],
         seed: int,
         optimizations: Optimizations,
-        store_path: Optional[str],
+        store: core.CoreStore,
         task: str,
+        owns_store: bool = False,
     ) -> None:
         self.distributed = DistributedInfo(distributed)
         self._training = training
         self.config_data = config_data
         self.seed = seed
         self._optimizations = optimizations
-        self._store_path = store_path
+        # The store client of the core context it trains through (or, in a job, its own):
+        # one client per process, whose checkpoints load_checkpoint_model looks up.
+        self._store = store
+        self._owns_store = owns_store
         self._task = task
         self._sharder = Sharder(distributed)
         self.data = DataWrapper(self._sharder)
@@ -334,9 +338,7 @@ class KerasContext:
             # Only the progress display reads it: the trial trains whole epochs of its input.
             records_per_epoch=max(1, (steps or 1) * batch_size * self.distributed.size),
         )
-        with ExperimentStore(self._store_path) as store:
-            experiment = store.experiment(training.experiment_id)
-            store.update_experiment(training.experiment_id, config.to_dict(), experiment.slots, experiment.test)
+        RunLifecycle(self._store).amend_config(training.experiment_id, config)
 
     def _prepare_inputs(self, model: tf.keras.Model, x: Any, y: Any, fit_kwargs: dict[str, Any]) -> tuple:
         """On several processes: a wrapped optimizer, the same weights everywhere, and equal batches per epoch."""
@@ -547,11 +549,10 @@ class KerasContext:
                 "Pass one of trial_id= and checkpoint_uuid= to load_checkpoint_model(). "
                 f"Received: trial_id={trial_id!r}, checkpoint_uuid={checkpoint_uuid!r}"
             )
-        with ExperimentStore(self._store_path) as store:
-            if checkpoint_uuid is not None:
-                path = Path(store.checkpoint(checkpoint_uuid).path)
-            elif trial_id is not None:  # one of them is given, as checked above
-                path = _trial_checkpoint(store, int(trial_id), best)
+        if checkpoint_uuid is not None:
+            path = Path(self._store.checkpoint(checkpoint_uuid).path)
+        elif trial_id is not None:  # one of them is given, as checked above
+            path = _trial_checkpoint(self._store, int(trial_id), best)
         return _format.load_model(path, model=model, custom_objects=custom_objects)
 
     # ----- end -----
@@ -568,10 +569,14 @@ class KerasContext:
         if self._closed:
             return
         self._closed = True
-        if self._training is not None:
-            self._training.core.close(type(error) if error else None, error, None)
-        else:
-            self.distributed.core.close()
+        try:
+            if self._training is not None:
+                self._training.core.close(type(error) if error else None, error, None)
+            else:
+                self.distributed.core.close()
+        finally:
+            if self._owns_store:
+                self._store.close()
 
     def __enter__(self) -> "KerasContext":
         return self
@@ -586,7 +591,7 @@ class _FitCallback(DeterminedCallback):
     _written_by = "context.fit"
 
 
-def _trial_checkpoint(store: ExperimentStore, trial_id: int, best: bool) -> Path:
+def _trial_checkpoint(store: core.CoreStore, trial_id: int, best: bool) -> Path:
     trial = store.trial(trial_id)
     experiment = store.experiment(trial.experiment_id)
     checkpoints = store.checkpoints(trial.experiment_id, trial_id=trial_id)

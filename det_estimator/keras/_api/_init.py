@@ -17,7 +17,7 @@ from det_estimator.errors import DetEstimatorError, TrialHyperparameters, Undefi
 from det_estimator.keras._api._context import KerasContext, Optimizations, TrainingContext
 from det_estimator.keras._devices import pin_local_gpu
 from det_estimator.keras._engine import _random_states
-from det_estimator.store import BATCH_INFERENCE
+from det_estimator.store import BATCH_INFERENCE, ExperimentStore
 
 logger = logging.getLogger("det_estimator.keras")
 
@@ -143,7 +143,7 @@ def _trial_context(
             average_aggregated_gradients=optimizations.average_aggregated_gradients,
             gradient_compression=optimizations.gradient_compression,
         ),
-        run_info.store_path,
+        core_context.store,
         run_info.task_type,
     )
 
@@ -184,7 +184,11 @@ def _job_context(info: _info.ClusterInfo, seed: Optional[int]) -> KerasContext:
     distributed = core.DistributedContext.from_environment() if info.slots > 1 else core.DummyDistributedContext()
     seed = DEFAULT_SEED if seed is None else seed
     _seed_everything(seed)
-    return KerasContext(distributed, None, dict(info.user_data), seed, Optimizations(), info.store_path, info.task_type)
+    # A job trains nothing, so it has no core context: its own client is opened here, once.
+    store = ExperimentStore(info.store_path)
+    return KerasContext(
+        distributed, None, dict(info.user_data), seed, Optimizations(), store, info.task_type, owns_store=True
+    )
 
 
 def _seed_everything(seed: int) -> None:
