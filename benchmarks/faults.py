@@ -11,6 +11,13 @@ at the closed-form weight:
 - ``host dies`` (two hosts only): every process of the second host SIGKILLed, its sshd too
   (``max_restarts: 0``); the host comes back and ``experiment resume`` finishes the trial.
 
+Then, on one host, failures a restart would only repeat (``max_restarts: 5``), each with
+the runs it took and the seconds from its first run's start to the trial's end:
+
+- ``same failure every run``: rank 1 raises at batch 12 of every run; one restart, then the
+  trial ends, as its second run failed as the first did;
+- ``failure before any batch``: the trial raises as it is built; it ends after one run.
+
 "Seconds to end" is from the rank's death (the fault's marker file, written just before
 it strikes; or the kill of the host) to the failed run's end as recorded in the store.
 A scenario whose command does not end within ``--timeout`` seconds counts as a hang.
@@ -222,6 +229,18 @@ def scenarios(runner: Runner, placement: list[str]) -> list[Outcome]:
     return outcomes
 
 
+def not_retried(runner: Runner, name: str, fault: dict) -> str:
+    """A failure that repeats: how many runs it took and how long from the first run's start to the end."""
+    config = runner.config(name.replace(" ", "-"), fault, max_restarts=5)
+    process = runner.start("experiment", "create", str(config), str(runner.context), "--slots", "2")
+    if not runner.wait(process):
+        return f"  {name}: hung (killed after {runner.timeout:.0f} s)"
+    trial = _trial(runner)
+    runs = trial["runs"]
+    seconds = runs[-1]["ended_at"] - runs[0]["started_at"] if runs and runs[-1]["ended_at"] else float("nan")
+    return f"  {name}: {len(runs)} run(s), {trial['restarts']} restart(s), {seconds:.1f} s from first start to end"
+
+
 def summary(label: str, outcomes: list[Outcome]) -> list[str]:
     seconds = [o.seconds_to_end for o in outcomes if o.seconds_to_end is not None]
     return [
@@ -256,11 +275,21 @@ def main() -> None:
                 with two.two_hosts(scratch / "hosts") as hosts:
                     runner = Runner(scratch / "two", args.timeout, hosts)
                     rows.append(summary("two hosts, 1 slot each", scenarios(runner, ["--hosts", hosts.hosts])))
+        repeated = []
+        if args.only in (None, "one"):
+            print("failures a restart would only repeat (one host, 2 slots, max_restarts 5):", flush=True)
+            runner = Runner(scratch / "repeated", args.timeout)
+            repeated.append(not_retried(runner, "same failure every run", {"kind": "raise", "rank": 1, "batch": 12}))
+            repeated.append(not_retried(runner, "failure before any batch", {"kind": "raise_at_start"}))
     header = ["setting", "restarts survived", "kills survived", "hangs", "max s death->end", "closed form"]
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     print()
     for row in [header, *rows]:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)))
+    if repeated:
+        print("\nfailures not retried:")
+        for line in repeated:
+            print(line)
     for note in notes:
         print(note)
 

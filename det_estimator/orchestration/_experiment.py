@@ -15,7 +15,8 @@ from det_estimator.errors import DetEstimatorError
 from det_estimator.lifecycle import Ending, ErrorKind, RunError, RunLifecycle
 from det_estimator.orchestration._display import Display
 from det_estimator.orchestration._follow import StoreFollower
-from det_estimator.orchestration._processes import SlotPool, TrialProcess, device_type, restart_cause
+from det_estimator.orchestration._processes import FinishedRun, SlotPool, TrialProcess, device_type, restart_cause
+from det_estimator.orchestration._restarts import Failure, resumes_from, why_not_restart
 from det_estimator.orchestration._runs import checkpoint_storage_root
 from det_estimator.orchestration._search import SearchRunner
 from det_estimator.store import ExperimentRecord, ExperimentStore, SearchState, State, TrialRecord, TrialRunRecord
@@ -26,9 +27,6 @@ _POLL_SECONDS = 0.25
 # the request): another Ctrl-C or SIGTERM then ends the trials' processes at once. Sooner,
 # it is an impatient repeat, and the pause goes on to its checkpoint.
 _STOP_AFTER_SECONDS = 10.0
-# Errors a restart would only repeat, by the type a failed run records: they say the
-# experiment config does not fit the trial, and a restart runs the same config.
-CONFIG_ERRORS = frozenset({"SearcherMetricError", "UndefinedHyperparameterError"})
 
 
 def record_experiment(
@@ -213,6 +211,8 @@ class _ExperimentLoop:
                 time.sleep(_POLL_SECONDS)
         self._show()
         if self._search.shutdown:
+            if self._search.shutdown_reason:
+                self._display.message(self._search.shutdown_reason)
             return State.ERROR if self._search.failed else State.COMPLETED
         if self._pausing:
             return State.PAUSED
@@ -275,47 +275,42 @@ class _ExperimentLoop:
             finished = process.finish()
             self._slots.release(process.allocation)
             del self._running[trial_id]
-            run = self._store.trial_runs(trial_id)[-1]
+            runs = self._store.trial_runs(trial_id)
+            run = runs[-1]
             invalid_hp = run.error is not None and RunError.from_record(run.error).kind == ErrorKind.INVALID_HP
-            if (
-                finished.state == State.ERROR
-                and not invalid_hp
-                and self._restart(trial_id, run, finished.first_failure)
-            ):
+            if finished.state == State.ERROR and not invalid_hp and self._restart(trial_id, runs, finished):
                 continue
             self._search.on_run_ended(process.trial, finished.state, invalid_hp=invalid_hp)
 
-    def _restart(self, trial_id: int, failed: TrialRunRecord, first_failure: Optional[tuple[int, int]]) -> bool:
+    def _restart(self, trial_id: int, runs: list[TrialRunRecord], finished: FinishedRun) -> bool:
         """Queues a failed trial again, to run from its latest valid checkpoint; False when it may not.
 
-        As the reference: up to ``max_restarts`` times per trial, whatever failed (an
-        exception, a killed process, a host gone), except an error that says the config
-        does not fit the trial (a searcher metric no validation reports) or that the
-        trial's code asks for what det-estimator cannot do (an EvalSpec with exporters, a
-        Keras model never wrapped): the same config and code would fail the same way. Not
-        while pausing, nor once the search has ended or has closed the trial.
+        Up to ``max_restarts`` times per trial, as the reference, but only where a restart
+        can help (see :func:`~det_estimator.orchestration._restarts.why_not_restart`): not
+        for a failure that would repeat. Not while pausing, nor once the search has ended
+        or has closed the trial.
         """
         trial = self._store.trial(trial_id)
         limit = self._config.max_restarts
         if self._pausing or self._search.shutdown or trial.search_state != SearchState.RUNNING:
             return False
-        error = failed.error or {}
-        if limit and (error.get("permanent") or error.get("type") in CONFIG_ERRORS):
-            at_fault = "the experiment config is" if error.get("type") in CONFIG_ERRORS else "the trial's code is"
-            self._display.message(
-                f"trial {trial_id} failed ({restart_cause(failed, first_failure)}); not restarted: "
-                f"{at_fault} at fault, and a restart would fail the same way"
-            )
+        failed = runs[-1]
+        cause = restart_cause(failed, finished.first_failure)
+        previous = runs[-2] if len(runs) > 1 and runs[-2].state == State.ERROR else None
+        refusal = why_not_restart(Failure(failed, finished.trained, previous)) if limit else None
+        if refusal is not None:
+            self._display.message(f"trial {trial_id} failed ({cause}); not restarted: {refusal}")
             return False
         if trial.restarts >= limit:
             if limit:
                 self._display.message(f"trial {trial_id} failed again; its {limit} restart(s) are used up")
             return False
-        cause = restart_cause(failed, first_failure)
         number = self._store.count_restart(trial_id, failed.id, cause)
         self._store.set_search_state(trial_id, SearchState.QUEUED)
+        kept = self._store.checkpoints(trial.experiment_id, trial_id=trial_id)
         self._display.message(
-            f"trial {trial_id} failed ({cause}); restart {number} of {limit}, from its latest checkpoint"
+            f"trial {trial_id} failed ({cause}); restart {number} of {limit}, "
+            f"{resumes_from(kept[-1] if kept else None)}"
         )
         return True
 

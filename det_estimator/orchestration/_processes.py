@@ -193,10 +193,13 @@ class FinishedRun:
         state: the state the run ended in.
         first_failure: ``(rank, exit status)`` of the first process that failed, when the
             run failed and its log tells.
+        trained: whether the run completed a batch after it started (its recorded
+            progress went past the batches it resumed from).
     """
 
     state: State
     first_failure: Optional[tuple[int, int]] = None
+    trained: bool = True
 
 
 class TrialProcess:
@@ -326,9 +329,12 @@ class TrialProcess:
             lines = _run_lines(Path(self.trial.log_path)) if self._log.intact else []
             first_failure = first_failed_process(lines)
             record_failure_from_log(self._store, self.info.require_trial().run_id, lines, status)
+        # Read before the run ends: a failed run's end sets the progress back to its latest checkpoint.
+        trial = self.info.require_trial()
+        trained = self._store.trial(trial.trial_id).batches_trained > self._store.trial_run(trial.run_id).start_batches
         state = self._lifecycle.end(self.info, ending)
         self._scratch.cleanup()
-        return FinishedRun(state, first_failure)
+        return FinishedRun(state, first_failure, trained)
 
     def kill(self) -> None:
         """Ends the run's processes at once (the launcher is going away)."""

@@ -10,8 +10,9 @@ from typing import Any, Optional, TextIO
 
 from det_estimator.config import ExperimentConfig
 from det_estimator.orchestration._display import OutputStream, display_for
-from det_estimator.orchestration._experiment import CONFIG_ERRORS, run_experiment
+from det_estimator.orchestration._experiment import run_experiment
 from det_estimator.orchestration._outcome import ExperimentSummary, summarize
+from det_estimator.orchestration._restarts import CONFIG_ERRORS
 from det_estimator.store import ExperimentStore, State, TrialRecord, default_store_path, to_json_value
 
 # A number in an error's text: a search's trials differ in their hyperparameters, which an

@@ -66,6 +66,7 @@ class SearchRunner:
         self._method: SearchMethod = make_search_method(config)
         self.shutdown = False
         self.failed = False
+        self.shutdown_reason = ""  # why the search ended before trying all its trials, if it did
         saved = store.searcher_state(experiment.id)
         if retry and config.searcher.name == "single" and saved is not None and saved["failed"]:
             for trial in store.trials(experiment.id):
@@ -92,6 +93,7 @@ class SearchRunner:
             self._method = make_search_method(self._config)
             return False
         self.shutdown, self.failed = saved["shutdown"], saved["failed"]
+        self.shutdown_reason = saved.get("shutdown_reason", "")
         return True
 
     @property
@@ -184,7 +186,7 @@ class SearchRunner:
             elif isinstance(operation, Close):
                 targets[operation.request_id] = (None, SearchState.CLOSING)
             elif isinstance(operation, Shutdown):
-                self.shutdown, self.failed = True, operation.failure
+                self.shutdown, self.failed, self.shutdown_reason = True, operation.failure, operation.reason
         existing = {trial.request_id: trial for trial in self._store.trials(self._experiment_id)}
         creates = [new for new in creates if new.request_id not in existing]  # a restarted single search
         assignments = []
@@ -200,7 +202,12 @@ class SearchRunner:
             # No operation for it now (promotion-based ASHA): it stops, and waits without a slot.
             waiting = Assignment(_request_of(answering), None, SearchState.WAITING, answering.reported_length)
             assignments.append(waiting)
-        saved = {"method": self._method.state_dict(), "shutdown": self.shutdown, "failed": self.failed}
+        saved = {
+            "method": self._method.state_dict(),
+            "shutdown": self.shutdown,
+            "failed": self.failed,
+            "shutdown_reason": self.shutdown_reason,
+        }
         self._store.apply_search_step(self._experiment_id, saved, self._storage, creates, assignments)
 
 

@@ -14,9 +14,9 @@ from det_estimator.config import ExperimentConfig
 from det_estimator.searcher._base import SearcherError, SearchMethod
 from det_estimator.searcher._operations import Close, Create, ExitedReason, Operation, Shutdown, ValidateAfter
 
-# A search whose trials keep raising InvalidHP (a bug in the trial, say) must end:
-# replacements stop after this many per trial of the budget, and later InvalidHP
-# exits count toward the budget like other early exits.
+# A search whose trials keep raising InvalidHP (a bug in the trial, say) must end: after
+# this many replacements per trial of the budget, the next InvalidHP ends the search
+# (once the trials still running have finished), as failed if none completed.
 MAX_INVALID_HP_REPLACEMENTS_PER_TRIAL = 10
 
 _RUNNING = "running"  # a ValidateAfter is outstanding
@@ -52,6 +52,7 @@ class FullLengthSearch(SearchMethod):
         self._replaced = 0  # trials that raised InvalidHP and were replaced
         self._closed = 0
         self._exited = 0  # early exits that count toward total_trials
+        self._replacements_used_up = False  # an InvalidHP came after the last replacement allowed
         self._live: dict[int, str] = {}  # trials not finished yet: request id -> _RUNNING or _CLOSING
 
     @abc.abstractmethod
@@ -120,6 +121,7 @@ class FullLengthSearch(SearchMethod):
             self._counted -= 1
         else:
             self._exited += 1
+            self._replacements_used_up = self._replacements_used_up or replace
         return self._fill()
 
     def progress(self) -> float:
@@ -139,6 +141,7 @@ class FullLengthSearch(SearchMethod):
             "replaced": self._replaced,
             "closed": self._closed,
             "exited": self._exited,
+            "replacements_used_up": self._replacements_used_up,
             "live": [[request_id, status] for request_id, status in self._live.items()],
             "extra": self._extra_state(),
         }
@@ -153,6 +156,8 @@ class FullLengthSearch(SearchMethod):
         self._replaced = state["replaced"]
         self._closed = state["closed"]
         self._exited = state["exited"]
+        # A state saved before the cap ended searches lacks the key.
+        self._replacements_used_up = bool(state.get("replacements_used_up", False))
         self._live = {request_id: status for request_id, status in state["live"]}
         self._load_extra_state(state["extra"])
 
@@ -174,8 +179,10 @@ class FullLengthSearch(SearchMethod):
     def _fill(self) -> list[Operation]:
         """Creates trials in the free slots, and shuts the search down once every trial has finished."""
         ops: list[Operation] = []
-        while self._counted < self._total_trials and (
-            self._max_concurrent == 0 or len(self._live) < self._max_concurrent
+        while (
+            not self._replacements_used_up
+            and self._counted < self._total_trials
+            and (self._max_concurrent == 0 or len(self._live) < self._max_concurrent)
         ):
             request_id = self._next_request_id
             hparams, seed = self._new_trial(request_id, self._counted)
@@ -183,7 +190,17 @@ class FullLengthSearch(SearchMethod):
             self._counted += 1
             self._live[request_id] = _RUNNING
             ops += [Create(request_id, hparams, seed), ValidateAfter(request_id, self._max_length)]
-        if not self._live and self._counted == self._total_trials:
+        if not self._live and (self._counted == self._total_trials or self._replacements_used_up):
             self._shut_down = True
-            ops.append(Shutdown(failure=self._closed == 0))
+            ops.append(Shutdown(failure=self._closed == 0, reason=self._shutdown_reason()))
         return ops
+
+    def _shutdown_reason(self) -> str:
+        if not self._replacements_used_up:
+            return ""
+        cap = MAX_INVALID_HP_REPLACEMENTS_PER_TRIAL * self._total_trials
+        return (
+            f"the search ended early: its trials raised InvalidHP more than the {cap} times it replaces them "
+            f"({MAX_INVALID_HP_REPLACEMENTS_PER_TRIAL} per trial of max_trials {self._total_trials}). Does the "
+            "trial raise InvalidHP for every hyperparameter?"
+        )

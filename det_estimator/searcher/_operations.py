@@ -88,13 +88,16 @@ class Shutdown:
 
     Attributes:
         failure: True when every trial ended early (none was closed).
+        reason: why the search ended before its trials were all tried, when it did
+            ("" when it ran them all).
     """
 
     failure: bool = False
+    reason: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """Returns the operation as a JSON-serializable dict; :func:`operation_from_dict` reverses it."""
-        return {"type": "shutdown", "failure": self.failure}
+        return {"type": "shutdown", "failure": self.failure, "reason": self.reason}
 
 
 Operation = Union[Create, ValidateAfter, Close, Shutdown]
@@ -104,7 +107,7 @@ _FROM_DICT: dict[str, tuple[tuple[str, ...], Callable[..., Operation]]] = {
     "create": (("request_id", "hparams", "trial_seed"), Create),
     "validate_after": (("request_id", "length"), ValidateAfter),
     "close": (("request_id",), Close),
-    "shutdown": (("failure",), Shutdown),
+    "shutdown": (("failure", "reason"), Shutdown),
 }
 
 

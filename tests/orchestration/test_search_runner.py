@@ -109,6 +109,23 @@ def test_a_paused_trial_keeps_its_operation_and_a_failed_one_exits(tmp_path):
         assert store.trial(failed.id).search_state == SearchState.EXITED
 
 
+def test_a_search_whose_trials_all_raise_invalid_hp_ends_failed_with_its_reason_kept_for_a_rebuilt_runner(tmp_path):
+    config = search_config(tmp_path, name="random", max_trials=1)
+    with ExperimentStore(tmp_path / "store.sqlite") as store:
+        experiment_id = record_experiment(store, config, str(tmp_path))
+        experiment = store.experiment(experiment_id)
+        runner = SearchRunner(store, experiment, config, tmp_path / "checkpoints")
+        for _ in range(11):  # the first trial and its 10 replacements each raise InvalidHP
+            (trial,) = [t for t in store.trials(experiment_id) if t.search_state == SearchState.QUEUED]
+            store.set_search_state(trial.id, SearchState.RUNNING)
+            runner.on_run_ended(trial, State.COMPLETED, invalid_hp=True)
+        assert len(store.trials(experiment_id)) == 11
+        assert runner.shutdown and runner.failed
+        assert "raised InvalidHP more than the 10 times it replaces them" in runner.shutdown_reason
+        rebuilt = SearchRunner(store, experiment, config, tmp_path / "checkpoints")
+        assert rebuilt.shutdown and rebuilt.shutdown_reason == runner.shutdown_reason
+
+
 def test_run_trial_runs_a_single_trial_only_and_says_where_a_search_runs(analytic, tmp_path):
     config = analytic.make_config(tmp_path, 5)
     config["hyperparameters"]["learning_rate"] = {"type": "double", "minval": 0.001, "maxval": 0.01}

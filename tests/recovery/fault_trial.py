@@ -10,6 +10,10 @@ The ``fault`` hyperparameter says what goes wrong, where and how often::
   ``evaluation``-th evaluation, while the other ranks go on into the metrics' allgather;
 - ``kill_in_checkpoint``: the chief SIGKILLs itself while writing its ``checkpoint``-th
   checkpoint of the run, after the model files and before the checkpoint is sealed;
+- ``raise_differently``: the rank raises at its ``batch``-th batch of the run, an error
+  of another type in each run (counted in the ``once`` file, which it needs): a failure
+  that does not repeat itself, so every restart is worth trying;
+- ``raise_at_start``: the trial raises as it is built, before any batch;
 - ``throttled_eval_spec``: the trial's EvalSpec sets ``throttle_secs``, which
   det-estimator refuses (a mistake in the trial's code, not a fault of the run).
 
@@ -41,7 +45,16 @@ def _fault_now(fault: dict) -> bool:
     return True
 
 
+# The errors ``raise_differently`` raises, one per run.
+_DIFFERENT_ERRORS = (RuntimeError, ValueError, OSError, KeyError, LookupError, ArithmeticError)
+
+
 def _strike(fault: dict, rank: int) -> None:
+    if fault["kind"] == "raise_differently":
+        counter = Path(fault["once"])
+        runs = int(counter.read_text()) if counter.exists() else 0
+        counter.write_text(str(runs + 1))
+        raise _DIFFERENT_ERRORS[runs % len(_DIFFERENT_ERRORS)](f"injected failure {runs + 1} on rank {rank}")
     if not _fault_now(fault):
         return
     if fault["kind"] == "raise":
@@ -65,7 +78,7 @@ class FaultHook(det.RunHook):
             time.sleep(self._seconds_per_batch)
         kind = self._fault.get("kind")
         here = self._fault.get("rank") == self._rank and self._batches == self._fault.get("batch")
-        if kind in ("raise", "kill_in_training") and here:
+        if kind in ("raise", "raise_differently", "kill_in_training") and here:
             _strike(self._fault, self._rank)
 
     def on_checkpoint_end(self, checkpoint_dir: str) -> None:
@@ -81,6 +94,8 @@ class FaultTrial(AnalyticTrial):
         return dict(self.context.get_hparams().get("fault") or {})
 
     def build_estimator(self) -> tf.estimator.Estimator:
+        if self._fault().get("kind") == "raise_at_start":
+            raise RuntimeError("injected failure before the first batch")
         # `record_environment: [NAME, ...]`: each rank writes what those variables are in its process.
         names = self.context.get_hparams().get("record_environment")
         if names:

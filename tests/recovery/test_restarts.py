@@ -15,7 +15,7 @@ def test_a_failure_that_happens_once_is_survived_by_a_restart(det, context, help
     config = context.write_config(raw=helpers.fault_config(context, 20, fault))
     result = det.ok("experiment", "create", config, context.directory)
     assert marker.exists()  # the fault did fire
-    assert "restart 1 of 5" in result.stdout, result.stdout
+    assert "restart 1 of 5, from checkpoint " in result.stdout, result.stdout
     described = det.json("experiment", "describe", helpers.created_id(result.stdout))
     assert described["state"] == "COMPLETED"
     (trial,) = described["trials"]
@@ -70,15 +70,44 @@ def test_a_trial_whose_code_det_estimator_refuses_is_not_restarted(det, context,
     assert trial["restarts"] == 0 and len(trial["runs"]) == 1
 
 
-@pytest.mark.slow
-def test_a_permanent_failure_ends_as_error_after_exactly_max_restarts(det, context, helpers):
+def test_a_failure_that_repeats_itself_is_restarted_once_and_not_again(det, context, helpers):
     fault = {"kind": "raise", "rank": 0, "batch": 3}
     config = context.write_config(raw=helpers.fault_config(context, 20, fault, max_restarts=2))
     result = det("experiment", "create", config, context.directory)
     assert result.returncode == 1, result.stdout + result.stderr
-    assert "Traceback (most recent call last)" in result.stderr
     assert "RuntimeError: injected failure on rank 0" in result.stderr
+    assert "restart 1 of 2, from the start (it has no checkpoint yet)" in result.stdout, result.stdout
+    assert "not restarted: it failed as its previous run did, with the same error at the same place" in result.stdout, (
+        result.stdout
+    )
+    assert "restart 2" not in result.stdout
+    (experiment,) = det.json("experiment", "list")
+    described = det.json("experiment", "describe", experiment["id"])
+    assert described["state"] == "ERROR"
+    (trial,) = described["trials"]
+    assert trial["restarts"] == 1 and [run["state"] for run in trial["runs"]] == ["ERROR"] * 2
+
+
+def test_a_failure_before_the_first_batch_is_not_restarted(det, context, helpers):
+    config = context.write_config(raw=helpers.fault_config(context, 20, {"kind": "raise_at_start"}, max_restarts=5))
+    result = det("experiment", "create", config, context.directory)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "RuntimeError: injected failure before the first batch" in result.stderr
+    assert "not restarted: it failed before completing a batch since it started" in result.stdout, result.stdout
+    (experiment,) = det.json("experiment", "list")
+    (trial,) = det.json("experiment", "describe", experiment["id"])["trials"]
+    assert trial["restarts"] == 0 and len(trial["runs"]) == 1
+
+
+@pytest.mark.slow
+def test_failures_that_differ_end_as_error_after_exactly_max_restarts(det, context, helpers, tmp_path):
+    fault = {"kind": "raise_differently", "rank": 0, "batch": 3, "once": str(tmp_path / "runs")}
+    config = context.write_config(raw=helpers.fault_config(context, 20, fault, max_restarts=2))
+    result = det("experiment", "create", config, context.directory)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "OSError: injected failure 3 on rank 0" in result.stderr
     assert "restart 2 of 2" in result.stdout and "restart 3" not in result.stdout
+    assert "its 2 restart(s) are used up" in result.stdout
     (experiment,) = det.json("experiment", "list")
     described = det.json("experiment", "describe", experiment["id"])
     assert described["state"] == "ERROR"

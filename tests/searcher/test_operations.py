@@ -29,7 +29,7 @@ def test_operations_round_trip_through_json(op):
 def test_dict_forms():
     assert ValidateAfter(1, 25).to_dict() == {"type": "validate_after", "request_id": 1, "length": 25}
     assert Close(2).to_dict() == {"type": "close", "request_id": 2}
-    assert Shutdown().to_dict() == {"type": "shutdown", "failure": False}
+    assert Shutdown().to_dict() == {"type": "shutdown", "failure": False, "reason": ""}
     assert Create(0, {"a": 1}, 9).to_dict() == {"type": "create", "request_id": 0, "hparams": {"a": 1}, "trial_seed": 9}
 
 

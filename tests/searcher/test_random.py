@@ -118,8 +118,19 @@ def test_every_trial_failing_fails_the_search(sim):
     assert run.shutdown == Shutdown(failure=True)
 
 
-def test_invalid_hp_replacements_are_bounded(sim):
+def test_invalid_hp_replacements_are_bounded_and_the_search_then_ends_saying_why(sim):
     config = sim.make_config({"name": "random", "max_trials": 2, "max_concurrent_trials": 1})
     run = sim.simulate(config, exit_at=lambda *_: ExitedReason.INVALID_HP)
-    assert len(run.trials) == 2 + 2 * MAX_INVALID_HP_REPLACEMENTS_PER_TRIAL
-    assert run.shutdown == Shutdown(failure=True)
+    # The first trial, its 20 replacements, and no trial after the InvalidHP the cap refuses to replace.
+    assert len(run.trials) == 1 + 2 * MAX_INVALID_HP_REPLACEMENTS_PER_TRIAL
+    assert run.shutdown.failure
+    assert "raised InvalidHP more than the 20 times it replaces them (10 per trial of max_trials 2)" in (
+        run.shutdown.reason
+    )
+
+
+def test_a_search_that_reaches_the_cap_after_a_trial_completed_ends_without_failing(sim):
+    config = sim.make_config({"name": "random", "max_trials": 2, "max_concurrent_trials": 1})
+    run = sim.simulate(config, exit_at=lambda request_id, *_: ExitedReason.INVALID_HP if request_id else None)
+    assert run.trials[0].closed and len(run.trials) == 2 + 2 * MAX_INVALID_HP_REPLACEMENTS_PER_TRIAL
+    assert not run.shutdown.failure and "ended early" in run.shutdown.reason
