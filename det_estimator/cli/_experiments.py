@@ -91,13 +91,8 @@ def create(open_store: Callable[[], ExperimentStore], args: argparse.Namespace) 
         except ValueError as error:
             raise UsageError(f"--hosts: {error}") from None
         here = launcher.slots_on_this_machine(args.hosts)
-        cpus = _cpus()
-        if here > cpus:
-            raise UsageError(
-                f"--hosts {launcher.format_hosts(args.hosts)} gives this machine {here} slots, but it has {cpus} CPUs: "
-                "each slot is a process of its own, and more processes than CPUs cannot start together. "
-                f"Give it {cpus} or fewer."
-            )
+        asked = f"--hosts {launcher.format_hosts(args.hosts)} gives this machine {here} slots"
+        check_slots_fit_this_machine(here, "resources.slots_per_trial", hosts_option=False, asked=asked)
     storage = orchestration.checkpoint_storage_root(config, str(context_dir))
     made = outermost_missing(storage)
     _check_checkpoint_storage(storage, args.config)
@@ -516,22 +511,52 @@ def check_config_file(config: str, context_dir: Path) -> None:
     raise UsageError(f"CONFIG {config} is not a file.{hint}")
 
 
-def check_slots_fit_this_machine(slots: int, config_key: str, hosts_option: bool = True) -> None:
-    """Refuses more processes than this machine has CPUs (Horovod's rendezvous would time out after a minute).
+# What one process of a trial needs at the least: TensorFlow alone takes a few hundred MB.
+# A count of processes whose least exceeds the machine's memory cannot run.
+_MEMORY_PER_PROCESS = 512 * 2**20
+
+
+def check_slots_fit_this_machine(
+    slots: int, config_key: str, hosts_option: bool = True, asked: Optional[str] = None
+) -> None:
+    """Refuses more processes than this machine's memory can hold; warns of more than it has CPUs.
+
+    More processes than CPUs start and run, more slowly: that is how distributed code is
+    tried on a laptop. More than the memory holds (about 0.5 GB each, TensorFlow's own)
+    cannot run at all.
 
     Args:
         slots: the processes asked for, on this machine alone.
         config_key: the config key that also sets them, for the message.
         hosts_option: whether the command has ``--hosts``, to offer it in the message.
+        asked: how the command asked for them, for the message (default: ``N slots asked for``).
     """
+    asked = asked or f"{slots} slots asked for"
+    spread = ", or --hosts to spread the processes over several machines" if hosts_option else ""
+    memory = _memory_bytes()
+    if memory is not None and slots * _MEMORY_PER_PROCESS > memory:
+        most = max(1, memory // _MEMORY_PER_PROCESS)
+        raise UsageError(
+            f"{asked}, but this machine's {memory / 2**30:.0f} GB of memory holds at most {most} "
+            f"processes of a trial (each slot is a process of its own, and TensorFlow alone takes about 0.5 GB in "
+            f"each). Give it {most} or fewer (--slots or {config_key}){spread}."
+        )
     cpus = _cpus()
     if slots > cpus:
-        spread = ", or --hosts to spread the processes over several machines" if hosts_option else ""
-        raise UsageError(
-            f"{slots} slots asked for, but this machine has {cpus} CPUs: each slot is a process of its own, and "
-            f"more processes than CPUs cannot start together. Use --slots {cpus} or fewer (or "
-            f"{config_key}){spread}."
+        print(
+            f"det-estimator: warning: {slots} slots on {cpus} CPUs: each slot is a process of its own, and they "
+            "will share the CPUs, so each trains more slowly.",
+            file=sys.stderr,
+            flush=True,
         )
+
+
+def _memory_bytes() -> Optional[int]:
+    """This machine's memory, or None where it cannot be read."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
 
 
 def _cpus() -> int:

@@ -13,7 +13,7 @@ from det_estimator.cli._experiments import (
     check_slots_fit_this_machine,
 )
 from det_estimator.cli._output import format_time, print_log, print_table
-from det_estimator.orchestration import print_json
+from det_estimator.orchestration import command_on, print_json
 from det_estimator.orchestration._jobs import JobConfigError, load_job_config, run_job
 from det_estimator.orchestration._processes import device_type
 from det_estimator.store import ExperimentStore, State, to_json_value
@@ -47,10 +47,12 @@ def run(open_store: Callable[[], ExperimentStore], args: argparse.Namespace) -> 
     with open_store() as store:
         print(f"Running job {spec.name!r} on {spec.slots} slot(s): {' '.join(spec.command)}", file=shown, flush=True)
         job = run_job(store, spec, str(context_dir), stream=shown, verbose=args.verbose).job
+        # A command pasted into the same shell must find this store: with its --store unless it is the default.
+        command = command_on(store.path)
     if args.json:
         print_json(job, sys.stdout)
     else:
-        print(f"Job {job.id} {job.state} (exit status {job.exit_status}); its output: det-estimator job logs {job.id}")
+        print(f"Job {job.id} {job.state} (exit status {job.exit_status}); its output: {command} job logs {job.id}")
     if job.state != State.COMPLETED:
         recorded = job.error or {}
         print(f"Job {job.id} failed: {recorded.get('message', '')}", file=sys.stderr)

@@ -292,6 +292,13 @@ def _parse_log(spec: Mapping[str, Any], path: str) -> LogHyperparameter:
     base = read_number(spec, "base", path)
     if base <= 0:
         raise invalid_value(join(path, "base"), "a positive number", spec["base"])
+    if base == 1:
+        # 1 ** anything is 1: every value drawn would be 1.0, which is a `const`, not a search.
+        raise invalid_value(
+            join(path, "base"),
+            "a positive number other than 1 (1 ** x is 1 for every x; use type: const)",
+            spec["base"],
+        )
     # Caught here rather than as an OverflowError when a trial's values are drawn.
     for key, exponent in (("minval", minval), ("maxval", maxval)):
         try:

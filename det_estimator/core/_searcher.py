@@ -117,8 +117,31 @@ class SearcherOperation:
             raise SearcherUsageError("op.report_completed() is for the chief (rank 0) only.")
         if self._completed:
             raise SearcherUsageError("op.report_completed() may be called only once per operation.")
+        self._metric = _searcher_metric_value(searcher_metric)
         self._completed = True
-        self._metric = plain_number(searcher_metric)
+
+
+def _searcher_metric_value(value: Any) -> Optional[float]:
+    """The searcher metric as a float; a value that is not a number is refused (a search ranks trials by it).
+
+    NumPy and TensorFlow scalars (``loss.numpy()``, a 0-d tensor) are numbers too. NaN,
+    and None (no value: a trial that never validated), are ranked last.
+    """
+    if value is None:
+        return None
+    number = plain_number(value)
+    if isinstance(number, (int, float)) and not isinstance(number, bool):
+        return float(number)
+    if not isinstance(value, (str, bytes, bool)) and hasattr(value, "__float__"):
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            pass  # an array of several values, say: refused below
+    raise SearcherUsageError(
+        "op.report_completed() takes the value of the searcher metric, a number (e.g. "
+        f"op.report_completed(metrics['loss'])), which the search ranks trials by. Received: {value!r} "
+        f"({type(value).__name__})"
+    )
 
 
 class SearcherContext:

@@ -258,6 +258,12 @@ CASES = [
         "experiment config: `hyperparameters.units.maxval` must be an integer. Received: 8.5 (float)",
     ),
     (
+        "log hyperparameter with base 1",
+        config(hyperparameters=hparams(lr={"type": "log", "minval": -4, "maxval": -1, "base": 1})),
+        "experiment config: `hyperparameters.lr.base` must be a positive number other than 1 (1 ** x is 1 for every "
+        "x; use type: const). Received: 1 (int)",
+    ),
+    (
         "log hyperparameter with base 0",
         config(hyperparameters=hparams(lr={"type": "log", "minval": -4, "maxval": -1, "base": 0})),
         "experiment config: `hyperparameters.lr.base` must be a positive number. Received: 0 (int)",

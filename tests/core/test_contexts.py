@@ -568,7 +568,10 @@ def test_the_single_searcher_gives_one_operation_of_max_length_in_its_unit(store
         op = next(operations)
         assert op.length == 40
         op.report_progress(20)  # records: half of the 10 batches
-        op.report_completed(0.5)
+        for not_a_number in ("done", True, [0.5, 0.6], {"loss": 0.5}):
+            with pytest.raises(DetEstimatorError, match=r"takes the value of the searcher metric, a number"):
+                op.report_completed(not_a_number)
+        op.report_completed(np.array(0.5, dtype=np.float32))  # a 0-d array is a number
         with pytest.raises(DetEstimatorError, match="may be called only once"):
             op.report_completed(0.5)
         assert next(operations, None) is None

@@ -60,7 +60,7 @@ def test_a_missing_config_context_or_script_is_refused_with_exit_status_2(tmp_pa
     (tmp_path / "present.py").write_text("print('never run')\n")
     present = write(tmp_path / "present.yaml", {"entrypoint_script": "python3 present.py", "data": {}})
     too_many = det(store, "job", "run", present, tmp_path, "--slots", 4096, check=False)
-    assert too_many.returncode == 2 and "4096 slots asked for, but this machine has" in too_many.stderr
+    assert too_many.returncode == 2 and "4096 slots asked for, but this machine's" in too_many.stderr
     assert "--hosts" not in too_many.stderr and "never run" not in too_many.stdout
     assert not store.exists()  # a refused job makes no store
     ExperimentStore(store).close()
@@ -106,6 +106,8 @@ def test_a_job_runs_its_script_with_its_data_and_records_how_it_ended(tmp_path, 
         check=False,
     )
     assert failed.returncode == 1 and "RuntimeError: no model here" in failed.stderr
+    # The hint names the store it was given: pasted into the same shell, it finds the job.
+    assert f"its output: det-estimator --store {store} job logs 2" in failed.stdout
     jobs = json.loads(det(store, "job", "list", "--json").stdout)
     assert [(job["name"], job["state"], job["exit_status"]) for job in jobs] == [
         ("ok", "COMPLETED", 0),

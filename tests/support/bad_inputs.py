@@ -157,7 +157,7 @@ CASES: list[BadInput] = [
         "host 'nohost.invalid' is not known",
     ),
     BadInput(
-        "more slots than CPUs for this machine in --hosts",
+        "more slots than this machine's memory holds, in --hosts",
         (
             "--store",
             "{dir}/new.sqlite",
@@ -168,19 +168,19 @@ CASES: list[BadInput] = [
             "--hosts",
             "localhost:4096",
         ),
-        "--hosts localhost:4096 gives this machine 4096 slots, but it has",
+        "--hosts localhost:4096 gives this machine 4096 slots, but this machine's",
         files={"big_batch.yaml": config(hyperparameters=hyperparameters(global_batch_size=8192))},
     ),
     BadInput(
-        "more slots than CPUs",
+        "more slots than this machine's memory holds",
         ("--store", "{dir}/new.sqlite", "experiment", "create", "{dir}/big_batch.yaml", "{dir}", "--slots", "4096"),
-        "4096 slots asked for, but this machine has",
+        "4096 slots asked for, but this machine's",
         files={"big_batch.yaml": config(hyperparameters=hyperparameters(global_batch_size=8192))},
     ),
     BadInput(
-        "more slots than CPUs, and than the global batch size",
+        "more slots than the memory holds, and than the global batch size",
         ("--store", "{dir}/new.sqlite", "experiment", "create", "{ok}", "{dir}", "--slots", "99999999999999999999"),
-        "99999999999999999999 slots asked for, but this machine has",
+        "99999999999999999999 slots asked for, but this machine's",
     ),
     BadInput("a non-integer id", ("experiment", "describe", "one"), "argument ID: must be an id, an integer from 1"),
     BadInput("an id of 0", ("--store", "{store}", "trial", "describe", "0"), "must be an id, an integer from 1"),
