@@ -34,5 +34,6 @@ test-all: lint
 	$(PYTEST) --durations=20
 
 example: setup
+	mkdir -p runs
 	$(VENV)/bin/det-estimator --store runs/store.sqlite experiment create examples/ctr_binary/distributed.yaml examples/ctr_binary
 	$(VENV_PYTHON) examples/ctr_binary/score.py --store runs/store.sqlite --experiment latest

@@ -4,6 +4,7 @@ import argparse
 import functools
 import math
 import os
+import shlex
 import sqlite3
 import sys
 import warnings
@@ -254,6 +255,8 @@ def _store_to_open(args: argparse.Namespace) -> Optional[str]:
     given = args.store or os.environ.get(environment_variables.STORE)
     path = Path(given).expanduser() if given else default_store_path()
     if (args.command, getattr(args, "action", None)) in _CREATING_COMMANDS:
+        if given:
+            _check_store_folder(path, "--store" if args.store else environment_variables.STORE)
         return str(path)
     if path.is_file() and path.stat().st_size == 0:
         # SQLite would take an empty file for an empty database, and opening it makes a store there.
@@ -276,6 +279,29 @@ def _store_to_open(args: argparse.Namespace) -> Optional[str]:
         f"There is no experiment store at {path}. Give the --store (or {environment_variables.STORE}) of an existing "
         "store; `det-estimator experiment create` makes one."
     )
+
+
+def _check_store_folder(path: Path, named_by: str) -> None:
+    """Refuses a new store a user named in a folder that is missing or cannot be written.
+
+    Only the default store's folder is made: a store named in a folder that does not exist
+    is likelier a typo than a wish for new folders, which would hold an empty store.
+    """
+    if path.exists():
+        return
+    folder = path.parent
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"{named_by} {path}: {folder} is not a folder, so no store can be made in it.")
+    if not folder.is_dir():
+        raise UsageError(
+            f"{named_by} {path}: there is no folder {folder} to make the store in. Give a store in an existing "
+            f"folder, or make the folder first (mkdir -p {shlex.quote(str(folder))})."
+        )
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise UsageError(
+            f"{named_by} {path}: the folder {folder} cannot be written by this user, so no store can be made in it. "
+            "Give a store in a folder you can write."
+        )
 
 
 def _open_store(path: str, writing: bool) -> "ExperimentStore":

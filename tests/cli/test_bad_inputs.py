@@ -151,15 +151,16 @@ def test_a_refused_create_or_job_makes_no_store_nor_its_folders(tmp_path, monkey
     case = tmp_path / "case"
     bad_inputs.BadInput("", (), "", files={"bad.yaml": bad_inputs.config(bogus=1)}).set_up(case)
     argv = [part.format(dir=case) for part in argv]
-    new = tmp_path / "new" / "folders" / "store.sqlite"
-    for command_line in (["--store", str(new), *argv], argv):  # a store named, and the default one
+    # A store named in a folder that exists; the default one, whose folders would be made.
+    new = tmp_path / "store.sqlite"
+    for command_line in (["--store", str(new), *argv], argv):
         status, output = run_command(command_line)
         assert status == 2 and said.format(dir=case) in output, output
-    assert not (tmp_path / "new").exists()
+    assert not new.exists() and not (tmp_path / "store-files").exists()
     assert not (tmp_path / "data").exists() and not no_default_store.exists()
     monkeypatch.setenv("DET_ESTIMATOR_STORE", str(new))
     assert run_command(argv)[0] == 2
-    assert not (tmp_path / "new").exists()
+    assert not new.exists()
 
 
 def test_a_store_that_cannot_be_made_leaves_no_checkpoint_storage_made_for_the_experiment(tmp_path):
@@ -171,7 +172,7 @@ def test_a_store_that_cannot_be_made_leaves_no_checkpoint_storage_made_for_the_e
         ["--store", str(store), "experiment", "create", str(tmp_path / "ok.yaml"), str(tmp_path)]
     )
 
-    assert status == 2 and f"Cannot make a store at {store}: its folder cannot be created" in output, output
+    assert status == 2 and f"--store {store}: {tmp_path / 'a-file'} is not a folder" in output, output
     assert not (tmp_path / "checkpoints").exists()
 
 

@@ -152,6 +152,12 @@ CASES: list[BadInput] = [
         "--slots 3 differs from the 2 slots of --hosts a:1,b:1",
     ),
     BadInput(
+        "a new --store in a folder that does not exist",
+        # Under new-files/: the test checks that no such folder is made.
+        ("--store", "{dir}/new-files/typo/store.sqlite", "experiment", "create", "{ok}", "{dir}"),
+        "new-files/typo to make the store in. Give a store in an existing folder, or make the folder first",
+    ),
+    BadInput(
         "an unknown host in --hosts",
         ("--store", "{dir}/new.sqlite", "experiment", "create", "{ok}", "{dir}", "--hosts", "nohost.invalid:2"),
         "host 'nohost.invalid' is not known",
@@ -546,6 +552,6 @@ CASES: list[BadInput] = [
     BadInput(
         "a store under /proc",
         ("--store", "/proc/det-estimator/store.sqlite", "experiment", "create", "{ok}", "{dir}"),
-        "its folder cannot be created",
+        "there is no folder /proc/det-estimator to make the store in",
     ),
 ]
