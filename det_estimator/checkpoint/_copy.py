@@ -4,12 +4,16 @@ The files are copied into a hidden sibling of the destination, each hashed as it
 copied and compared with the manifest, then made durable; the sibling is renamed to
 the destination only once every file matched. A checkpoint whose files are missing,
 changed or joined by others is refused, and a copy that fails or is interrupted
-leaves no directory that looks complete (at worst a hidden ``.<name>.<hex>.tmp``).
+leaves no directory that looks complete. A copy killed outright leaves its hidden
+``.<name>.copy-<pid>-<hex>`` sibling behind: the next copy to the same destination
+removes it, once the process named in it is gone.
 """
 
 import hashlib
 import os
+import re
 import shutil
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -19,6 +23,8 @@ from det_estimator.checkpoint._checkpoint import Checkpoint, checkpoint_from_met
 from det_estimator.errors import DetEstimatorError
 
 _CHUNK_BYTES = 1 << 20
+# The hidden sibling a copy is made in: the destination's name, and the copying process.
+_STAGING = re.compile(r"^\.(?P<name>.+)\.copy-(?P<pid>\d+)-[0-9a-f]{32}$")
 
 
 class CheckpointCopyError(DetEstimatorError, ValueError):
@@ -74,7 +80,8 @@ def copy_checkpoint(source: Path, destination: Path) -> CopiedCheckpoint:
     if problems:
         raise CheckpointCopyError(not_as_sealed, problems)
     made = _fs.outermost_missing(destination.parent)
-    staging = destination.parent / _fs.temporary_name(destination.name)
+    _remove_abandoned_copies(destination)
+    staging = destination.parent / f".{destination.name}.copy-{os.getpid()}-{uuid.uuid4().hex}"
     try:
         destination.parent.mkdir(parents=True, exist_ok=True)
         staging.mkdir()
@@ -166,6 +173,32 @@ def _copy_file(source: Path, staging: Path, name: str, manifest: _manifest.Manif
     if digest.hexdigest() != expected["sha256"]:
         return f"{name}: sha256 mismatch (expected {expected['sha256']}, found {digest.hexdigest()})"
     return ""
+
+
+def _remove_abandoned_copies(destination: Path) -> list[Path]:
+    """Removes the hidden copies to ``destination`` that killed processes left; returns them.
+
+    A copy whose process still runs (another download to the same place) is left alone.
+    """
+    removed: list[Path] = []
+    if not destination.parent.is_dir():
+        return removed
+    for entry in os.scandir(destination.parent):
+        match = _STAGING.match(entry.name)
+        if match and match["name"] == destination.name and not _is_running(int(match["pid"])):
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed.append(Path(entry.path))
+    return removed
+
+
+def _is_running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
 
 
 def _publish(staging: Path, destination: Path) -> None:

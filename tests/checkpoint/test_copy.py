@@ -134,3 +134,22 @@ def test_a_copy_that_fails_midway_leaves_no_directory_that_looks_complete(sealed
     with pytest.raises(failure if isinstance(failure, type) else OSError):
         copy_checkpoint(sealed, tmp_path / "out" / "new" / "copy")
     assert os.listdir(tmp_path / "out") == []  # neither the copy, its temporary, nor the folder made for it
+
+
+def test_a_copy_killed_outright_is_removed_by_the_next_copy_to_the_same_place_unless_its_process_runs(sealed, tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    finished = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(finished.stdout)  # exited: no process has that id now (pid reuse aside)
+    abandoned = out / f".copy.copy-{dead_pid}-{'a' * 32}"
+    running = out / f".copy.copy-{os.getpid()}-{'b' * 32}"  # another download, still copying
+    elsewhere = out / f".other.copy-{dead_pid}-{'c' * 32}"  # a copy to another destination
+    for hidden in (abandoned, running, elsewhere):
+        (hidden / "model").mkdir(parents=True)
+        (hidden / "model" / "half.bin").write_bytes(b"\0" * 10)
+
+    copy_checkpoint(sealed, out / "copy")
+
+    assert sorted(os.listdir(out)) == sorted(["copy", running.name, elsewhere.name])
