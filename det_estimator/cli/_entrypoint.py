@@ -98,6 +98,8 @@ def check_trial_entrypoint(context_dir: Path, module: str, class_name: str) -> N
                 f"{' and '.join(sorted(set(outside)))} ({written}, line {definition.lineno} of {path}), so it is "
                 f"not a trial. Expected {_EXPECTED}: the class whose methods build the model, not the model."
             )
+    if isinstance(definition, ast.ClassDef) and "." not in class_name:
+        _check_trial_class(definition, entrypoint, path)
     if (
         isinstance(definition, ast.Assign)
         and isinstance(value, ast.Name)
@@ -107,6 +109,43 @@ def check_trial_entrypoint(context_dir: Path, module: str, class_name: str) -> N
         raise EntrypointError(
             f"The config's entrypoint {entrypoint!r} is Python's {value.id} (line {definition.lineno} of "
             f"{path}), not a trial class. Expected {_EXPECTED}."
+        )
+
+
+# The methods a trial class must define, by the base it derives from directly (the abstract
+# methods of EstimatorTrial and TFKerasTrial; tests/cli/test_entrypoint_checks.py keeps the
+# two lists equal to them).
+TRIAL_BUILDERS = {
+    "EstimatorTrial": ("build_estimator", "build_train_spec", "build_validation_spec"),
+    "TFKerasTrial": ("build_model", "build_training_data_loader", "build_validation_data_loader"),
+}
+
+
+def _check_trial_class(definition: ast.ClassDef, entrypoint: str, path: Path) -> None:
+    """Refuses a trial class that derives from one trial base alone and cannot work, before it is launched.
+
+    The harness builds it as ``Trial(context)`` and calls its builders: an ``__init__``
+    that takes no context, or a builder left undefined, would fail in every process after
+    launch. A class with another base (a trial of the user's own) is left to the launch.
+    """
+    if len(definition.bases) != 1 or _base_name(definition.bases[0]) not in TRIAL_BUILDERS:
+        return
+    base = _base_name(definition.bases[0])
+    methods = {node.name: node for node in definition.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    init = methods.get("__init__")
+    if init is not None and len(init.args.posonlyargs + init.args.args) < 2 and init.args.vararg is None:
+        raise EntrypointError(
+            f"The config's entrypoint {entrypoint!r}: its __init__ (line {init.lineno} of {path}) takes no context, "
+            f"but det-estimator builds a trial as {definition.name}(context). Expected: def __init__(self, context) "
+            "calling super().__init__(context)."
+        )
+    missing = [name for name in TRIAL_BUILDERS[base] if name not in methods]
+    if missing:
+        raise EntrypointError(
+            f"The config's entrypoint {entrypoint!r} (line {definition.lineno} of {path}) derives from {base} but "
+            f"does not define {', '.join(missing)}, which every {base} defines. Expected: "
+            + "; ".join(f"def {name}(self)" for name in missing)
+            + "."
         )
 
 

@@ -380,6 +380,33 @@ CASES: list[BadInput] = [
         },
     ),
     BadInput(
+        "a trial class whose __init__ takes no context",
+        _create("bad.yaml"),
+        "its __init__ (line 5 of",
+        files={
+            "bad.yaml": config(entrypoint="model:Trial"),
+            "model.py": (
+                "import det_estimator as det\n\n\nclass Trial(det.estimator.EstimatorTrial):\n"
+                "    def __init__(self):\n        pass\n\n"
+                "    def build_estimator(self): ...\n    def build_train_spec(self): ...\n"
+                "    def build_validation_spec(self): ...\n"
+            ),
+        },
+    ),
+    BadInput(
+        "a Keras trial class that has no build_validation_data_loader",
+        _create("bad.yaml"),
+        "derives from TFKerasTrial but does not define build_validation_data_loader",
+        files={
+            "bad.yaml": config(entrypoint="model:Trial"),
+            "model.py": (
+                "from det_estimator.keras import TFKerasTrial\n\n\nclass Trial(TFKerasTrial):\n"
+                "    def __init__(self, context):\n        super().__init__(context)\n\n"
+                "    def build_model(self): ...\n    def build_training_data_loader(self): ...\n"
+            ),
+        },
+    ),
+    BadInput(
         "an entrypoint that names an imported module",
         _create("bad.yaml"),
         "The config's entrypoint 'analytic_trial:np' is a module (imported on line",
