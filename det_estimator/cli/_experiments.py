@@ -20,6 +20,7 @@ from det_estimator.cli._entrypoint import (
 from det_estimator.cli._output import format_time, print_log, print_table
 from det_estimator.config import ExperimentConfig, grid_size
 from det_estimator.errors import DetEstimatorError
+from det_estimator.lifecycle import remove_leftovers
 from det_estimator.orchestration import format_metrics, print_json
 from det_estimator.orchestration._processes import device_type
 from det_estimator.store import (
@@ -231,6 +232,9 @@ def _best_text(best: Optional[BestValidation]) -> str:
 def list_experiments(store: ExperimentStore, args: argparse.Namespace) -> int:
     """Every experiment: id, name, state, progress and best validation."""
     experiments = store.experiments()
+    # What killed checkpoint writes left in experiments that no longer run goes, rather than
+    # waiting for a resume that may never come.
+    remove_leftovers(store, [experiment.id for experiment in experiments])
     best = {experiment.id: store.best_validation(experiment.id) for experiment in experiments}
     if args.json:
         print_json([{**to_json_value(e), "best_validation": best[e.id]} for e in experiments], sys.stdout)

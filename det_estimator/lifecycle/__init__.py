@@ -19,7 +19,7 @@ and nothing of ``core``, ``orchestration`` or the front ends.
 
 from det_estimator.lifecycle._errors import ErrorKind, RunError, is_clean_exit
 from det_estimator.lifecycle._lifecycle import Ending, RunLifecycle, run_state, trial_class_of
-from det_estimator.lifecycle._resume import resume_point
+from det_estimator.lifecycle._resume import remove_leftovers, resume_point
 from det_estimator.lifecycle._retention import RetentionPolicy, delete_checkpoints_not_kept
 from det_estimator.lifecycle._store import RunStore
 
@@ -32,6 +32,7 @@ __all__ = [
     "RunStore",
     "delete_checkpoints_not_kept",
     "is_clean_exit",
+    "remove_leftovers",
     "resume_point",
     "run_state",
     "trial_class_of",

@@ -34,6 +34,31 @@ def resume_point(store: RunStore, trial: TrialRecord) -> Optional[Checkpoint]:
     return latest
 
 
+def remove_leftovers(store: RunStore, experiment_ids: list[int]) -> list[Path]:
+    """Removes what killed checkpoint writes and deletions left in the trials of experiments that are not running.
+
+    A run SIGKILLed while it wrote or deleted a checkpoint leaves a hidden ``.partial-*``
+    or ``.deleting-*`` folder, which its own resume removes; an experiment never resumed
+    kept it for good. Experiments whose state is final (completed, paused, failed) have no
+    process that writes there; a running one is left alone.
+
+    Returns:
+        The paths removed.
+    """
+    removed: list[Path] = []
+    for experiment_id in experiment_ids:
+        if not store.experiment(experiment_id).state.is_final:
+            continue
+        for trial in store.trials(experiment_id):
+            if not Path(trial.checkpoint_dir).is_dir():
+                continue
+            try:
+                removed.extend(TrialCheckpoints(trial.checkpoint_dir).remove_partials())
+            except OSError as error:  # a folder of another user, say: left for its own resume
+                logger.info("could not remove leftovers in %s: %s", trial.checkpoint_dir, error)
+    return removed
+
+
 def _forget_checkpoints_gone(store: RunStore, trial: TrialRecord, latest: Optional[Checkpoint]) -> None:
     """Marks deleted the checkpoints the store records for ``trial`` whose directories are gone.
 

@@ -2,6 +2,7 @@
 
 import logging
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -83,3 +84,21 @@ def test_an_older_checkpoint_deleted_by_hand_changes_nothing_the_run_resumes_fro
 
     assert not caplog.records
     assert [c.uuid for c in store.checkpoints(trial.experiment_id)] == [uuids[10], uuids[15]]
+
+
+@pytest.mark.parametrize(("state", "removed"), [("ACTIVE", False), ("PAUSED", True), ("ERROR", True)])
+def test_leftovers_of_killed_checkpoint_writes_go_unless_the_experiment_runs(trial_with_checkpoints, state, removed):
+    from det_estimator.lifecycle import remove_leftovers
+    from det_estimator.store import State
+
+    store, trial, uuids = trial_with_checkpoints
+    directory = trial.checkpoint_dir
+    left = [Path(directory) / ".partial-abc", Path(directory) / f".deleting-{uuids[5]}-0123"]
+    for path in left:
+        (path / "model").mkdir(parents=True)
+    store.set_state(trial.experiment_id, State(state))
+
+    remove_leftovers(store, [trial.experiment_id])
+
+    assert [path.exists() for path in left] == [not removed] * 2
+    assert sorted(checkpoint.uuid for checkpoint in TrialCheckpoints(directory).list()) == sorted(uuids.values())
