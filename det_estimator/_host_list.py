@@ -44,9 +44,18 @@ def parse_hosts(hosts: str, *, require_slots: bool = False) -> list[HostSlots]:
             host, _, count = entry.rpartition(":")
         else:
             host, count = entry, "" if require_slots else "1"
-        if not host or not count.isdigit() or int(count) < 1:
-            raise ValueError(f"Argument `--hosts` must be host:slots entries separated by commas. Received: {hosts!r}")
-        entries.append(HostSlots(host, int(count)))
+        if not host:
+            problem = "an empty entry" if not entry else f"the entry {entry!r} names no host"
+        elif not count:
+            problem = f"the entry {entry!r} gives no slot count (write {host}:N)"
+        elif not count.isdigit():
+            problem = f"the slot count of {entry!r} is not a whole number"
+        elif int(count) < 1:
+            problem = f"{entry!r} gives {host} {int(count)} slots; a host listed needs at least 1"
+        else:
+            entries.append(HostSlots(host, int(count)))
+            continue
+        raise ValueError(f"must be host:slots entries separated by commas, not {hosts!r}: {problem}")
     return entries
 
 

@@ -19,10 +19,21 @@ def test_the_text_and_the_entries_go_both_ways():
     assert [entry.is_local for entry in entries] == [False, False, True]
 
 
-@pytest.mark.parametrize("text", ["a", "a:2,b", "a:0", "a:x", ":2", "a:2,,b:1"])
-def test_the_command_wants_every_host_with_its_slots(text):
-    with pytest.raises(ValueError, match="host:slots entries"):
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("a", "the entry 'a' gives no slot count (write a:N)"),
+        ("a:2,b", "the entry 'b' gives no slot count (write b:N)"),
+        ("a:0", "'a:0' gives a 0 slots; a host listed needs at least 1"),
+        ("a:x", "the slot count of 'a:x' is not a whole number"),
+        (":2", "the entry ':2' names no host"),
+        ("a:2,,b:1", "an empty entry"),
+    ],
+)
+def test_the_command_wants_every_host_with_its_slots_and_says_which_entry_is_wrong(text, problem):
+    with pytest.raises(ValueError, match="host:slots entries") as raised:
         parse_hosts(text, require_slots=True)
+    assert str(raised.value).endswith(f"not {text!r}: {problem}")
 
 
 def test_the_command_line_gives_entries():
@@ -38,7 +49,7 @@ def test_the_launchers_give_entries_a_host_alone_having_one_slot():
     assert args.hosts == [HostSlots("a", 2), HostSlots("b", 1)] and command == ["python3", "train.py"]
     with redirect_stderr(io.StringIO()) as said, pytest.raises(SystemExit):
         _args.parse("launch", "", ["--hosts", "a:0", "--", "python3", "train.py"])
-    assert "must be host:slots entries separated by commas, not 'a:0'" in said.getvalue()
+    assert "must be host:slots entries separated by commas, not 'a:0': 'a:0' gives a 0 slots" in said.getvalue()
 
 
 def test_the_store_keeps_the_entries(tmp_path):

@@ -98,8 +98,8 @@ def _hosts(text: str) -> list[HostSlots]:
     """``--hosts``: ``host:slots`` entries separated by commas, each with its slots."""
     try:
         return parse_hosts(text, require_slots=True)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be host:slots entries separated by commas, not {text!r}") from None
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -33,8 +33,8 @@ def _hosts(text: str) -> list[HostSlots]:
     """``--hosts`` as entries; a host without ``:slots`` has one."""
     try:
         return parse_hosts(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be host:slots entries separated by commas, not {text!r}") from None
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def placement(args: argparse.Namespace) -> list[HostSlots]:

@@ -5,6 +5,7 @@ another machine that horovodrun reaches over ssh. The entries themselves, and th
 text, are ``det_estimator._host_list``'s.
 """
 
+import ipaddress
 import socket
 import subprocess
 from collections.abc import Sequence
@@ -88,7 +89,12 @@ def slots_on_this_machine(hosts: Sequence[HostSlots]) -> int:
 
 
 def _names_this_machine(host: str) -> bool:
-    """Whether ``host`` resolves to an address of this machine.
+    """Whether the launchers start ``host``'s processes here without ssh, as horovodrun decides it.
+
+    horovodrun resolves the name and starts the processes here when the address is one of
+    this machine's network interfaces' own; otherwise it goes over ssh. Another loopback
+    address than 127.0.0.1 (127.0.0.2, or 127.0.1.1 where a host name resolves to it) is
+    no interface's own: it is reached over ssh, so the pre-flight check reaches it too.
 
     Raises:
         socket.gaierror: the name does not resolve.
@@ -98,7 +104,10 @@ def _names_this_machine(host: str) -> bool:
 
 
 def _is_this_machine(address: str) -> bool:
-    """Whether ``address`` is one of this machine's own (a loopback one, or one it can bind)."""
+    """Whether ``address`` is the address of one of this machine's network interfaces."""
+    if ipaddress.ip_address(address).is_loopback:
+        return address in ("127.0.0.1", "::1")  # the loopback interface's own
+    # Only an address of one of its interfaces can be bound here.
     family = socket.AF_INET6 if ":" in address else socket.AF_INET
     try:
         with socket.socket(family, socket.SOCK_STREAM) as probe:

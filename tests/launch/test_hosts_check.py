@@ -48,13 +48,34 @@ def test_reachable_hosts_and_this_machine_pass(tmp_path, monkeypatch):
 
     calls.unlink()
     fake_ssh(tmp_path / "failing", monkeypatch, 255, "unreachable")
-    # This machine by any of its names is not reached over ssh, as horovodrun does not.
-    check_hosts(parse_hosts(f"localhost:1,127.0.0.1:1,127.0.0.2:1,{socket.gethostname()}:1"))
+    # This machine by the names horovodrun starts processes on without ssh is not reached over ssh.
+    here = [f"{address}:1" for address in local_interface_addresses()]
+    check_hosts(parse_hosts(",".join(["localhost:1", "127.0.0.1:1", *here])))
     assert not calls.exists() and not (tmp_path / "failing" / "ssh_calls").exists()
 
 
+def local_interface_addresses() -> list[str]:
+    """This machine's interfaces' IPv4 addresses, as horovodrun lists them."""
+    import psutil
+
+    return sorted(
+        address.address
+        for addresses in psutil.net_if_addrs().values()
+        for address in addresses
+        if address.family == socket.AF_INET
+    )
+
+
+def test_another_loopback_address_is_reached_over_ssh_as_horovodrun_does(tmp_path, monkeypatch):
+    calls = fake_ssh(tmp_path, monkeypatch, 255, "ssh: connect to host 127.0.0.2 port 22: Connection refused")
+    with pytest.raises(ValueError, match=r"host '127\.0\.0\.2' cannot be reached over ssh \(ssh: connect to host"):
+        check_hosts(parse_hosts("localhost:1,127.0.0.2:1"))
+    assert calls.read_text().split()[-2:] == ["127.0.0.2", "true"]
+
+
 def test_the_slots_on_this_machine_count_it_under_any_of_its_names():
-    hosts = f"localhost:1,127.0.0.1:2,{socket.gethostname()}:3,{ELSEWHERE}:4,no-such-host.invalid:5"
+    (address, *_) = [a for a in local_interface_addresses() if a != "127.0.0.1"] or ["127.0.0.1"]
+    hosts = f"localhost:1,127.0.0.1:2,{address}:3,{ELSEWHERE}:4,no-such-host.invalid:5,127.0.0.2:6"
     assert slots_on_this_machine(parse_hosts(hosts)) == 6
 
 

@@ -240,7 +240,7 @@ def test_a_process_on_another_host_runs_this_interpreter_for_python():
 
 def test_hosts_and_slots_resolution():
     assert parse_hosts("a:2,b") == [HostSlots("a", 2), HostSlots("b", 1)]
-    with pytest.raises(ValueError, match="Argument `--hosts`"):
+    with pytest.raises(ValueError, match="host:slots entries separated by commas, not 'a:0'"):
         parse_hosts("a:0")
     assert resolve_slots(None, parse_hosts("a:2,b:1"), 8, ["x"]) == [HostSlots("a", 2), HostSlots("b", 1)]
     assert resolve_slots(3, None, 8, ["x"]) == [HostSlots("localhost", 3)]

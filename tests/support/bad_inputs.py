@@ -158,6 +158,16 @@ CASES: list[BadInput] = [
         "new-files/typo to make the store in. Give a store in an existing folder, or make the folder first",
     ),
     BadInput(
+        "another loopback address in --hosts, with no ssh server there",
+        ("--store", "{dir}/new.sqlite", "experiment", "create", "{ok}", "{dir}", "--hosts", "localhost:1,127.0.0.2:1"),
+        "--hosts: host '127.0.0.2'",
+    ),
+    BadInput(
+        "a host of 0 slots in --hosts",
+        ("--store", "{dir}/new.sqlite", "experiment", "create", "{ok}", "{dir}", "--hosts", "localhost:0"),
+        "'localhost:0' gives localhost 0 slots; a host listed needs at least 1",
+    ),
+    BadInput(
         "an unknown host in --hosts",
         ("--store", "{dir}/new.sqlite", "experiment", "create", "{ok}", "{dir}", "--hosts", "nohost.invalid:2"),
         "host 'nohost.invalid' is not known",
