@@ -6,6 +6,7 @@ from det_estimator.launcher._job import Job, ProcessSpec, exec_single, resolve_s
 from det_estimator.launcher._launch import (
     chief_address,
     describe,
+    end_supervised,
     free_port,
     horovodrun_command,
     is_self_launching,
@@ -37,6 +38,7 @@ __all__ = [
     "resolve_slots",
     "script_command",
     "slots_on_this_machine",
+    "end_supervised",
     "start",
     "worker_command",
 ]

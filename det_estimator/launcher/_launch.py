@@ -105,8 +105,23 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
 
 
-def start(command: list[str], env: dict[str, str], cwd: Optional[str] = None) -> subprocess.Popen[str]:
-    """Starts ``command`` in a session of its own, its stdout and stderr merged into one text pipe (``output_pipe``)."""
+# Runs a command so that whatever it starts ends with it (see the module's docstring).
+_SUPERVISOR = Path(__file__).with_name("_supervisor.py")
+# How long ``end_supervised`` waits for the supervisor to end the processes below it.
+_END_SECONDS = 10.0
+
+
+def start(
+    command: list[str], env: dict[str, str], cwd: Optional[str] = None, supervised: bool = False
+) -> subprocess.Popen[str]:
+    """Starts ``command`` in a session of its own, its stdout and stderr merged into one text pipe (``output_pipe``).
+
+    ``supervised`` (on Linux) runs it under the supervisor of ``_supervisor.py``: every
+    process it starts, however deep, ends when it ends, when :func:`end_supervised` is
+    called, and when this process dies, SIGKILL included. Its exit status is the command's.
+    """
+    if supervised and sys.platform.startswith("linux"):
+        command = [sys.executable, "-S", str(_SUPERVISOR), "--", *command]
     return subprocess.Popen(
         command,
         env=env,
@@ -118,6 +133,18 @@ def start(command: list[str], env: dict[str, str], cwd: Optional[str] = None) ->
         start_new_session=True,
         preexec_fn=_die_with_parent,
     )
+
+
+def end_supervised(process: subprocess.Popen[str]) -> None:
+    """Ends a process :func:`start` supervised and everything it started: at once, without a checkpoint."""
+    if process.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(process.pid, signal.SIGUSR2)  # the supervisor's END_EVERYTHING
+    try:
+        process.wait(timeout=_END_SECONDS)
+    except subprocess.TimeoutExpired:
+        process.kill()
 
 
 def output_pipe(process: subprocess.Popen[str]) -> IO[str]:

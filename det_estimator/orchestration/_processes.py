@@ -129,9 +129,8 @@ class RunProcesses:
         self._process.terminate()
 
     def kill(self) -> None:
-        """Ends them at once, if they still run."""
-        if self._process.poll() is None:
-            self._process.kill()
+        """Ends them at once, if they still run, with every process they started."""
+        launcher.end_supervised(self._process)
 
 
 def start_processes(
@@ -174,7 +173,9 @@ def start_processes(
         },
     )
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    process = launcher.start(launcher.process_command(command, info.slots, hosts), env, cwd)
+    # Supervised: what the run's processes start (a data-loading pool, a server) ends with
+    # the run, also when this process is killed.
+    process = launcher.start(launcher.process_command(command, info.slots, hosts), env, cwd, supervised=True)
 
     def copy_output() -> None:
         for line in launcher.output_pipe(process):
