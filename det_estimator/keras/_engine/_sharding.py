@@ -89,24 +89,24 @@ class ArrayData:
         own_first = first + rank
         first_epoch = own_first // batches_per_epoch
 
-        def batches_of_epoch(epoch: tf.Tensor) -> tf.data.Dataset:
-            order = self._order(epoch, shuffle_seed)
+        def epoch_order(epoch: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
             # The first batch of this epoch that is this process's: its own_first for the first epoch.
             start = tf.where(
                 epoch == first_epoch,
                 tf.constant(own_first - first_epoch * batches_per_epoch, tf.int64),
                 tf.math.floormod(own_first - epoch * batches_per_epoch, size),
             )
-            return _with_order(tf.data.Dataset.range(start, batches_per_epoch, size), order)
+            return self._order(epoch, shuffle_seed), start
 
-        batches = tf.data.Dataset.range(first_epoch, _LAST_EPOCH).flat_map(batches_of_epoch)
-        return self._gathered(batches, batch_size)
+        # An epoch's order is drawn ahead of its first batch, as model.fit's own input of arrays does it.
+        orders = tf.data.Dataset.range(first_epoch, _LAST_EPOCH).map(epoch_order).prefetch(1)
+        indices = orders.flat_map(lambda order, start: self._batch_indices(order, batch_size, start, size))
+        return self._gathered(indices)
 
     def validation(self, batch_size: int, rank: int, size: int) -> tf.data.Dataset:
         """This process's share of one pass over the records: batches ``rank``, ``rank + size``, ... in order."""
         order = tf.range(self.num_records, dtype=tf.int64)
-        batches = tf.data.Dataset.range(rank, math.ceil(self.num_records / batch_size), size)
-        return self._gathered(_with_order(batches, order), batch_size)
+        return self._gathered(self._batch_indices(order, batch_size, tf.constant(rank, tf.int64), size))
 
     def _order(self, epoch: tf.Tensor, shuffle_seed: Optional[int]) -> tf.Tensor:
         if shuffle_seed is None:
@@ -114,40 +114,37 @@ class ArrayData:
         seed = tf.stack([tf.constant(shuffle_seed, tf.int64), epoch])
         return tf.cast(tf.argsort(tf.random.stateless_uniform([self.num_records], seed=seed)), tf.int64)
 
-    def _indices(self, order: tf.Tensor, batch: tf.Tensor, batch_size: int) -> tf.Tensor:
-        start = batch * batch_size
-        return order[start : tf.minimum(start + batch_size, self.num_records)]
+    def _batch_indices(self, order: tf.Tensor, batch_size: int, start: tf.Tensor, size: int) -> tf.data.Dataset:
+        """The record indices of batches ``start``, ``start + size``, ... of one epoch in ``order``, one batch each.
 
-    def _gathered(self, batches: tf.data.Dataset, batch_size: int) -> tf.data.Dataset:
-        """The records of ``batches``' ``(batch number, record order)`` elements, sliced and gathered in one map.
-
-        One function per batch: a map of its own to slice the order cost the step's
-        input a sequential function call per batch.
+        As ``model.fit``'s own input of arrays cuts them: the whole batches are the rows
+        of the order reshaped, sliced once per epoch, so that every batch is whole (of a
+        static shape, for which the step is traced and runs faster) when the batch size
+        divides the records; the smaller last batch follows when it is this process's.
         """
+        whole = self.num_records // batch_size
+        rows = tf.reshape(order[: whole * batch_size], [whole, batch_size])
+        batches = tf.data.Dataset.from_tensor_slices(rows[start::size])
+        if self.num_records % batch_size:
+            # The last batch is batch number `whole`: this process's when it is `start` plus a multiple of `size`.
+            mine = tf.logical_and(start <= whole, tf.math.floormod(whole - start, size) == 0)
+            last = tf.data.Dataset.from_tensors(order[whole * batch_size :]).take(tf.cast(mine, tf.int64))
+            batches = batches.concatenate(last)
+        return batches
+
+    def _gathered(self, indices: tf.data.Dataset) -> tf.data.Dataset:
+        """The records of each batch of ``indices``, gathered in one parallel map, as ``model.fit``'s own input does."""
         # The arrays travel as a dataset element rather than being captured by the
-        # functions, which would copy them into every function's graph.
+        # function, which would copy them into its graph.
         arrays = tf.data.Dataset.from_tensors(self._tensors).repeat()
 
-        # Every batch is whole when the batch size divides the records: then the step is
-        # traced for batches of that size, as model.fit's own input of the arrays would
-        # have it, and runs faster than for batches of any size.
-        whole = self.num_records % batch_size == 0
+        def gathered(batch: tf.Tensor, data: Any) -> Any:
+            return tf.nest.map_structure(lambda array: tf.gather(array, batch), data)
 
-        def gathered(batch_and_order: tuple[tf.Tensor, tf.Tensor], data: Any) -> Any:
-            indices = self._indices(batch_and_order[1], batch_and_order[0], batch_size)
-            if whole:
-                indices.set_shape([batch_size])
-            return tf.nest.map_structure(lambda array: tf.gather(array, indices), data)
-
-        gathered_batches = tf.data.Dataset.zip((batches, arrays)).map(
+        batches = tf.data.Dataset.zip((indices, arrays)).map(
             gathered, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
         )
-        return gathered_batches.prefetch(tf.data.AUTOTUNE)
-
-
-def _with_order(batches: tf.data.Dataset, order: tf.Tensor) -> tf.data.Dataset:
-    """``(batch number, order)`` for each of ``batches``: the order is the one tensor, shared, not copied."""
-    return tf.data.Dataset.zip((batches, tf.data.Dataset.from_tensors(order).repeat()))
+        return batches.prefetch(tf.data.AUTOTUNE)
 
 
 def _as_float_arrays(structure: Any) -> Any:
