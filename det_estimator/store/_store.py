@@ -720,6 +720,19 @@ class ExperimentStore(JobTable):
         rows = self._connection.execute(query + " ORDER BY m.batches, m.rowid", parameters)
         return [_metric_record(row) for row in rows.fetchall()]
 
+    def experiment_metrics(self, experiment_id: int, kind: MetricKind) -> list[MetricRecord]:
+        """Every trial's training or validation metrics of an experiment, by trial and then batches.
+
+        One query for all the trials (a page that draws a search's curves needs them all at
+        once); the rows left out are those :meth:`metrics` leaves out.
+        """
+        rows = self._connection.execute(
+            "SELECT m.rowid AS id, m.* FROM metrics m JOIN trials t ON t.id = m.trial_id"
+            f" WHERE t.experiment_id = ? AND m.kind = ? AND {_NOT_ROLLED_BACK} ORDER BY m.trial_id, m.batches, m.rowid",
+            (experiment_id, MetricKind(kind).value),
+        )
+        return [_metric_record(row) for row in rows.fetchall()]
+
     def checkpoints(
         self, experiment_id: int, include_deleted: bool = False, trial_id: Optional[int] = None
     ) -> list[CheckpointRecord]:
