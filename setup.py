@@ -78,8 +78,8 @@ setup(
             "pytest-timeout",
             "pytest-xdist",
             "psutil",
-            # The web page's tests: Starlette's test client needs httpx; the browser tests drive Chromium.
-            "httpx",
+            # The web page's tests: Starlette's test client needs httpx2; the browser tests drive Chromium.
+            "httpx2",
             "selenium>=4.20",
             "ruff==0.17.6",
             "mypy==1.19.1",
