@@ -244,6 +244,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="the token every request must carry on a non-loopback address (default: $DET_ESTIMATOR_UI_TOKEN, "
         "else a new one, printed once)",
     )
+    ui.add_argument(
+        "--refresh", type=_seconds, default=3.0, help="seconds between the pages' refreshes of their data (default: 3)"
+    )
     return parser
 
 
@@ -271,7 +274,7 @@ def _serve_ui(args: argparse.Namespace) -> int:
     given = args.store or os.environ.get(environment_variables.STORE)
     path = Path(given).expanduser() if given else default_store_path()
     try:
-        return serve(path, host=args.host, port=args.port, token=args.token)
+        return serve(path, host=args.host, port=args.port, token=args.token, refresh_seconds=args.refresh)
     except KeyboardInterrupt:
         return 0
 

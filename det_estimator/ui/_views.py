@@ -177,9 +177,21 @@ def experiment_page(
     Raises:
         UnknownIdError: there is no experiment ``experiment_id``.
     """
+    return _experiment_page(
+        store, experiment_id, store.experiment_metrics(experiment_id, MetricKind.VALIDATION), sort, descending
+    )
+
+
+def _experiment_page(
+    store: ExperimentStore,
+    experiment_id: int,
+    validation_records: list[MetricRecord],
+    sort: str = "",
+    descending: Optional[bool] = None,
+) -> ExperimentPage:
     experiment = store.experiment(experiment_id)
     trials = store.trials(experiment_id)
-    validations = _by_trial(store.experiment_metrics(experiment_id, MetricKind.VALIDATION))
+    validations = _by_trial(validation_records)
     rows = [_trial_row(experiment, trial, validations.get(trial.id, [])) for trial in trials]
     hparam_names = sorted({name for row in rows for name in row.hparams})
     metric_names = sorted({name for row in rows for name in row.metrics})
@@ -277,10 +289,12 @@ def experiment_charts(store: ExperimentStore, experiment_id: int) -> dict[str, A
         "trace"}], "best_trial_id": id or None, "metric": searcher metric}``: ``label`` as written, for the page's
         text; ``title`` and the traces' text escaped for Plotly (:func:`plotly_text`).
     """
-    page = experiment_page(store, experiment_id)
+    # The validations are read once, for the trial rows and for the curves: they are most of the work.
+    validations = store.experiment_metrics(experiment_id, MetricKind.VALIDATION)
+    page = _experiment_page(store, experiment_id, validations)
     curves = []
     for kind in (MetricKind.TRAINING, MetricKind.VALIDATION):
-        records = store.experiment_metrics(experiment_id, kind)
+        records = validations if kind is MetricKind.VALIDATION else store.experiment_metrics(experiment_id, kind)
         for title, traces in learning_curves(records, kind, page.best_trial_id).items():
             curves.append({"label": title, "title": plotly_text(title), "traces": traces})
     rows = sorted(page.trials, key=lambda row: row.id)

@@ -20,6 +20,7 @@
   // Charts: Plotly figures whose data the server builds (see det_estimator/ui/_views.py).
   let chartsJson = "";
   let charts = null;
+  let drawnForState = "";
 
   function drawCurves() {
     const select = document.getElementById("curve-metric");
@@ -86,9 +87,15 @@
     });
   }
 
-  async function refreshCharts() {
+  async function refreshCharts(first) {
     const curves = document.getElementById("curves");
     if (!curves || typeof Plotly === "undefined") return;
+    // Once drawn, the charts of an experiment that no longer runs do not change: a large
+    // search's data is not fetched again every few seconds for nothing.
+    const state = document.getElementById("experiment-state");
+    const now = state ? state.textContent : "";
+    if (!first && charts && now !== "ACTIVE" && drawnForState === now) return;
+    drawnForState = now;
     const response = await fetch(curves.dataset.charts, { credentials: "same-origin" });
     const text = await response.text();
     if (!response.ok) {
@@ -139,9 +146,9 @@
     if (logScale) logScale.addEventListener("change", drawCurves);
     const log = document.getElementById("log");
     if (log) log.scrollTop = log.scrollHeight;
-    refreshCharts().catch(() => {});
+    refreshCharts(true).catch(() => {});
     every(refreshSeconds, refreshLiveParts);
-    every(refreshSeconds, refreshCharts);
+    every(refreshSeconds, () => refreshCharts(false));
     every(refreshSeconds, followLog);
   });
 })();
