@@ -148,11 +148,12 @@ def _sort_key(value: Value) -> tuple[int, Any]:
 
 @dataclass(frozen=True)
 class RungRow:
-    """One rung of an adaptive ASHA search: its length and the trials that reached it, best first."""
+    """One rung of an adaptive ASHA search: its length (in ``unit``) and the trials that reached it, best first."""
 
     bracket: int
     index: int
     length: int
+    unit: str
     trial_ids: tuple[int, ...]
 
 
@@ -435,6 +436,13 @@ class TrialPage:
     runs: tuple[TrialRunRecord, ...]
     restarts: tuple[RestartRecord, ...]
     checkpoints: tuple[CheckpointView, ...]
+
+    def error_line(self, run: TrialRunRecord) -> str:
+        """The error that ended a run, on one line as the command shows a cause: ``rank 1: ValueError: ...``."""
+        if not run.error:
+            return ""
+        rank, kind, message = run.error.get("rank"), run.error.get("type"), run.error.get("message") or ""
+        return ": ".join(part for part in (f"rank {rank}" if rank is not None else "", kind or "", message) if part)
 
 
 def trial_page(store: ExperimentStore, trial_id: int) -> TrialPage:

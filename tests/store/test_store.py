@@ -1024,3 +1024,26 @@ def test_recorder_records_checkpoints_with_their_size_and_lean_metadata(tmp_path
 def test_recorder_for_an_unknown_trial_raises_unknown_id_error(store):
     with pytest.raises(UnknownIdError):
         StoreRecorder(store, 99)
+
+
+def test_experiment_metrics_reads_every_trials_metrics_at_once_leaving_out_those_trained_again(store):
+    experiment_id = new_experiment(store)
+    first = store.create_trial(experiment_id, {"lr": 0.1}, 0, "/checkpoints")
+    second = store.create_trial(experiment_id, {"lr": 0.2}, 0, "/checkpoints")
+    killed = store.start_run(first)
+    for batches in (10, 20, 30):
+        store.record_metrics(first, VALIDATION, batches, {"loss": batches / 100}, killed)
+    restarted = store.start_run(first, start_batches=20)
+    store.record_metrics(first, VALIDATION, 30, {"loss": 0.125}, restarted)
+    store.record_metrics(second, VALIDATION, 10, {"loss": 1.0})
+    store.record_metrics(second, TRAINING, 10, {"loss": 2.0})
+
+    records = store.experiment_metrics(experiment_id, VALIDATION)
+    assert [(r.trial_id, r.batches, r.metrics["loss"]) for r in records] == [
+        (first, 10, 0.1),
+        (first, 20, 0.2),
+        (first, 30, 0.125),
+        (second, 10, 1.0),
+    ]
+    assert records == store.metrics(first, VALIDATION) + store.metrics(second, VALIDATION)
+    assert [r.metrics for r in store.experiment_metrics(experiment_id, TRAINING)] == [{"loss": 2.0}]

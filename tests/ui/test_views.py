@@ -111,3 +111,13 @@ def test_asha_rungs_name_the_trials_that_reached_each_rung(tmp_path):
     rungs = asha_rungs(config, state)
     assert [(r.index, r.length, r.entries) for r in rungs] == [(0, 16, ((1, 0.1), (0, 0.2))), (1, 64, ((1, 0.05),))]
     assert [r.entries for r in asha_rungs(config, None)] == [(), ()]
+
+
+def test_the_trial_page_shows_a_runs_error_on_one_line(filled):
+    path, _, _, trials = filled
+    with ExperimentStore(path) as store:
+        run = store.start_run(trials[0])
+        store.record_run_error(run, {"rank": 1, "type": "ValueError", "message": f"bad {XSS}", "traceback": "..."})
+        page = views.trial_page(store, trials[0])
+    assert page.error_line(page.runs[-1]) == f"rank 1: ValueError: bad {XSS}"
+    assert page.error_line(page.runs[0]) == ""
