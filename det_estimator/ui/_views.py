@@ -271,9 +271,15 @@ def _rungs(store: ExperimentStore, experiment: ExperimentRecord, trials: list[Tr
         return []
     trial_of = {trial.request_id: trial.id for trial in trials if trial.request_id is not None}
     config = load_experiment_config(experiment.config)
+    # The unit of searcher.max_length ({"epochs": 16}), which the rungs' lengths are in.
+    unit = next(iter(experiment.config["searcher"].get("max_length") or {"batches": 0}))
     return [
         RungRow(
-            rung.bracket, rung.index, rung.length, tuple(trial_of[rid] for rid, _ in rung.entries if rid in trial_of)
+            rung.bracket,
+            rung.index,
+            rung.length,
+            unit,
+            tuple(trial_of[rid] for rid, _ in rung.entries if rid in trial_of),
         )
         for rung in asha_rungs(config, saved_method_state(store, experiment.id))
     ]

@@ -242,6 +242,10 @@ def test_the_experiment_page_draws_the_curves_and_the_parallel_coordinates_of_ev
     assert min(by_label["loss"]) == pytest.approx(best.value)
     assert len(browser.find_elements(By.CSS_SELECTOR, "#scatter .chart")) == 2
     assert browser.find_element(By.ID, "experiment-name").text == XSS and no_alert(browser)
+    # Which trials reached which rung: all 8 the first (16 batches), the best among those at the top (64).
+    rungs = [row.text for row in browser.find_elements(By.CSS_SELECTOR, "#rungs tbody tr")]
+    assert [rung.split()[:4] for rung in rungs] == [["0", "0", "16", "batches"], ["0", "1", "64", "batches"]]
+    assert rungs[0].count(",") == 7 and rungs[1].split()[4].rstrip(",") == str(best.trial_id)
     screenshot(browser, "experiment")
 
 
