@@ -20,9 +20,11 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 import yaml
 
+from det_estimator import orchestration
 from det_estimator.store import ExperimentStore, State
 
 SUPPORT = Path(__file__).parents[1] / "support"
@@ -308,12 +310,11 @@ def test_the_trial_page_shows_validations_checkpoints_with_their_load_call_and_t
 
 
 @pytest.mark.timeout(180)
-def test_pause_from_the_page_pauses_a_running_experiment_and_the_page_shows_it_without_a_reload(
-    browser, server, search
-):
+def test_pause_from_the_page_pauses_a_running_experiment_which_resume_from_the_page_runs_again(browser, server, search):
     from selenium.webdriver.common.by import By
 
     store_path, _, context = search
+    resumed_by = None
     config = write_config(
         context,
         "slow.yaml",
@@ -343,11 +344,27 @@ def test_pause_from_the_page_pauses_a_running_experiment_and_the_page_shows_it_w
         # The page's refresh (every second here) shows it, without a reload of the page.
         wait_for(lambda: browser.find_element(By.ID, "experiment-state").text == "PAUSED", what="PAUSED on the page")
         assert browser.execute_script("return window.notReloaded === true")
-        assert browser.find_elements(By.ID, "resume")
+        # Resume from the page: `experiment resume` runs in a process of its own, and the experiment trains again.
+        click(browser, "#resume")
+        wait_for(lambda: "Resuming experiment" in browser.find_element(By.ID, "notice").text, what="the notice")
+        with ExperimentStore(store_path) as store:
+            before = store.experiment(experiment_id).batches_trained
+            wait_for(
+                lambda: (
+                    store.experiment(experiment_id).state == State.ACTIVE
+                    and store.experiment(experiment_id).batches_trained > before
+                ),
+                what="the resumed experiment to train",
+            )
+            resumed_by = store.experiment(experiment_id).launcher_pid
+            orchestration.request_pause(store, experiment_id)
+            wait_for(lambda: store.experiment(experiment_id).state == State.PAUSED, what="the second pause")
     finally:
         if running.poll() is None:
             running.kill()
             running.wait()
+        if resumed_by is not None and psutil.pid_exists(resumed_by):
+            psutil.Process(resumed_by).kill()
 
 
 @pytest.mark.timeout(120)
