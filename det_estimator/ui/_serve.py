@@ -19,7 +19,7 @@ def serve(
     port: int = 8080,
     token: Optional[str] = None,
     refresh_seconds: float = 3.0,
-    out: TextIO = sys.stdout,
+    out: Optional[TextIO] = None,
 ) -> int:
     """Serves the store's pages until interrupted; returns the exit status.
 
@@ -33,10 +33,11 @@ def serve(
         port: the port to listen on.
         token: the token requests must carry (at least 16 characters).
         refresh_seconds: how often the pages fetch their data again (0: never).
-        out: where the address to open is printed.
+        out: where the address to open is printed (default: standard output).
     """
     import uvicorn
 
+    out = out or sys.stdout
     loopback = is_loopback(host)
     given = token or os.environ.get(TOKEN_VARIABLE)
     access = Access(token=given or new_token(), loopback=loopback)

@@ -115,6 +115,8 @@ def test_no_request_path_reaches_a_file(filled, url):
 def test_plotly_is_served_from_plotlys_own_package(filled):
     script = client(filled[0]).get("/static/plotly.min.js")
     assert script.status_code == 200 and "plotly.js" in script.text[:200]
+    assert script.headers["cache-control"] == "max-age=86400"  # kept, unlike the pages'
+    assert client(filled[0]).get("/").headers["cache-control"] == "no-store"
 
 
 def test_a_missing_store_gives_a_page_saying_so(tmp_path):
