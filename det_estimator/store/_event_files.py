@@ -15,9 +15,14 @@ from typing import Any, BinaryIO, Optional
 
 from google.protobuf import struct_pb2
 from tensorboard.compat.proto import event_pb2, summary_pb2
-from tensorboard.plugins.hparams import metadata as hparams_metadata
 from tensorboard.plugins.hparams import plugin_data_pb2
 from tensorboard.summary.writer.record_writer import RecordWriter
+
+# The HParams plugin's names (tensorboard.plugins.hparams.metadata, which imports NumPy
+# for the rest of what it holds, and every command imports this module).
+_HPARAMS_PLUGIN = "hparams"
+_SESSION_START_TAG = "_hparams_/session_start_info"
+_HPARAMS_DATA_VERSION = 0
 
 
 class MetricEventFiles:
@@ -67,15 +72,12 @@ class MetricEventFiles:
         start = plugin_data_pb2.SessionStartInfo(start_time_secs=time.time())
         for name, value in _flat(hparams).items():
             start.hparams[name].CopyFrom(_hparam_value(value))
-        content = plugin_data_pb2.HParamsPluginData(session_start_info=start)
-        summary = summary_pb2.Summary(
-            value=[
-                summary_pb2.Summary.Value(
-                    tag=hparams_metadata.SESSION_START_INFO_TAG,
-                    metadata=hparams_metadata.create_summary_metadata(content),
-                )
-            ]
+        content = plugin_data_pb2.HParamsPluginData(session_start_info=start, version=_HPARAMS_DATA_VERSION)
+        plugin_data = summary_pb2.SummaryMetadata.PluginData(
+            plugin_name=_HPARAMS_PLUGIN, content=content.SerializeToString()
         )
+        metadata = summary_pb2.SummaryMetadata(plugin_data=plugin_data)
+        summary = summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag=_SESSION_START_TAG, metadata=metadata)])
         writer = self._writers.get("hparams")
         if writer is None:
             writer = self._writers["hparams"] = _open_event_file(self._directory, self._start_batches)
