@@ -121,20 +121,20 @@ def search(tmp_path_factory):
 
 
 def start_server(store: Path, *args: str):
+    """A real ``det-estimator ui`` on a free port, and the file its output goes to (a pipe nobody reads could fill)."""
     port = free_port()
-    server = subprocess.Popen(
-        command(store, "ui", "--port", str(port), "--refresh", "1", *args),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    output = store.parent / f"ui-{port}.log"
+    with open(output, "w") as log:
+        server = subprocess.Popen(
+            command(store, "ui", "--port", str(port), "--refresh", "1", *args), stdout=log, stderr=subprocess.STDOUT
+        )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         with socket.socket() as probe:
             if probe.connect_ex(("127.0.0.1", port)) == 0:
-                return server, port
+                return server, port, output
         if server.poll() is not None:
-            raise AssertionError(f"the server exited: {server.stdout.read()}")
+            raise AssertionError(f"the server exited: {output.read_text()}")
         time.sleep(0.1)
     server.kill()
     raise AssertionError("the server did not listen within 60 s")
@@ -142,7 +142,7 @@ def start_server(store: Path, *args: str):
 
 @pytest.fixture(scope="module")
 def server(search):
-    process, port = start_server(search[0])
+    process, port, _ = start_server(search[0])
     yield f"http://127.0.0.1:{port}"
     process.terminate()
     process.wait(timeout=30)
@@ -372,12 +372,12 @@ def test_a_server_on_another_address_refuses_every_page_without_its_token(browse
     from selenium.webdriver.common.by import By
 
     # 0.0.0.0: every address of this machine, so not a loopback one; reached here through 127.0.0.1.
-    process, port = start_server(search[0], "--host", "0.0.0.0")
+    process, port, output = start_server(search[0], "--host", "0.0.0.0")
     try:
         browser.get(f"http://127.0.0.1:{port}/")
         assert "every page needs its token" in browser.find_element(By.ID, "error-message").text
         assert not browser.find_elements(By.ID, "experiments")
-        printed = process.stdout.readline()
+        printed = output.read_text().splitlines()[0]
         address = printed.split(" at ", 1)[1].split(" ", 1)[0]
         assert "?token=" in address
         browser.get(address.replace("0.0.0.0", "127.0.0.1"))
