@@ -33,6 +33,8 @@ setup(
     long_description=Path(__file__).with_name("README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
     packages=find_packages(include=["det_estimator", "det_estimator.*"]),
+    # The web page's templates, script and style sheet.
+    package_data={"det_estimator.ui": ["templates/*.html", "static/*.js", "static/*.css"]},
     # The exact ranking metrics' sort and passes (see det_estimator/reducers/_ranking.py).
     # Optional: without a C compiler the package installs, and NumPy does the same work, slower.
     ext_modules=[
@@ -59,6 +61,13 @@ setup(
         # (tensorboard.compat.proto, tensorboard.summary.writer), without TensorFlow, which is
         # an extra: the command alone must not depend on TensorFlow bringing tensorboard along.
         "tensorboard>=2.15",
+        # `det-estimator ui`: a small ASGI app (Starlette, served by uvicorn), its pages rendered with Jinja2
+        # (escaping everything by default), its charts drawn by the plotly.min.js that Plotly's package ships.
+        # Imported only by det_estimator.ui, which only that command imports.
+        "starlette>=0.37",
+        "uvicorn>=0.29",
+        "jinja2>=3.1",
+        "plotly>=5.20",
     ],
     extras_require={
         "cpu": [f"tensorflow-cpu{TENSORFLOW_RANGE}"],
@@ -69,6 +78,9 @@ setup(
             "pytest-timeout",
             "pytest-xdist",
             "psutil",
+            # The web page's tests: Starlette's test client needs httpx2; the browser tests drive Chromium.
+            "httpx2",
+            "selenium>=4.20",
             "ruff==0.17.6",
             "mypy==1.19.1",
             "types-PyYAML==6.0.12.20250915",

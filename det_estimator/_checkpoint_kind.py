@@ -123,6 +123,23 @@ class CheckpointKind(enum.Enum):
         return {}
 
 
+def load_calls(path: Union[str, Path], uuid: str, kind: Optional[CheckpointKind]) -> list[str]:
+    """The Python calls that load the checkpoint at ``path``: one, or one per SavedModel of an estimator's.
+
+    What ``checkpoint describe`` and the web page's trial page both show.
+
+    Args:
+        path: the checkpoint's directory.
+        uuid: its uuid.
+        kind: what wrote it (:func:`checkpoint_kind`); None for a Core API script's own files.
+    """
+    if kind is None:
+        return [f"core.checkpoint.restore_path({uuid!r}) of det.core.init() (its files are the script's own)"]
+    if kind is CheckpointKind.ESTIMATOR:
+        return [kind.loader(path, serving_name=name) for name in kind.saved_models(path)]
+    return kind.loaders(path, uuid=uuid)
+
+
 def _metadata(path: Union[str, Path]) -> dict[str, Any]:
     """The checkpoint's ``metadata.json``; empty when it has none or it cannot be read."""
     try:

@@ -1,28 +1,37 @@
 #!/usr/bin/env bash
-# System packages the test suite uses beyond the virtualenv: an OpenSSH server, which the
-# two-host tests (tests/distributed/test_two_hosts.py) start inside network namespaces.
+# System packages the test suite uses beyond the virtualenv:
+#   - an OpenSSH server, which the two-host tests (tests/distributed/test_two_hosts.py) start
+#     inside network namespaces;
+#   - Chromium and its WebDriver, which the web page's browser tests (tests/ui/test_browser.py)
+#     drive headless.
 #
 # Idempotent, and never fails the set-up: as root, it installs what is missing with
-# apt-get; otherwise, or where that is not possible, it says so and returns (those tests
-# then skip with the reason).
+# apt-get; otherwise, or where that is not possible, it says so and returns. The two-host
+# tests then skip with the reason; the browser tests skip too, except under CI (CI=true),
+# where they fail, saying what is missing.
 set -uo pipefail
 
 step() { printf '[setup-system %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 
-if [[ -x /usr/sbin/sshd ]]; then
+missing=()
+[[ -x /usr/sbin/sshd ]] || missing+=(openssh-server iproute2)
+[[ -x /usr/bin/chromium ]] || missing+=(chromium)
+[[ -x /usr/bin/chromedriver ]] || missing+=(chromium-driver)
+
+if [[ ${#missing[@]} -eq 0 ]]; then
     exit 0
 fi
 if [[ "$(id -u)" != "0" ]]; then
-    step "openssh-server is not installed and this is not root: the two-host tests will skip."
+    step "${missing[*]} not installed and this is not root: the two-host and browser tests will skip."
     exit 0
 fi
 if ! command -v apt-get >/dev/null 2>&1; then
-    step "openssh-server is not installed and there is no apt-get: the two-host tests will skip."
+    step "${missing[*]} not installed and there is no apt-get: the two-host and browser tests will skip."
     exit 0
 fi
-step "installing openssh-server (for the two-host tests)"
+step "installing ${missing[*]} (for the two-host and browser tests)"
 export DEBIAN_FRONTEND=noninteractive
-if ! { apt-get update -qq && apt-get install -y -qq --no-install-recommends openssh-server iproute2; } >/dev/null; then
-    step "could not install openssh-server: the two-host tests will skip."
+if ! { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}"; } >/dev/null; then
+    step "could not install ${missing[*]}: the tests that need them will skip (the browser tests fail under CI)."
 fi
 exit 0

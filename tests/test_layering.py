@@ -88,10 +88,21 @@ def test_the_command_launcher_orchestration_and_core_load_no_tensorflow(module):
     assert result.stdout.strip() == "[]"
 
 
+@pytest.mark.parametrize("module", ["det_estimator", "det_estimator.cli", "det_estimator.orchestration"])
+def test_only_the_web_page_loads_the_web_libraries(module):
+    code = (
+        f"import sys, {module}; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('starlette', 'uvicorn', 'jinja2', 'plotly')))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
 # What each layer may not import (at module level or inside a function): imports go one way,
 # front ends -> orchestration -> launcher, and worker -> controllers -> core -> the rest;
 # the run lifecycle sits below both orchestration and core, just above the store.
-_FRONT_ENDS = {"det_estimator.cli", "det_estimator.native", "det_estimator._run"}
+_FRONT_ENDS = {"det_estimator.cli", "det_estimator.native", "det_estimator._run", "det_estimator.ui"}
 _FORBIDDEN = {
     "det_estimator.launcher": _FRONT_ENDS
     | {"det_estimator.orchestration", "det_estimator.core", "det_estimator.estimator", "det_estimator.worker"},

@@ -230,7 +230,54 @@ def build_parser() -> argparse.ArgumentParser:
     job_log = job_actions.add_parser("logs", parents=[store_option], help="everything the job printed")
     job_log.add_argument("job_id", metavar="ID", type=_id)
     job_log.set_defaults(run=jobs.job_logs, json=False)
+    ui = commands.add_parser(
+        "ui", parents=[store_option], help="serve a web page over the store: experiments, curves, searches, trials"
+    )
+    ui.add_argument("--port", type=_port, default=8080, help="the port to listen on (default: 8080)")
+    ui.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="the address to listen on (default: 127.0.0.1, this machine only; any other address needs a token)",
+    )
+    ui.add_argument(
+        "--token",
+        type=_token,
+        help="the token every request must carry on a non-loopback address (default: $DET_ESTIMATOR_UI_TOKEN, "
+        "else a new one, printed once)",
+    )
+    ui.add_argument(
+        "--refresh", type=_seconds, default=3.0, help="seconds between the pages' refreshes of their data (default: 3)"
+    )
     return parser
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port, an integer from 1 to 65535, not {text!r}")
+    return value
+
+
+def _token(text: str) -> str:
+    if len(text) < 16:
+        raise argparse.ArgumentTypeError("must be at least 16 characters long (anyone may try short ones)")
+    return text
+
+
+def _serve_ui(args: argparse.Namespace) -> int:
+    """``det-estimator ui``: the web page, over the store whether it exists yet or not (its pages say which)."""
+    from det_estimator.store import default_store_path
+    from det_estimator.ui import serve
+
+    given = args.store or os.environ.get(environment_variables.STORE)
+    path = Path(given).expanduser() if given else default_store_path()
+    try:
+        return serve(path, host=args.host, port=args.port, token=args.token, refresh_seconds=args.refresh)
+    except KeyboardInterrupt:
+        return 0
 
 
 # Commands that may make a new store; every other one reads an existing store.
@@ -350,6 +397,8 @@ def _main(argv: Optional[list[str]]) -> int:
     args = parser.parse_args(argv)
     if args.command == "env":
         return show_environment()
+    if args.command == "ui":
+        return _serve_ui(args)
     run: Optional[Callable[..., int]] = getattr(args, "run", None)
     if run is None:
         parser.print_help()

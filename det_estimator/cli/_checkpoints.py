@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from det_estimator._checkpoint_kind import CheckpointKind, checkpoint_kind, keras_checkpoint
+from det_estimator._checkpoint_kind import CheckpointKind, checkpoint_kind, keras_checkpoint, load_calls
 from det_estimator.checkpoint import CheckpointCopyError, copy_checkpoint, read_checkpoint
 from det_estimator.cli._experiments import UsageError
 from det_estimator.cli._output import format_size, format_time, print_table
@@ -142,14 +142,9 @@ def _on_disk(record: CheckpointRecord, path: Optional[Path] = None) -> _OnDisk:
 
 def _load_with(record: CheckpointRecord, on_disk: _OnDisk) -> list[str]:
     """The Python calls that load the checkpoint at ``on_disk.path``: one, or one per SavedModel of an estimator's."""
-    kind = on_disk.kind
-    if on_disk.gone and kind is None:
+    if on_disk.gone and on_disk.kind is None:
         return []
-    if kind is None:
-        return [f"core.checkpoint.restore_path({record.uuid!r}) of det.core.init() (its files are the script's own)"]
-    if kind is CheckpointKind.ESTIMATOR:
-        return [kind.loader(on_disk.path, serving_name=name) for name in on_disk.saved_models]
-    return kind.loaders(on_disk.path, uuid=record.uuid)
+    return load_calls(on_disk.path, record.uuid, on_disk.kind)
 
 
 def _framework(metadata: dict[str, Any]) -> str:

@@ -140,16 +140,10 @@ def _what_it_runs(config: ExperimentConfig, first_trial_id: int) -> str:
 def resume(store: ExperimentStore, args: argparse.Namespace) -> int:
     """Continues a paused, interrupted or failed experiment from its latest checkpoint."""
     experiment = store.experiment(args.experiment_id)
-    if experiment.state not in (State.PAUSED, State.INTERRUPTED, State.ERROR):
-        hint = "it is running" if experiment.state == State.ACTIVE else "it has completed"
-        raise UsageError(f"Experiment {args.experiment_id} is {experiment.state}: {hint}; nothing to resume.")
-    searcher = experiment.config["searcher"]["name"]
-    if experiment.state == State.ERROR and searcher != "single":
-        raise UsageError(
-            f"Experiment {args.experiment_id} is ERROR: every trial of its {searcher} search failed (see "
-            f"`{orchestration.command_on(store.path)} experiment describe {args.experiment_id}`). Fix the cause and "
-            "create a new experiment; a failed single-trial experiment can be resumed from its latest checkpoint."
-        )
+    try:
+        orchestration.check_resumable(experiment, orchestration.command_on(store.path))
+    except orchestration.ActionRefusedError as error:
+        raise UsageError(str(error)) from None
     if experiment.hosts:
         # A host still down would fail every restart of the run in turn.
         try:
@@ -205,10 +199,10 @@ def pause(store: ExperimentStore, args: argparse.Namespace) -> int:
     The request goes through the store, so it works from any machine that sees the
     store, whichever machine runs the experiment.
     """
-    experiment = store.experiment(args.experiment_id)
-    if experiment.state != State.ACTIVE:
-        raise UsageError(f"Experiment {args.experiment_id} is {experiment.state}: only an ACTIVE one can be paused.")
-    store.request_pause(args.experiment_id)
+    try:
+        experiment = orchestration.request_pause(store, args.experiment_id)
+    except orchestration.ActionRefusedError as error:
+        raise UsageError(str(error)) from None
     _tell(args.json, f"Pausing experiment {args.experiment_id}: it finishes its batch and writes a checkpoint")
     deadline = time.monotonic() + args.timeout
     while time.monotonic() < deadline:

@@ -6,6 +6,7 @@ processes the launcher starts (``python -m det_estimator.worker``, or the user's
 script), or in the caller's own process, inside :func:`in_process_run`.
 """
 
+from det_estimator.orchestration._actions import ActionRefusedError, check_resumable, request_pause, resume_command
 from det_estimator.orchestration._display import (
     BarDisplay,
     Display,
@@ -40,8 +41,10 @@ from det_estimator.orchestration._report import (
     summary_as_json,
 )
 from det_estimator.orchestration._runs import checkpoint_storage_root
+from det_estimator.orchestration._search import saved_method_state
 
 __all__ = [
+    "ActionRefusedError",
     "BarDisplay",
     "CheckpointSaved",
     "Display",
@@ -54,6 +57,7 @@ __all__ = [
     "TrialEnded",
     "TrialOutcome",
     "TrialStarted",
+    "check_resumable",
     "checkpoint_storage_root",
     "command_on",
     "display_for",
@@ -66,8 +70,11 @@ __all__ = [
     "print_json",
     "print_summary",
     "record_experiment",
+    "request_pause",
+    "resume_command",
     "run_and_report",
     "run_experiment",
+    "saved_method_state",
     "summarize",
     "summary_as_json",
     "trial_outcome",

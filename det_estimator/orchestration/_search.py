@@ -10,7 +10,7 @@ where it was.
 import logging
 import math
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from det_estimator.config import ExperimentConfig
 from det_estimator.lifecycle import ErrorKind, RunError, RunLifecycle
@@ -216,3 +216,12 @@ def _request_of(trial: TrialRecord) -> int:
     if trial.request_id is None:
         raise AssertionError(f"trial {trial.id} has no request id in its experiment's search")
     return trial.request_id
+
+
+def saved_method_state(store: ExperimentStore, experiment_id: int) -> Optional[dict[str, Any]]:
+    """The search method's own state as the search last saved it (what its ``state_dict`` returned); None before.
+
+    For pages that show where a search stands (its ASHA rungs, say) without running it.
+    """
+    saved = store.searcher_state(experiment_id)
+    return None if saved is None else saved.get("method")

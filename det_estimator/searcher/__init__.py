@@ -16,7 +16,7 @@ The same config (experiment seed included) and the same events give the same
 operations, in a new search and in one resumed from a saved state.
 """
 
-from det_estimator.searcher._asha import AdaptiveASHASearch
+from det_estimator.searcher._asha import AdaptiveASHASearch, Rung, asha_rungs
 from det_estimator.searcher._base import SearcherError, SearchMethod
 from det_estimator.searcher._grid import GridSearch
 from det_estimator.searcher._operations import (
@@ -41,12 +41,14 @@ __all__ = [
     "GridSearch",
     "Operation",
     "RandomSearch",
+    "Rung",
     "SearchMethod",
     "SearcherError",
     "Shutdown",
     "SingleSearch",
     "TPESearch",
     "ValidateAfter",
+    "asha_rungs",
     "make_search_method",
     "operation_from_dict",
 ]

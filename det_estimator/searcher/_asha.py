@@ -7,11 +7,12 @@ trials across brackets, draws their hyperparameters and ends the search.
 """
 
 import functools
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Optional
 
 from det_estimator.config import ExperimentConfig, searcher_key
 from det_estimator.searcher._asha_bracket import Bracket
-from det_estimator.searcher._base import SearcherError, SearchMethod
+from det_estimator.searcher._base import SearcherError, SearchMethod, decode_float
 from det_estimator.searcher._operations import Create, ExitedReason, Operation, Shutdown
 from det_estimator.searcher._seeds import trial_seed
 
@@ -126,3 +127,43 @@ class AdaptiveASHASearch(SearchMethod):
             closed = sum(bracket.closed for bracket in self._brackets)
             ops.append(Shutdown(failure=closed == 0))
         return ops
+
+
+@dataclass(frozen=True)
+class Rung:
+    """One rung of an ``adaptive_asha`` search as its saved state has it: who reached it, with what loss.
+
+    Attributes:
+        bracket: the bracket's index (0 has the most rungs).
+        index: the rung's index in its bracket (0 is the shortest).
+        length: the training length of the rung, in the unit of ``searcher.max_length``.
+        entries: ``(request id, loss)`` of each trial recorded there, best first; the loss
+            is the searcher metric with its sign made "smaller is better" (+inf for a trial
+            that exited early there).
+    """
+
+    bracket: int
+    index: int
+    length: int
+    entries: tuple[tuple[int, float], ...]
+
+
+def asha_rungs(config: ExperimentConfig, state: Optional[dict[str, Any]]) -> list[Rung]:
+    """The rungs of an ``adaptive_asha`` search and the trials that reached each, from its saved state.
+
+    Read here, beside the code that writes that state, so that a page showing the rungs
+    does not depend on its layout.
+
+    Args:
+        config: the experiment's config; its searcher must be ``adaptive_asha``.
+        state: what :meth:`AdaptiveASHASearch.state_dict` returned, or None before the search started.
+    """
+    plans = config.searcher.asha_brackets()
+    saved = (state or {}).get("brackets") or [{} for _ in plans]
+    rungs = []
+    for bracket, (plan, bracket_state) in enumerate(zip(plans, saved)):
+        recorded = bracket_state.get("rungs") or [[] for _ in plan.rung_lengths]
+        for index, (length, entries) in enumerate(zip(plan.rung_lengths, recorded)):
+            reached = tuple((int(request_id), decode_float(loss)) for loss, _, request_id in entries)
+            rungs.append(Rung(bracket, index, length, reached))
+    return rungs

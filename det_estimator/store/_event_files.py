@@ -11,23 +11,35 @@ import os
 import socket
 import time
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Optional
 
+from google.protobuf import struct_pb2
 from tensorboard.compat.proto import event_pb2, summary_pb2
+from tensorboard.plugins.hparams import plugin_data_pb2
 from tensorboard.summary.writer.record_writer import RecordWriter
+
+# The HParams plugin's names (tensorboard.plugins.hparams.metadata, which imports NumPy
+# for the rest of what it holds, and every command imports this module).
+_HPARAMS_PLUGIN = "hparams"
+_SESSION_START_TAG = "_hparams_/session_start_info"
+_HPARAMS_DATA_VERSION = 0
 
 
 class MetricEventFiles:
     """One event file per kind of metrics, under ``directory/training`` and ``directory/validation``.
 
     ``tensorboard --logdir directory`` then shows each metric against batches, training
-    and validation as two runs.
+    and validation as two runs. Given ``hparams``, a third file in ``directory`` holds
+    them for the HParams plugin (:meth:`write_hparams`), once the first metrics come.
     """
 
-    def __init__(self, directory: str, start_batches: int = 0) -> None:
+    def __init__(self, directory: str, start_batches: int = 0, hparams: Optional[dict[str, Any]] = None) -> None:
         self._directory = Path(directory)
         self._start_batches = start_batches
         self._writers: dict[str, RecordWriter] = {}
+        # Written with the first metrics (:meth:`write_hparams`): a run that reports nothing
+        # numeric leaves no event file.
+        self._hparams = hparams
 
     def write(self, kind: str, batches: int, metrics: dict[str, Any]) -> None:
         """Writes the numeric metrics as scalars at step ``batches``; other values are skipped."""
@@ -38,11 +50,38 @@ class MetricEventFiles:
         ]
         if not values:
             return
+        if self._hparams is not None:
+            self.write_hparams(self._hparams)
+            self._hparams = None
         writer = self._writers.get(kind)
         if writer is None:
             writer = self._writers[kind] = _open_event_file(self._directory / kind, self._start_batches)
         event = event_pb2.Event(wall_time=time.time(), step=batches, summary=summary_pb2.Summary(value=values))
         writer.write(event.SerializeToString())
+        writer.flush()
+
+    def write_hparams(self, hparams: dict[str, Any]) -> None:
+        """Writes the trial's hyperparameters as TensorBoard's HParams plugin reads them: a session start.
+
+        In ``directory`` itself, so that the run of the session is the trial's folder, and
+        its metrics (``training/loss``, ``validation/<searcher metric>``...) are that
+        session's: ``tensorboard --logdir <store files>/experiments/ID`` then shows the
+        trials in its HParams table, parallel coordinates and scatter plots. Each run of
+        the trial writes one; the plugin takes the latest.
+        """
+        start = plugin_data_pb2.SessionStartInfo(start_time_secs=time.time())
+        for name, value in _flat(hparams).items():
+            start.hparams[name].CopyFrom(_hparam_value(value))
+        content = plugin_data_pb2.HParamsPluginData(session_start_info=start, version=_HPARAMS_DATA_VERSION)
+        plugin_data = summary_pb2.SummaryMetadata.PluginData(
+            plugin_name=_HPARAMS_PLUGIN, content=content.SerializeToString()
+        )
+        metadata = summary_pb2.SummaryMetadata(plugin_data=plugin_data)
+        summary = summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag=_SESSION_START_TAG, metadata=metadata)])
+        writer = self._writers.get("hparams")
+        if writer is None:
+            writer = self._writers["hparams"] = _open_event_file(self._directory, self._start_batches)
+        writer.write(event_pb2.Event(wall_time=time.time(), step=0, summary=summary).SerializeToString())
         writer.flush()
 
     def close(self) -> None:
@@ -81,3 +120,23 @@ def _open_event_file(directory: Path, start_batches: int = 0) -> RecordWriter:
     writer.write(session_start(start_batches))
     writer.flush()
     return writer
+
+
+def _flat(hparams: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested hyperparameters as dotted names, as the HParams plugin lists one value per name."""
+    flat: dict[str, Any] = {}
+    for name, value in hparams.items():
+        if isinstance(value, dict):
+            flat.update(_flat(value, f"{prefix}{name}."))
+        else:
+            flat[f"{prefix}{name}"] = value
+    return flat
+
+
+def _hparam_value(value: Any) -> struct_pb2.Value:
+    """A hyperparameter as the plugin's Value: a number, a bool or text (anything else as its text)."""
+    if isinstance(value, bool):
+        return struct_pb2.Value(bool_value=value)
+    if isinstance(value, numbers.Real):
+        return struct_pb2.Value(number_value=float(value))
+    return struct_pb2.Value(string_value=value if isinstance(value, str) else str(value))

@@ -15,7 +15,8 @@ class StoreRecorder:
     """Records one trial's metrics and checkpoints in a store; the chief process holds it.
 
     It writes through the store client it is given, which its owner closes. Numeric
-    metrics also go to TensorBoard event files in the trial's ``tensorboard_dir``.
+    metrics also go to TensorBoard event files in the trial's ``tensorboard_dir``, with its
+    hyperparameters in the HParams plugin's format.
 
     Args:
         store: the store (an :class:`ExperimentStore`, or any client with its methods).
@@ -28,7 +29,8 @@ class StoreRecorder:
         self.trial_id = trial_id
         self.run_id = run_id
         start_batches = 0 if run_id is None else self.store.trial_run(run_id).start_batches
-        self._event_files = MetricEventFiles(self.store.trial(trial_id).tensorboard_dir, start_batches)
+        trial = self.store.trial(trial_id)
+        self._event_files = MetricEventFiles(trial.tensorboard_dir, start_batches, hparams=trial.hparams)
 
     def on_start(self, batches_done: int, max_batches: Optional[int]) -> None:
         """Training starts (or resumes) with ``batches_done`` of ``max_batches`` (None: as recorded) behind it."""

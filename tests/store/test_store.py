@@ -915,12 +915,39 @@ def test_recorder_writes_numeric_metrics_to_tensorboard_event_files(store, recor
     recorder.on_validation(40, {"accuracy": 0.875})
 
     tensorboard_dir = Path(store.trial(trial_id).tensorboard_dir)
-    assert sorted(path.name for path in tensorboard_dir.iterdir()) == ["training", "validation"]
+    assert sorted(path.name for path in tensorboard_dir.iterdir() if path.is_dir()) == ["training", "validation"]
     assert scalar_tags(tensorboard_dir / "training") == ["learning_rate", "loss"]
     assert scalars(tensorboard_dir / "training", "loss") == [(10, 0.5), (20, 0.25)]
     assert scalars(tensorboard_dir / "training", "learning_rate") == [(10, 2.0), (20, 1.0)]
     assert scalar_tags(tensorboard_dir / "validation") == ["accuracy"]
     assert scalars(tensorboard_dir / "validation", "accuracy") == [(20, 0.75), (40, 0.875)]
+
+
+def test_recorder_writes_the_trials_hyperparameters_for_tensorboards_hparams_dashboard(store):
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+    from tensorboard.plugins.hparams import metadata
+
+    experiment_id = new_experiment(store)
+    hparams = {"lr": 0.1, "optimizer": {"name": "<b>adam</b>", "nesterov": True}, "units": 32}
+    trial_id = store.create_trial(experiment_id, hparams, 0, "/checkpoints")
+    recorder = StoreRecorder(store, trial_id)
+    recorder.on_validation(20, {"accuracy": 0.75})
+    recorder.close()
+
+    # Read back with TensorBoard's own reader: the session start in the trial's folder, its metrics beneath.
+    tensorboard_dir = Path(store.trial(trial_id).tensorboard_dir)
+    (event_file,) = tensorboard_dir.glob("events.out.tfevents.*")
+    starts = [
+        metadata.parse_session_start_info_plugin_data(value.metadata.plugin_data.content)
+        for event in EventFileLoader(str(event_file)).Load()
+        for value in event.summary.value
+        if value.tag == metadata.SESSION_START_INFO_TAG
+        and value.metadata.plugin_data.plugin_name == metadata.PLUGIN_NAME
+    ]
+    assert len(starts) == 1
+    shown = {name: getattr(value, value.WhichOneof("kind")) for name, value in starts[0].hparams.items()}
+    assert shown == {"lr": 0.1, "optimizer.name": "<b>adam</b>", "optimizer.nesterov": True, "units": 32.0}
+    assert scalars(tensorboard_dir / "validation", "accuracy") == [(20, 0.75)]
 
 
 def test_metrics_a_later_run_trained_again_from_a_checkpoint_are_shown_once_from_that_run(store, recorded_trial):
@@ -997,3 +1024,26 @@ def test_recorder_records_checkpoints_with_their_size_and_lean_metadata(tmp_path
 def test_recorder_for_an_unknown_trial_raises_unknown_id_error(store):
     with pytest.raises(UnknownIdError):
         StoreRecorder(store, 99)
+
+
+def test_experiment_metrics_reads_every_trials_metrics_at_once_leaving_out_those_trained_again(store):
+    experiment_id = new_experiment(store)
+    first = store.create_trial(experiment_id, {"lr": 0.1}, 0, "/checkpoints")
+    second = store.create_trial(experiment_id, {"lr": 0.2}, 0, "/checkpoints")
+    killed = store.start_run(first)
+    for batches in (10, 20, 30):
+        store.record_metrics(first, VALIDATION, batches, {"loss": batches / 100}, killed)
+    restarted = store.start_run(first, start_batches=20)
+    store.record_metrics(first, VALIDATION, 30, {"loss": 0.125}, restarted)
+    store.record_metrics(second, VALIDATION, 10, {"loss": 1.0})
+    store.record_metrics(second, TRAINING, 10, {"loss": 2.0})
+
+    records = store.experiment_metrics(experiment_id, VALIDATION)
+    assert [(r.trial_id, r.batches, r.metrics["loss"]) for r in records] == [
+        (first, 10, 0.1),
+        (first, 20, 0.2),
+        (first, 30, 0.125),
+        (second, 10, 1.0),
+    ]
+    assert records == store.metrics(first, VALIDATION) + store.metrics(second, VALIDATION)
+    assert [r.metrics for r in store.experiment_metrics(experiment_id, TRAINING)] == [{"loss": 2.0}]
