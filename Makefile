@@ -1,7 +1,14 @@
 # The two commands in the README are `make example` and `make test`; both set up first.
 SHELL := /bin/bash
 .SHELLFLAGS := -eo pipefail -c
+# STACK=current sets up and tests the current stack (TensorFlow 2.21, Keras 3, no Horovod) in
+# .venv-current; the default is the estimator stack in .venv (see scripts/setup.sh).
+STACK ?= estimator
+ifeq ($(STACK),current)
+VENV ?= .venv-current
+else
 VENV ?= .venv
+endif
 # The venv's interpreter. PYTHON (in the environment or on the command line) is left to
 # scripts/setup.sh, which builds the venv from the interpreter it names.
 VENV_PYTHON := $(VENV)/bin/python
@@ -13,7 +20,7 @@ TEST_WORKERS ?= 2
 PYTEST := $(VENV_PYTHON) -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
 setup:
-	DET_VENV=$(VENV) bash scripts/setup.sh
+	STACK=$(STACK) DET_VENV=$(VENV) bash scripts/setup.sh
 	bash scripts/setup_system.sh
 
 lint: setup
