@@ -47,6 +47,7 @@ _WITHOUT_ESTIMATOR = textwrap.dedent(
         "det.RunHook",
         "det.experimental.estimator.init",
         "import det_estimator.experimental.estimator",
+        "det.init(local=True)",
     ]
     refused = {way: attempt(way) for way in ways}
     # The rest of the package imports, and runs Keras trials alone.
@@ -82,6 +83,7 @@ def test_every_way_to_the_estimator_half_raises_one_error_that_says_what_to_inst
         assert "pip install 'det-estimator[estimator]'" in error["message"], (way, error)
         assert "Python 3.9 to 3.11" in error["message"], (way, error)
     assert refused["det.RunHook"]["message"].startswith("det_estimator.hooks")
+    assert refused["det.init(local=True)"]["message"].startswith("det.init()")
     assert refused["det.EstimatorTrial"]["message"].startswith("det_estimator.estimator")
 
 
@@ -160,5 +162,6 @@ def test_env_names_this_environments_stack_and_keras(monkeypatch, capsys):
     import tensorflow as tf
 
     assert rows["tensorflow"] == tf.__version__
-    assert rows["keras"].split()[0] == keras.__version__  # tf.keras is the keras distribution without TF_USE_LEGACY_KERAS
+    # Without TF_USE_LEGACY_KERAS, tf.keras is the keras distribution.
+    assert rows["keras"].split()[0] == keras.__version__
     assert rows["keras"].endswith("(tf.keras)" if _stack.has_estimator() else "(Keras 3)")
