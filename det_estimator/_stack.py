@@ -17,6 +17,8 @@ from det_estimator.errors import EstimatorUnavailableError
 
 ESTIMATOR = "estimator"
 CURRENT = "current"
+# The packages and modules that need tf.estimator: each refuses to import without it.
+ESTIMATOR_MODULES = ("det_estimator.estimator", "det_estimator.hooks", "det_estimator.experimental.estimator")
 
 
 def _found(module: str) -> bool:
@@ -36,6 +38,11 @@ def has_estimator() -> bool:
 def has_horovod() -> bool:
     """Whether Horovod's TensorFlow module is installed (whether it was built for TensorFlow is ``env``'s to say)."""
     return _found("horovod")
+
+
+def needs_estimator(module: str) -> bool:
+    """Whether the module of this name is (or is inside) one of :data:`ESTIMATOR_MODULES`."""
+    return any(module == name or module.startswith(name + ".") for name in ESTIMATOR_MODULES)
 
 
 def stack() -> str:
