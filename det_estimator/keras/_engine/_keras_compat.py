@@ -1,19 +1,27 @@
 """Every use of Keras' (and tf.distribute's) internals, one function each, with its Keras 3 counterpart.
 
-det-estimator runs on Keras 2.15 (``tf.keras`` of TensorFlow 2.15). What the public API
-does not give is reached here and nowhere else, so that a port to Keras 3 changes this
-module. Each function's docstring names what Keras 3 offers instead.
+det-estimator runs on Keras 2 (``tf.keras`` of TensorFlow 2.15, or tf-keras under
+``TF_USE_LEGACY_KERAS=1`` on a later TensorFlow) and, where ported, on Keras 3 (``tf.keras``
+of TensorFlow 2.16 and later). What the public API does not give is reached here and
+nowhere else. Each function's docstring names what Keras 3 offers instead; those already
+ported branch on :data:`KERAS_3`.
 """
 
+from collections.abc import Callable
 from typing import Any, Optional
 
 import tensorflow as tf
+
+# Keras 3 alone has a __version__ on tf.keras (Keras 2's is on the keras or tf_keras package).
+KERAS_3 = str(getattr(tf.keras, "__version__", "2")).startswith("3.")
 
 # ----- the model -----
 
 
 def is_compiled(model: tf.keras.Model) -> bool:
-    """Whether ``model.compile()`` was called. Keras 3: ``model.compiled``."""
+    """Whether ``model.compile()`` was called. Keras 3: ``model.compiled``, public."""
+    if KERAS_3:
+        return bool(getattr(model, "compiled", False))
     return bool(getattr(model, "_is_compiled", False))
 
 
@@ -44,10 +52,20 @@ def build_optimizer(optimizer: Any, variables: list[Any]) -> None:
 
     Keras 3: ``optimizer.build(variables)``, public.
     """
-    if hasattr(optimizer, "build") and not isinstance(optimizer, tf.keras.optimizers.legacy.Optimizer):
+    # Keras 3 has no legacy optimizers (tf.keras.optimizers.legacy is Keras 2's).
+    if KERAS_3 or (hasattr(optimizer, "build") and not isinstance(optimizer, tf.keras.optimizers.legacy.Optimizer)):
         optimizer.build(variables)
     elif hasattr(optimizer, "_create_all_weights"):
         optimizer._create_all_weights(variables)
+
+
+def train_function(model: tf.keras.Model) -> Callable[[Any], Any]:
+    """The model's train function (one call per execution of ``steps_per_execution`` batches), made if need be.
+
+    Keras 3: ``make_train_function()`` sets ``model.train_function`` and returns None.
+    """
+    made = model.make_train_function()
+    return made if made is not None else model.train_function
 
 
 def steps_per_execution(model: tf.keras.Model) -> Optional[tf.Variable]:
@@ -59,14 +77,46 @@ def steps_per_execution(model: tf.keras.Model) -> Optional[tf.Variable]:
     return getattr(model, "_steps_per_execution", None)
 
 
+def inputs_known(model: tf.keras.Model) -> bool:
+    """Whether the model's input specs are known (it was built on inputs, or called once), so it can be exported.
+
+    Keras 2: ``model.save_spec()``. Keras 3: the specs its own export reads (``keras.export``).
+    """
+    if not KERAS_3:
+        return model.save_spec() is not None
+    from keras.src.export.export_utils import get_input_signature
+
+    try:
+        get_input_signature(model)
+    except (ValueError, TypeError):
+        return False
+    return True
+
+
 def serving_signature(model: tf.keras.Model) -> Any:
     """The ``serving_default`` function Keras' own SavedModel export traces (inference, ``training=False``).
 
-    Keras 3: ``keras.export.ExportArchive``, public.
+    Keras 3: the input signature ``keras.export.ExportArchive`` uses, with the outputs named
+    as Keras 2 names them (by the model's output names).
     """
-    from keras.src.saving.legacy import saving_utils
+    if not KERAS_3:
+        from keras.src.saving.legacy import saving_utils
 
-    return saving_utils.trace_model_call(model)
+        return saving_utils.trace_model_call(model)
+    from keras.src.export.export_utils import get_input_signature, make_tf_tensor_spec
+
+    signature = [tf.nest.map_structure(make_tf_tensor_spec, spec) for spec in get_input_signature(model)]
+    names = list(getattr(model, "output_names", None) or [])
+
+    def serve(*inputs: Any) -> Any:
+        outputs = model(*inputs, training=False)
+        if isinstance(outputs, dict):
+            return outputs
+        flat = tf.nest.flatten(outputs)
+        keys = names if len(names) == len(flat) else [f"output_{index}" for index in range(len(flat))]
+        return dict(zip(keys, flat))
+
+    return tf.function(serve, input_signature=signature)
 
 
 # ----- fit's callbacks -----
@@ -79,6 +129,8 @@ def untimed_callbacks(callbacks: list[tf.keras.callbacks.Callback], model: tf.ke
     as slow over the first batches. ``fit`` takes the list as it is (no History, no
     progress bar). Keras 3: a plain list; its ``CallbackList`` times nothing.
     """
+    if KERAS_3:
+        return list(callbacks)  # fit makes its CallbackList (with the History fit returns)
     callback_list = tf.keras.callbacks.CallbackList(callbacks, model=model)
     callback_list._check_timing = False
     return callback_list
@@ -103,11 +155,33 @@ def set_fit_start(model: tf.keras.Model, start: Any) -> None:
 # ----- random generators of layers -----
 
 
+def enable_layer_generators() -> bool:
+    """Makes Keras 2 layers built from now on draw from ``tf.random.Generator`` objects; returns the previous setting.
+
+    Keras 3: nothing to do, and True: its layers draw from ``keras.random.SeedGenerator``
+    objects, whose states are non-trainable variables of the model, in every checkpoint.
+    """
+    if KERAS_3:
+        return True
+    previous = tf.keras.backend.experimental.is_tf_random_generator_enabled()
+    tf.keras.backend.experimental.enable_tf_random_generator()
+    return bool(previous)
+
+
+def disable_layer_generators() -> None:
+    """Undoes :func:`enable_layer_generators` (Keras 2). Keras 3: nothing to undo."""
+    if not KERAS_3:
+        tf.keras.backend.experimental.disable_tf_random_generator()
+
+
 def random_layers(model: tf.keras.Model) -> list[tuple[Any, Any]]:
     """``(layer, its Keras RandomGenerator)`` for each of the model's layers that draws random numbers.
 
-    Keras 3: layers hold ``SeedGenerator`` objects, whose states are variables of the model.
+    Keras 3: none: its ``SeedGenerator`` states are variables of the model, which its
+    checkpoint holds already (and Keras 3 models have no ``submodules``).
     """
+    if KERAS_3:
+        return []
     pairs = [(module, getattr(module, "_random_generator", None)) for module in [model, *model.submodules]]
     return [(module, random_generator) for module, random_generator in pairs if random_generator is not None]
 

@@ -35,7 +35,7 @@ class Tap:
 
     def __init__(self, model: tf.keras.Model, size: int = 1) -> None:
         self._model = model
-        self._function = model.make_train_function()
+        self._function = _keras_compat.train_function(model)
         # compile(steps_per_execution=n) makes the train function run n batches per call.
         self._per_execution = _keras_compat.steps_per_execution(model)
         self.batches_per_call = 1 if self._per_execution is None else int(self._per_execution.numpy())
