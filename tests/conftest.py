@@ -33,6 +33,7 @@ _NEEDS = {
 # Files and directories (relative to tests/) whose tests all need one of them.
 _NEEDS_BY_PATH = {
     "estimator": (
+        "cli/test_experiment_commands.py",
         "estimator/",
         "examples/test_ctr_binary.py",
         "examples/test_ctr_native.py",
