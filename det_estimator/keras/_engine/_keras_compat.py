@@ -28,9 +28,10 @@ def is_compiled(model: tf.keras.Model) -> bool:
 def metrics_given_to_compile(model: tf.keras.Model) -> list[Any]:
     """The metrics (weighted ones too) given to ``compile()``; before the first step Keras lists none built.
 
-    Keras 3: ``model._compile_metrics`` (or look after the first step).
+    Keras 3: ``model._compile_metrics``, with the same two lists.
     """
-    container = getattr(model, "compiled_metrics", None)
+    # Keras 3 keeps them on its CompileMetrics, Keras 2 on its MetricsContainer.
+    container = getattr(model, "_compile_metrics" if KERAS_3 else "compiled_metrics", None)
     return [
         *tf.nest.flatten(getattr(container, "_user_metrics", None) or []),
         *tf.nest.flatten(getattr(container, "_user_weighted_metrics", None) or []),
@@ -159,7 +160,7 @@ def enable_layer_generators() -> bool:
     """Makes Keras 2 layers built from now on draw from ``tf.random.Generator`` objects; returns the previous setting.
 
     Keras 3: nothing to do, and True: its layers draw from ``keras.random.SeedGenerator``
-    objects, whose states are non-trainable variables of the model, in every checkpoint.
+    objects, whose states are variables (see :func:`generator_of`).
     """
     if KERAS_3:
         return True
@@ -175,13 +176,14 @@ def disable_layer_generators() -> None:
 
 
 def random_layers(model: tf.keras.Model) -> list[tuple[Any, Any]]:
-    """``(layer, its Keras RandomGenerator)`` for each of the model's layers that draws random numbers.
+    """``(layer, its random generator)`` for each of the model's layers that draws random numbers.
 
-    Keras 3: none: its ``SeedGenerator`` states are variables of the model, which its
-    checkpoint holds already (and Keras 3 models have no ``submodules``).
+    Keras 2: each layer's ``RandomGenerator``. Keras 3: each ``keras.random.SeedGenerator`` of
+    each layer (``layer._seed_generators``); Keras 3 models have no ``submodules``.
     """
     if KERAS_3:
-        return []
+        layers = model._flatten_layers(include_self=True, recursive=True)
+        return [(layer, seed) for layer in layers for seed in getattr(layer, "_seed_generators", None) or []]
     pairs = [(module, getattr(module, "_random_generator", None)) for module in [model, *model.submodules]]
     return [(module, random_generator) for module, random_generator in pairs if random_generator is not None]
 
@@ -192,8 +194,26 @@ def create_generator(random_generator: Any) -> None:
         random_generator._maybe_init()
 
 
-def generator_of(random_generator: Any) -> Optional[tf.random.Generator]:
-    """A layer's ``tf.random.Generator``, if it has one yet. Keras 3: its ``SeedGenerator.state``."""
+class SeedState(tf.Module):
+    """A Keras 3 ``SeedGenerator``'s state variable, trackable, under the name a ``tf.random.Generator`` gives it.
+
+    Keras 3 seed generators are not TensorFlow trackables: a ``tf.train.Checkpoint`` of the
+    model leaves their states out, so the checkpoint holds them through these.
+    """
+
+    def __init__(self, state: tf.Variable) -> None:
+        super().__init__()
+        self.state = state
+
+
+def generator_of(random_generator: Any) -> Optional[Any]:
+    """What a checkpoint holds of a layer's generator: its ``tf.random.Generator``, if it has one yet.
+
+    Keras 3: its ``SeedGenerator``'s state variable, as a :class:`SeedState`.
+    """
+    if KERAS_3:
+        state = getattr(getattr(random_generator, "state", None), "value", None)
+        return SeedState(state) if isinstance(state, tf.Variable) else None
     generator = getattr(random_generator, "_generator", None)
     return generator if isinstance(generator, tf.random.Generator) else None
 

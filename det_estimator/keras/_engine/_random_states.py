@@ -5,8 +5,8 @@ noise and the like) from ``tf.random.Generator`` objects rather than from Tensor
 stateful random ops, whose position no checkpoint can hold. The generators' states
 are variables, which every checkpoint saves, so a resumed trial draws the dropout masks
 an uninterrupted one would. Keras 3 layers draw from ``keras.random.SeedGenerator``
-objects, whose states are the model's own variables: the checkpoint of the model holds
-them, and the global generator is the only one kept here. Python's and NumPy's states are kept as the estimator
+objects from the start; their states are variables too, which a ``tf.train.Checkpoint``
+of the model leaves out: they are checkpointed beside it, as Keras 2 layers' generators are. Python's and NumPy's states are kept as the estimator
 controller keeps them (``det_estimator._process_random_state``).
 """
 
