@@ -6,8 +6,9 @@ stateful random ops, whose position no checkpoint can hold. The generators' stat
 are variables, which every checkpoint saves, so a resumed trial draws the dropout masks
 an uninterrupted one would. Keras 3 layers draw from ``keras.random.SeedGenerator``
 objects from the start; their states are variables too, which a ``tf.train.Checkpoint``
-of the model leaves out: they are checkpointed beside it, as Keras 2 layers' generators are. Python's and NumPy's states are kept as the estimator
-controller keeps them (``det_estimator._process_random_state``).
+of the model leaves out: they are checkpointed beside it, as Keras 2 layers' generators
+are. Python's and NumPy's states are kept as the estimator controller keeps them
+(``det_estimator._process_random_state``).
 """
 
 import logging
