@@ -69,6 +69,40 @@ def train_function(model: tf.keras.Model) -> Callable[[Any], Any]:
     return made if made is not None else model.train_function
 
 
+def batches_per_execution(model: tf.keras.Model) -> int:
+    """How many batches one call of the train function trains (``compile(steps_per_execution=n)``)."""
+    if KERAS_3:
+        return int(model.steps_per_execution or 1)
+    steps = steps_per_execution(model)
+    return 1 if steps is None else int(steps.numpy())
+
+
+def one_batch_train_function(model: tf.keras.Model) -> Callable[[Any], Any]:
+    """Keras 3: a train function that trains one batch per call, beside the model's own of ``steps_per_execution``.
+
+    Keras 3 reads ``steps_per_execution`` when it traces the train function, so the
+    attribute is 1 while this one is made and whenever it runs (a retrace then bakes 1 in
+    too); the model's own train function and attribute are left as they were.
+    """
+    steps, own = model.steps_per_execution, model.train_function
+    model.steps_per_execution = 1
+    try:
+        model.make_train_function(force=True)
+        one_batch = model.train_function
+    finally:
+        model.steps_per_execution, model.train_function = steps, own
+
+    def train_one_batch(iterator: Any) -> Any:
+        saved = model.steps_per_execution
+        model.steps_per_execution = 1
+        try:
+            return one_batch(iterator)
+        finally:
+            model.steps_per_execution = saved
+
+    return train_one_batch
+
+
 def steps_per_execution(model: tf.keras.Model) -> Optional[tf.Variable]:
     """The variable of ``compile(steps_per_execution=n)``, which the train function reads at every call.
 
