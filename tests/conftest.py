@@ -42,7 +42,7 @@ _NEEDS_BY_PATH = {
         "recovery/",
         "test_checkpoint_kind.py",
     ),
-    "horovod": ("distributed/",),
+    "horovod": ("distributed/", "keras_api/test_fit_and_job_on_processes.py"),
 }
 # Fixtures that build or run the analytic EstimatorTrial.
 _ESTIMATOR_FIXTURES = frozenset({"analytic"})

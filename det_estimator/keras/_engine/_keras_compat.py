@@ -177,13 +177,24 @@ def untimed_callbacks(callbacks: list[tf.keras.callbacks.Callback], model: tf.ke
 def fit_start(model: tf.keras.Model) -> Any:
     """What ``fit`` asks for the epoch and batch to start at (``BackupAndRestore``'s or ours); None if nothing.
 
-    Keras 3: ``model._initial_epoch`` only (epochs, not batches).
+    Keras 3: ``model._initial_epoch`` only (epochs, not batches): ours, as :func:`set_fit_start`
+    left it, or the epoch ``BackupAndRestore`` set.
     """
+    if KERAS_3:
+        return getattr(model, "_det_fit_start", None) or getattr(model, "_initial_epoch", None) or None
     return getattr(model, "_training_state", None)
 
 
 def set_fit_start(model: tf.keras.Model, start: Any) -> None:
-    """Makes the next ``fit`` start where ``start.maybe_load_initial_counters_from_ckpt`` says; None to clear."""
+    """Makes the next ``fit`` start where ``start.maybe_load_initial_counters_from_ckpt`` says; None to clear.
+
+    Keras 3: ``fit`` starts at ``model._initial_epoch``; the batch in it is the engine's to
+    skip (``Tap.read_first``), and the epoch's steps end when that iterator runs out.
+    """
+    if KERAS_3:
+        model._det_fit_start = start
+        model._initial_epoch = None if start is None else start.epoch
+        return
     model._training_state = start
 
 
