@@ -291,6 +291,16 @@ def strategy_spans_processes(model: tf.keras.Model) -> bool:
     return bool(callable(in_multi_worker_mode) and in_multi_worker_mode())
 
 
+def iterators_made_per_epoch() -> int:
+    """How many iterators of a dataset ``fit`` makes between the start of one epoch and the next.
+
+    Keras 2: one per epoch (and one more before the first). Keras 3: two per epoch, the first
+    epoch reading the first one made. A dataset reshuffled each epoch draws an order per
+    iterator made, so a resumed epoch must skip as many orders as an uninterrupted fit made.
+    """
+    return 2 if KERAS_3 else 1
+
+
 def dataset_of(iterator: Any) -> Optional[tf.data.Dataset]:
     """The dataset a ``tf.data`` iterator reads, or None for another iterator."""
     dataset = getattr(iterator, "_dataset", None)

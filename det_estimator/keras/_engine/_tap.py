@@ -105,23 +105,38 @@ class Tap:
 
     # ----- inside model.fit -----
 
-    def read_first(self, iterator_of: Callable[[Any], Any]) -> None:
+    def read_first(
+        self, iterator_of: Callable[[Any], Any], calls: Optional[int] = None, on_end: Callable[[], None] = lambda: None
+    ) -> None:
         """Makes fit's next step read ``iterator_of(fit's iterator)``, and the steps after it too, to the epoch's end.
 
         When ``iterator_of`` returns fit's own iterator, fit's train function is put back at once.
+        ``calls``: the steps the epoch has left, when known; the one after them ends the epoch
+        as the data's end does, without running (a step that reads past the end still runs
+        what does not wait for the read: Keras 3's seed generators draw once more), after
+        calling ``on_end``.
         """
         model = self._model
         function = model.train_function
         self._fit_function = function
+        made = [0]
+
+        def step(substitute: Any) -> Any:
+            if calls is not None and made[0] >= calls:
+                self.end_epoch()
+                on_end()
+                raise tf.errors.OutOfRangeError(None, None, "the resumed epoch's batches are all trained")
+            made[0] += 1
+            return self._undone_if_raising(function, substitute)
 
         def first_step(iterator: Any) -> Any:
             substitute = self._undone_if_raising(iterator_of, iterator)
             if substitute is iterator:
                 self.end_epoch()
-            else:
-                # Keras hands over its own iterator at every step of the epoch: read this one instead.
-                model.train_function = lambda _: self._undone_if_raising(function, substitute)
-            return self._undone_if_raising(function, substitute)
+                return self._undone_if_raising(function, substitute)
+            # Keras hands over its own iterator at every step of the epoch: read this one instead.
+            model.train_function = lambda _: step(substitute)
+            return step(substitute)
 
         model.train_function = first_step
 
