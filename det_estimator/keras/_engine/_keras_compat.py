@@ -7,6 +7,7 @@ nowhere else. Each function's docstring names what Keras 3 offers instead; those
 ported branch on :data:`KERAS_3`.
 """
 
+import importlib
 from collections.abc import Callable
 from typing import Any, Optional
 
@@ -14,6 +15,21 @@ import tensorflow as tf
 
 # Keras 3 alone has a __version__ on tf.keras (Keras 2's is on the keras or tf_keras package).
 KERAS_3 = str(getattr(tf.keras, "__version__", "2")).startswith("3.")
+# The package of Keras 2's internals: keras with TensorFlow 2.15, tf_keras under TF_USE_LEGACY_KERAS=1.
+KERAS_2_PACKAGE = "tf_keras" if tf.keras.__name__.startswith("tf_keras") else "keras"
+
+
+def keras_version() -> str:
+    """The version of the Keras that ``tf.keras`` is (Keras 3, tf-keras or TensorFlow 2.15's keras)."""
+    if KERAS_3:
+        return str(tf.keras.__version__)
+    return str(importlib.import_module(KERAS_2_PACKAGE).__version__)
+
+
+def _keras_2_module(name: str) -> Any:
+    """A module of Keras 2's internals (``src.saving.legacy.saving_utils``, ...) in the package tf.keras is."""
+    return importlib.import_module(f"{KERAS_2_PACKAGE}.{name}")
+
 
 # ----- the model -----
 
@@ -135,9 +151,7 @@ def serving_signature(model: tf.keras.Model) -> Any:
     as Keras 2 names them (by the model's output names).
     """
     if not KERAS_3:
-        from keras.src.saving.legacy import saving_utils
-
-        return saving_utils.trace_model_call(model)
+        return _keras_2_module("src.saving.legacy.saving_utils").trace_model_call(model)
     from keras.src.export.export_utils import get_input_signature, make_tf_tensor_spec
 
     signature = [tf.nest.map_structure(make_tf_tensor_spec, spec) for spec in get_input_signature(model)]

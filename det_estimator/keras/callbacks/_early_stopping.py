@@ -5,7 +5,6 @@ from typing import Any, Optional
 import numpy as np
 import tensorflow as tf
 
-from det_estimator.keras._engine._keras_compat import KERAS_3
 from det_estimator.keras.callbacks._callback import Callback
 from det_estimator.keras.callbacks._validation_driven import ValidationDriven
 
@@ -36,17 +35,21 @@ class EarlyStopping(ValidationDriven, tf.keras.callbacks.EarlyStopping, Callback
     """
 
     def on_test_end(self, logs: Optional[dict[str, Any]] = None) -> None:
-        """Keras' epoch logic on this validation; a stop restores the best weights then, as Keras 2 does."""
+        """Keras' epoch logic on this validation; a stop restores the best weights then, as Keras 2.15 does."""
         validation = self.validations
         super().on_test_end(logs)
         stopped_here = getattr(self.model, "stop_training", False) and self.stopped_epoch == validation > 0
-        if KERAS_3 and stopped_here and self.restore_best_weights and self.best_weights is not None:
+        if stopped_here and self.restore_best_weights and self.best_weights is not None:
             self.model.set_weights(self.best_weights)
 
     def on_train_end(self, logs: Optional[dict[str, Any]] = None) -> None:
-        """Keras 2's end of training: Keras 3's restores the best weights at the end of every run, a pause's too."""
-        if not KERAS_3:
-            super().on_train_end(logs)
+        """Says that training stopped early; restores nothing.
+
+        Keras 3 and tf-keras 2.16+ restore the best weights here, at the end of every run: a
+        pause's too, which would resume from them. The stop restored them already.
+        """
+        if self.stopped_epoch > 0 and self.verbose > 0:
+            print(f"Epoch {self.stopped_epoch + 1}: early stopping")
 
     def get_state(self) -> dict[str, Any]:
         """Everything that changes during training (the configuration comes from the constructor)."""

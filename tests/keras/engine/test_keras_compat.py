@@ -1,5 +1,6 @@
 """The engine's own versions of Keras internals agree with Keras 2.15; each use of an internal does what it says."""
 
+import importlib
 import logging
 import time
 
@@ -30,7 +31,9 @@ def test_class_weights_are_those_keras_applies(labels, with_sample_weights):
     dataset = tf.data.Dataset.from_tensor_slices(data).batch(4)
     (_, _, ours), *_ = list(_class_weighted(dataset, CLASS_WEIGHT))
     # Keras' own, on the batch's tensors (in a dataset it needs static shapes these batches do not have).
-    data_adapter = pytest.importorskip("keras.src.engine.data_adapter", reason="Keras 2's class weights, compared")
+    data_adapter = pytest.importorskip(
+        f"{_keras_compat.KERAS_2_PACKAGE}.src.engine.data_adapter", reason="Keras 2's class weights, compared"
+    )
     _, _, keras = data_adapter._make_class_weight_map_fn(CLASS_WEIGHT)(*map(tf.constant, data))
     np.testing.assert_array_equal(ours.numpy(), keras.numpy())
 
@@ -43,9 +46,9 @@ def test_class_weights_need_every_class_from_zero():
 def _keras_train_validation_split():
     if _keras_compat.KERAS_3:
         from keras.src.trainers.data_adapters.array_slicing import train_validation_split
-    else:
-        from keras.src.engine.data_adapter import train_validation_split
-    return train_validation_split
+
+        return train_validation_split
+    return importlib.import_module(f"{_keras_compat.KERAS_2_PACKAGE}.src.engine.data_adapter").train_validation_split
 
 
 @pytest.mark.parametrize("split", [0.25, 0.3, 0.5])
