@@ -6,6 +6,8 @@ SHELL := /bin/bash
 STACK ?= estimator
 ifeq ($(STACK),current)
 VENV ?= .venv-current
+# NumPy 2's stubs use Python 3.12 syntax: the current stack is type-checked as Python 3.12.
+MYPY_FLAGS ?= --python-version 3.12
 else
 VENV ?= .venv
 endif
@@ -26,7 +28,7 @@ setup:
 lint: setup
 	$(VENV_PYTHON) -m ruff check .
 	$(VENV_PYTHON) -m ruff format --check .
-	$(VENV_PYTHON) -m mypy det_estimator
+	$(VENV_PYTHON) -m mypy $(MYPY_FLAGS) det_estimator
 
 format: setup
 	$(VENV_PYTHON) -m ruff check --fix .
