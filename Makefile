@@ -1,7 +1,16 @@
 # The two commands in the README are `make example` and `make test`; both set up first.
 SHELL := /bin/bash
 .SHELLFLAGS := -eo pipefail -c
+# STACK=current sets up and tests the current stack (TensorFlow 2.21, Keras 3, no Horovod) in
+# .venv-current; the default is the estimator stack in .venv (see scripts/setup.sh).
+STACK ?= estimator
+ifeq ($(STACK),current)
+VENV ?= .venv-current
+# NumPy 2's stubs use Python 3.12 syntax: the current stack is type-checked as Python 3.12.
+MYPY_FLAGS ?= --python-version 3.12
+else
 VENV ?= .venv
+endif
 # The venv's interpreter. PYTHON (in the environment or on the command line) is left to
 # scripts/setup.sh, which builds the venv from the interpreter it names.
 VENV_PYTHON := $(VENV)/bin/python
@@ -13,13 +22,13 @@ TEST_WORKERS ?= 2
 PYTEST := $(VENV_PYTHON) -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
 setup:
-	DET_VENV=$(VENV) bash scripts/setup.sh
+	STACK=$(STACK) DET_VENV=$(VENV) bash scripts/setup.sh
 	bash scripts/setup_system.sh
 
 lint: setup
 	$(VENV_PYTHON) -m ruff check .
 	$(VENV_PYTHON) -m ruff format --check .
-	$(VENV_PYTHON) -m mypy det_estimator
+	$(VENV_PYTHON) -m mypy $(MYPY_FLAGS) det_estimator
 
 format: setup
 	$(VENV_PYTHON) -m ruff check --fix .

@@ -1,5 +1,15 @@
 """Packaging for det-estimator.
 
+The package installs on two stacks, chosen by an extra (see the README's "Two stacks"):
+
+* ``estimator``: TensorFlow 2.15 with tf.estimator and Keras 2, NumPy 1, on Python 3.9 to
+  3.11, distributed by Horovod. ``cpu`` and ``gpu`` are the same stack with TensorFlow's
+  CPU-only or CUDA build: name one of ``estimator``, ``cpu`` and ``gpu``, never two, as each
+  brings its own TensorFlow distribution.
+* ``current``: TensorFlow 2.16 to 2.21 (no tf.estimator) with Keras 3, or tf-keras under
+  ``TF_USE_LEGACY_KERAS=1``, NumPy 2, on Python 3.10 to 3.13, distributed by TensorFlow's
+  MultiWorkerMirroredStrategy.
+
 Horovod is deliberately not a dependency here: it has to be compiled against the
 TensorFlow that is already installed, so ``scripts/setup.sh`` builds it after
 TensorFlow. See the README.
@@ -10,7 +20,13 @@ from pathlib import Path
 
 from setuptools import Extension, find_packages, setup
 
+# TensorFlow 2.15 is the last release with tf.estimator; tensorflow-estimator 2.15 and
+# Horovod 0.28.1 are built against NumPy 1.
 TENSORFLOW_RANGE = ">=2.15,<2.16"
+ESTIMATOR_STACK = ["tensorflow-estimator==2.15.0", "numpy<2"]
+# TensorFlow 2.16 made Keras 3 its Keras; tf-keras is Keras 2 for TF_USE_LEGACY_KERAS=1, released
+# with each TensorFlow and requiring that one.
+CURRENT_TENSORFLOW_RANGE = ">=2.16,<2.22"
 
 
 def read_version() -> str:
@@ -45,10 +61,11 @@ setup(
             optional=True,
         )
     ],
-    python_requires=">=3.9,<3.12",
+    python_requires=">=3.9,<3.14",
+    # What both stacks share; TensorFlow and what ties NumPy to a major version come with the
+    # stack's extra.
     install_requires=[
-        "tensorflow-estimator==2.15.0",
-        "numpy<2",
+        "numpy",
         "scikit-learn",
         "pyyaml",
         # `det-estimator experiment plot` draws learning curves to PNG files.
@@ -70,8 +87,10 @@ setup(
         "plotly>=5.20",
     ],
     extras_require={
-        "cpu": [f"tensorflow-cpu{TENSORFLOW_RANGE}"],
-        "gpu": [f"tensorflow[and-cuda]{TENSORFLOW_RANGE}"],
+        "estimator": [f"tensorflow{TENSORFLOW_RANGE}", *ESTIMATOR_STACK],
+        "cpu": [f"tensorflow-cpu{TENSORFLOW_RANGE}", *ESTIMATOR_STACK],
+        "gpu": [f"tensorflow[and-cuda]{TENSORFLOW_RANGE}", *ESTIMATOR_STACK],
+        "current": [f"tensorflow{CURRENT_TENSORFLOW_RANGE}", f"tf-keras{CURRENT_TENSORFLOW_RANGE}"],
         # mypy 1.19 and these PyYAML stubs are the last releases that support Python 3.9.
         "dev": [
             "pytest",
@@ -91,5 +110,7 @@ setup(
         "Programming Language :: Python :: 3.9",
         "Programming Language :: Python :: 3.10",
         "Programming Language :: Python :: 3.11",
+        "Programming Language :: Python :: 3.12",
+        "Programming Language :: Python :: 3.13",
     ],
 )

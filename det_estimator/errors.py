@@ -68,3 +68,11 @@ class TrialHyperparameters(dict):
             f"Hyperparameter {name!r} is not defined in the experiment config; "
             f"the defined hyperparameters are: {defined}"
         )
+
+
+class EstimatorUnavailableError(DetEstimatorError, ImportError):
+    """The tf.estimator half of det-estimator was imported where TensorFlow has no tf.estimator (2.16 and later).
+
+    An ``ImportError`` too, as a missing module is: code that tries the import and falls
+    back keeps working.
+    """

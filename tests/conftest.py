@@ -23,8 +23,79 @@ SUPPORT = Path(__file__).parent / "support"
 EXAMPLES = Path(__file__).parent.parent / "examples"
 
 
+# What a test needs that only the estimator stack has: its marker, the module that must import,
+# and what to say when it does not. The current stack (TensorFlow 2.16+, no tf.estimator, no
+# Horovod) skips such tests with that reason.
+_NEEDS = {
+    "estimator": ("tensorflow_estimator", "needs tf.estimator: TensorFlow 2.15 and the estimator stack"),
+    "horovod": ("horovod", "needs Horovod: the estimator stack (bash scripts/setup.sh)"),
+}
+# Files and directories (relative to tests/) whose tests all need one of them.
+_NEEDS_BY_PATH = {
+    "estimator": (
+        "cli/test_experiment_commands.py",
+        "estimator/",
+        "examples/test_ctr_binary.py",
+        "examples/test_ctr_native.py",
+        "examples/test_digits_dnn.py",
+        "native/",
+        "recovery/",
+        "test_checkpoint_kind.py",
+    ),
+    "horovod": ("distributed/", "keras_api/test_fit_and_job_on_processes.py"),
+}
+# Fixtures that build or run the analytic EstimatorTrial.
+_ESTIMATOR_FIXTURES = frozenset({"analytic"})
+TESTS = Path(__file__).parent
+
+
+def _missing(marker: str) -> bool:
+    return importlib.util.find_spec(_NEEDS[marker][0]) is None
+
+
+def _needs_of_path(path: Path) -> list:
+    relative = path.relative_to(TESTS).as_posix() if path.is_relative_to(TESTS) else ""
+    return [marker for marker, paths in _NEEDS_BY_PATH.items() if any(relative.startswith(p) for p in paths)]
+
+
+class _ModuleOfAnotherStack(pytest.Module):
+    """A test file whose tests all need what this stack lacks: skipped whole, before it is imported."""
+
+    def collect(self):
+        marker = next(marker for marker in _needs_of_path(self.path) if _missing(marker))
+        pytest.skip(_NEEDS[marker][1], allow_module_level=True)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pycollect_makemodule(module_path, parent):
+    """A file of _NEEDS_BY_PATH is not imported where what it needs is missing (its imports would fail)."""
+    if any(_missing(marker) for marker in _needs_of_path(module_path)):
+        return _ModuleOfAnotherStack.from_parent(parent, path=module_path)
+    return None
+
+
+def _mark_needs(items) -> None:
+    for item in items:
+        for marker in _needs_of_path(item.path):
+            item.add_marker(marker)
+        if _ESTIMATOR_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker("estimator")
+
+
+def pytest_runtest_setup(item):
+    """Skips a test marked ``estimator`` or ``horovod`` where that is missing, with the reason."""
+    for marker in _NEEDS:
+        if item.get_closest_marker(marker) is not None and _missing(marker):
+            pytest.skip(_NEEDS[marker][1])
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config, items):
+    _mark_needs(items)
+    _group_by_xdist_group(config, items)
+
+
+def _group_by_xdist_group(config, items) -> None:
     """``--dist loadgroup``: a test's ``xdist_group`` put in its node id, so that a group runs on one test process.
 
     pytest-xdist 3.8 writes the group into ``item._nodeid``, which pytest 9 no longer reads

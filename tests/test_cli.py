@@ -21,6 +21,7 @@ def test_console_script_reports_its_version():
 # Slow: `horovodrun --check-build` imports every framework Horovod knows. In the default path,
 # every distributed test runs on this stack, and the next test reads a --check-build report.
 @pytest.mark.slow
+@pytest.mark.horovod
 def test_env_lists_the_stack_and_horovods_build():
     result = subprocess.run([COMMAND, "env"], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr

@@ -117,3 +117,51 @@ def test_setup_refuses_a_python_that_is_not_a_supported_one_even_with_a_venv(tmp
     assert result.returncode == 1
     assert f"PYTHON={python} is not a Python 3.9, 3.10 or 3.11" in result.stderr
     assert (venv / "kept").exists()
+
+
+def run_current_setup(python: Path, venv: Path) -> subprocess.CompletedProcess:
+    env = {key: value for key, value in os.environ.items() if key != "DET_VENV"}
+    env.update(STACK="current", PYTHON=str(python), DET_VENV=str(venv))
+    return subprocess.run(
+        ["bash", str(ROOT / "scripts" / "setup.sh")], env=env, capture_output=True, text=True, timeout=60
+    )
+
+
+def test_current_stack_refuses_a_python_older_than_3_10(tmp_path):
+    python = tmp_path / "bin" / "python3.9"
+    python.parent.mkdir()
+    python.write_text("#!/usr/bin/env bash\nexit 1\n")  # fails the stack's version check, as a 3.9 would
+    python.chmod(0o755)
+
+    result = run_current_setup(python, tmp_path / "venv")
+
+    assert result.returncode == 1
+    assert f"PYTHON={python} is not a Python 3.10, 3.11, 3.12 or 3.13" in result.stderr
+    assert not (tmp_path / "venv").exists()
+
+
+def test_current_stack_installs_tensorflow_2_21_and_tf_keras_without_horovod(tmp_path):
+    log = tmp_path / "calls"
+    venv = tmp_path / "venv"
+    venv_python = fake_python(venv / "bin" / "python", "3.12", log)
+    python = fake_python(tmp_path / "bin" / "python3.12", "3.12", log)
+
+    result = run_current_setup(python, venv)
+
+    # The stand-in refuses the install, so set-up stops at the stack's pip install.
+    assert result.returncode != 0
+    calls = log.read_text()
+    assert "installing TensorFlow 2.21.0 (CPU), tf-keras 2.21.0" in result.stdout
+    assert "tensorflow-cpu==2.21.0 tf-keras==2.21.0" in calls
+    assert f"{venv_python} -m pip" in calls
+    assert "horovod" not in calls.lower() and "cmake" not in calls
+
+
+def test_setup_refuses_an_unknown_stack(tmp_path):
+    env = dict(os.environ, STACK="newest", DET_VENV=str(tmp_path / "venv"))
+
+    result = subprocess.run(["bash", str(ROOT / "scripts" / "setup.sh")], env=env, capture_output=True, text=True)
+
+    assert result.returncode == 1
+    assert "STACK=newest is neither estimator" in result.stderr
+    assert not (tmp_path / "venv").exists()

@@ -2,6 +2,7 @@
 
 import importlib.metadata
 import importlib.util
+import os
 import platform
 import subprocess
 import sys
@@ -9,6 +10,8 @@ import sysconfig
 from pathlib import Path
 from typing import Optional
 
+from det_estimator import _stack
+from det_estimator._stack import ESTIMATOR, StackReport
 from det_estimator._version import __version__
 
 
@@ -70,19 +73,44 @@ def _extension_built(horovod_directory: Optional[Path], framework: str) -> bool:
     return (horovod_directory / subpackage / f"{library}{suffix}").is_file()
 
 
+def stack_rows(report: StackReport) -> dict[str, str]:
+    """The lines of ``env`` that name the stack and what runs on it."""
+    if report.name == ESTIMATOR:
+        stack = "estimator (TensorFlow 2.15 with tf.estimator)"
+    else:
+        stack = "current (TensorFlow 2.16 or later, no tf.estimator)"
+    if report.estimator:
+        estimator = "yes: EstimatorTrial, det.init() and det.experimental.estimator run"
+    else:
+        estimator = (
+            "no: EstimatorTrial needs the estimator stack (Python 3.9 to 3.11, pip install 'det-estimator[estimator]')"
+        )
+    if report.horovod:
+        horovod = "yes: several slots run under horovodrun"
+    else:
+        horovod = "no: several slots need the TensorFlow launcher (MultiWorkerMirroredStrategy)"
+    return {
+        "stack": stack,
+        "keras": report.keras or "not installed",
+        "tf.estimator": estimator,
+        "horovod support": horovod,
+    }
+
+
 def show_environment() -> int:
-    """Prints the versions det-estimator depends on and what Horovod was built with."""
+    """Prints the stack, the versions det-estimator depends on and what Horovod was built with."""
+    report = _stack.report(legacy_keras=_stack.legacy_keras_requested(os.environ))
     rows = {
         "det-estimator": __version__,
         "python": platform.python_version(),
-        "tensorflow": _installed_version("tensorflow-cpu")
-        if _installed_version("tensorflow") == "not installed"
-        else _installed_version("tensorflow"),
+        "tensorflow": report.tensorflow or "not installed",
+        **stack_rows(report),
         "tensorflow-estimator": _installed_version("tensorflow-estimator"),
         "horovod": _installed_version("horovod"),
-        "horovod built with": _horovod_build(),
-        "numpy": _installed_version("numpy"),
     }
+    if report.horovod:
+        rows["horovod built with"] = _horovod_build()
+    rows["numpy"] = _installed_version("numpy")
     width = max(len(name) for name in rows)
     for name, value in rows.items():
         print(f"{name:<{width}}  {value}")

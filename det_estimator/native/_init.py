@@ -8,6 +8,7 @@ from typing import Any, Callable, Optional
 
 from det_estimator import _info, orchestration
 from det_estimator._run import run_in_this_process
+from det_estimator._stack import require_estimator
 from det_estimator.checkpoint import check_checkpoint_storage
 from det_estimator.config import ExperimentConfig, load_experiment_config
 from det_estimator.config._errors import describe
@@ -64,6 +65,7 @@ def init(
         ValueError: ``master_url`` given; ``context_dir`` not a directory; no
             ``command`` from a notebook.
         ConfigError: the config is invalid.
+        EstimatorUnavailableError: TensorFlow has no tf.estimator (2.16 and later).
     """
     if master_url is not None:
         raise ValueError(
@@ -72,6 +74,8 @@ def init(
             "(resources.slots_per_trial; see the README for several machines)."
         )
     _check_arguments(local, test, context_dir, command)
+    # Before anything is recorded or launched: every process of the run would fail the same way.
+    require_estimator("det.init() (the native tf.estimator API)")
     launched = _info.get_cluster_info()
     if launched is not None:
         return _context_of_launched_rank(launched)

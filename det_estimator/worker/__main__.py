@@ -64,6 +64,10 @@ def _join_job(info: _info.ClusterInfo):
 
 def _disable_v2_behavior_for_estimators(trial_class: type) -> None:
     """EstimatorTrial code runs with TensorFlow's V2 behaviour disabled, as in the reference system."""
+    from det_estimator._stack import has_estimator
+
+    if not has_estimator():
+        return  # no EstimatorTrial without tf.estimator: the trial is of another type
     from det_estimator.estimator import EstimatorTrial
 
     if isinstance(trial_class, type) and issubclass(trial_class, EstimatorTrial):

@@ -4,6 +4,7 @@ import inspect
 from typing import Any, Callable, Optional
 
 from det_estimator import core
+from det_estimator._stack import has_estimator
 from det_estimator.errors import TrialDefinitionError
 from det_estimator.store import State
 
@@ -21,11 +22,18 @@ def _keras_controller(trial_class: type, core_context: core.Context, context: An
 
 
 def _controllers() -> list[tuple[type, Callable[[type, core.Context, Any], State]]]:
-    """Each trial base class with the controller that runs its subclasses."""
-    from det_estimator.estimator import EstimatorTrial
+    """Each trial base class with the controller that runs its subclasses.
+
+    Without tf.estimator (the current stack) there is no EstimatorTrial, and Keras trials run alone.
+    """
     from det_estimator.keras import TFKerasTrial
 
-    return [(EstimatorTrial, _estimator_controller), (TFKerasTrial, _keras_controller)]
+    controllers: list[tuple[type, Callable[[type, core.Context, Any], State]]] = [(TFKerasTrial, _keras_controller)]
+    if has_estimator():
+        from det_estimator.estimator import EstimatorTrial
+
+        controllers.insert(0, (EstimatorTrial, _estimator_controller))
+    return controllers
 
 
 def is_trial_class(trial_class: Any) -> bool:

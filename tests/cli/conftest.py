@@ -31,6 +31,7 @@ class Context:
         self.directory = directory
         directory.mkdir(parents=True, exist_ok=True)
         shutil.copy(SUPPORT / "analytic_trial.py", directory / "analytic_trial.py")
+        shutil.copy(SUPPORT / "analytic_closed_form.py", directory / "analytic_closed_form.py")
 
     def config(self, max_batches: int = 20, hparams: Optional[dict] = None, **overrides: Any) -> dict[str, Any]:
         """The config, as a dict: relative paths resolve against the context dir."""

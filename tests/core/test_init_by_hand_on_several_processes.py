@@ -104,6 +104,7 @@ def test_every_process_fails_promptly_with_the_refused_arguments_message(tmp_pat
             assert store.experiments() == []
 
 
+@pytest.mark.horovod
 def test_under_horovodrun_every_rank_says_what_rank_0_refused(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)

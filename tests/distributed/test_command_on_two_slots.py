@@ -37,6 +37,7 @@ def test_a_rank_that_dies_fails_the_experiment_and_leaves_a_usable_checkpoint(an
     context_dir = tmp_path / "code"
     context_dir.mkdir()
     shutil.copy(SUPPORT / "analytic_trial.py", context_dir)
+    shutil.copy(SUPPORT / "analytic_closed_form.py", context_dir)
     config = analytic.make_config(tmp_path, 20)
     config["checkpoint_storage"]["host_path"] = "checkpoints"
     # Rank 1 raises at its 12th batch: after the checkpoint at 10 batches, before the next one.
@@ -80,6 +81,7 @@ def test_a_reducer_failing_on_one_rank_shows_its_error_and_frames_once(analytic,
     context_dir = tmp_path / "code"
     context_dir.mkdir()
     shutil.copy(SUPPORT / "analytic_trial.py", context_dir)
+    shutil.copy(SUPPORT / "analytic_closed_form.py", context_dir)
     config = analytic.make_config(tmp_path, 5, max_restarts=0)
     config["hyperparameters"]["failing_reducer_rank"] = 1
     (context_dir / "experiment.yaml").write_text(yaml.safe_dump(config))

@@ -13,7 +13,8 @@ LEARNING_RATE, GLOBAL_BATCH = 0.01, 8
 
 
 @pytest.fixture(scope="session")
-def analytic_keras(analytic, module_loader):
+def analytic_keras(module_loader):
+    module_loader(SUPPORT / "analytic_closed_form.py")
     return module_loader(SUPPORT / "analytic_keras_trial.py")
 
 

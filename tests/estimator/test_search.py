@@ -9,7 +9,7 @@ def test_a_grid_search_of_estimator_trials_runs_them_side_by_side_each_to_its_cl
     config = analytic.make_config(tmp_path, 10)
     config["hyperparameters"]["learning_rate"] = {"type": "categorical", "vals": [0.01, 0.02]}
     config["searcher"] = {**config["searcher"], "name": "grid", "max_concurrent_trials": 2}
-    described = search_of(config, ("analytic_trial.py",), slots=2)
+    described = search_of(config, ("analytic_trial.py", "analytic_closed_form.py"), slots=2)
     assert described["state"] == "COMPLETED"
     trials = described["trials"]
     assert sorted(trial["hparams"]["learning_rate"] for trial in trials) == [0.01, 0.02]
@@ -34,7 +34,7 @@ def test_an_estimator_trial_that_stops_itself_completes_its_search_operation_wit
     config["hyperparameters"]["learning_rate"] = {"type": "categorical", "vals": [0.01]}
     config["hyperparameters"]["stop_at_batch"] = 7
     config["searcher"] = {**config["searcher"], "name": "grid", "max_concurrent_trials": 1}
-    described = search_of(config, ("analytic_trial.py",))
+    described = search_of(config, ("analytic_trial.py", "analytic_closed_form.py"))
     assert described["state"] == "COMPLETED" and len(described["trials"]) == 1
     for trial in described["trials"]:
         assert (trial["state"], trial["search_state"]) == ("COMPLETED", "CLOSED")

@@ -63,7 +63,8 @@ def validation(store: Path, experiment_id: int) -> dict:
     return trial["validations"][-1]
 
 
-@pytest.mark.parametrize("slots", [1, 2])
+# Two slots run under horovodrun, the default launcher of a script's entrypoint.
+@pytest.mark.parametrize("slots", [1, pytest.param(2, marks=pytest.mark.horovod)])
 def test_the_script_reaches_the_closed_form_on_one_and_two_processes(context, tmp_path, slots):
     store = tmp_path / "store.sqlite"
     result = det(store, "experiment", "create", write_config(context, "run.yaml", 300, slots), context)
@@ -78,7 +79,8 @@ def test_the_script_reaches_the_closed_form_on_one_and_two_processes(context, tm
     assert checkpoint["batches"] == 300 and (Path(checkpoint["path"]) / "state.npz").is_file()
 
 
-@pytest.mark.parametrize("slots", [1, 2])
+# Two slots run under horovodrun, the default launcher of a script's entrypoint.
+@pytest.mark.parametrize("slots", [1, pytest.param(2, marks=pytest.mark.horovod)])
 def test_a_paused_script_resumes_where_it_stopped(context, tmp_path, slots):
     store = tmp_path / "store.sqlite"
     stopped = _pause_a_long_run(context, store, slots)

@@ -8,6 +8,7 @@ SUPPORT = Path(__file__).parent.parent / "support"
 
 
 @pytest.fixture(scope="session")
-def analytic_keras(analytic, module_loader):
-    """The analytic_keras_trial module (it imports analytic_trial, loaded first)."""
+def analytic_keras(module_loader):
+    """The analytic_keras_trial module (it imports analytic_closed_form, loaded first)."""
+    module_loader(SUPPORT / "analytic_closed_form.py")
     return module_loader(SUPPORT / "analytic_keras_trial.py")

@@ -103,9 +103,13 @@ def test_a_cached_dataset_is_built_once_and_counts_as_wrapped(context, tmp_path,
 def test_the_reference_names_are_there(context):
     assert det.keras.TFKerasTrial.trial_context_class is TFKerasTrialContext
     assert isinstance(context, det.TrialContext)  # the base the reference's index names
-    assert issubclass(det.EstimatorTrialContext, det.TrialContext)
     assert det.keras.callbacks.ReduceLRScheduler is det.keras.callbacks.ReduceLROnPlateau
     assert det.keras.TFKerasTensorBoard is det.keras.callbacks.TensorBoard
+
+
+@pytest.mark.estimator
+def test_the_estimator_context_has_the_same_base():
+    assert issubclass(det.EstimatorTrialContext, det.TrialContext)
 
 
 def test_the_reference_native_keras_api_is_refused_naming_what_replaces_it():

@@ -1,6 +1,6 @@
 """A hyperparameter search over TFKerasTrials, through the command: each trial follows its own closed form."""
 
-KERAS_TRIAL_FILES = ("analytic_trial.py", "analytic_keras_trial.py")
+KERAS_TRIAL_FILES = ("analytic_closed_form.py", "analytic_keras_trial.py")
 
 
 def test_a_grid_search_of_keras_trials_runs_them_side_by_side_each_to_its_closed_form(

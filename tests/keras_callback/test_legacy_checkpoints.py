@@ -7,12 +7,16 @@ import numpy as np
 import pytest
 
 import det_estimator as det
+from det_estimator.keras._engine._keras_compat import KERAS_3
 
 from .linear_script import build_model, dataset
 from .test_determined_callback import STEPS_PER_EPOCH, fit, flat, plain_fit
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
 import legacy_keras_checkpoints as legacy  # noqa: E402
+
+# The first layouts were written by det-estimator on Keras 2 only: no Keras 3 checkpoint has them.
+pytestmark = pytest.mark.skipif(KERAS_3, reason="checkpoints of the first layouts were written on Keras 2 only")
 
 
 def legacy_checkpoint(batches: int, continue_id: str):

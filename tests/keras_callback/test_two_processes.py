@@ -137,6 +137,7 @@ def test_paused_by_the_command_it_resumes_exactly_and_another_continue_id_starts
 
 
 @pytest.mark.slow
+@pytest.mark.horovod
 def test_under_horovod_sigkilled_and_restarted_it_ends_with_the_uninterrupted_weights(context, tmp_path):
     config = yaml.safe_load((context / "config.yaml").read_text())
     config["entrypoint"] = "python3 -m det_estimator.launch.horovod -- python3 linear_script.py"

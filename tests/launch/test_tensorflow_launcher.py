@@ -185,6 +185,7 @@ def test_from_tf_config_gives_a_multi_worker_strategy_on_two_processes(tmp_path)
     assert not view["mwms"]
 
 
+@pytest.mark.horovod
 def test_the_horovod_launcher_runs_the_command_under_horovodrun(tmp_path):
     script = textwrap.dedent(
         """

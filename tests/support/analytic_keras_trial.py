@@ -1,10 +1,10 @@
 """The one-weight analytic trial as a TFKerasTrial, fed by NumPy arrays, a Sequence or a tf.data pipeline.
 
 The model is ``prediction = w * x`` (one Dense unit, no bias, starting at 0) with a mean
-squared error loss and plain SGD, on the 64 records of ``analytic_trial``. Each loader
+squared error loss and plain SGD, on the 64 records of ``analytic_closed_form``. Each loader
 gives process ``rank`` of ``size`` its half (quarter, ...) of every global batch, so the
 averaged gradient is the gradient of the whole global batch and the weight follows
-``analytic_trial.trajectory`` on any number of processes.
+``analytic_closed_form.trajectory`` on any number of processes.
 
 ``start_run`` starts the trial as a separate process (``run_analytic_keras.py``), for
 tests that pause or kill it.
@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
-from analytic_trial import FEATURES, NUM_RECORDS, TARGETS, expected_weight, expected_workload_losses, trajectory
+from analytic_closed_form import FEATURES, NUM_RECORDS, TARGETS, expected_weight, expected_workload_losses, trajectory
 
 import det_estimator as det
 from det_estimator.reducers import MetricReducer

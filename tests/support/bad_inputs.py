@@ -61,6 +61,7 @@ class BadInput:
         """Writes the analytic trial, ``ok.yaml`` and the case's own files into ``directory``."""
         directory.mkdir(parents=True, exist_ok=True)
         shutil.copy(SUPPORT / "analytic_trial.py", directory / "analytic_trial.py")
+        shutil.copy(SUPPORT / "analytic_closed_form.py", directory / "analytic_closed_form.py")
         (directory / "ok.yaml").write_text(yaml.safe_dump(OK_CONFIG), encoding="utf-8")
         for name, content in self.files.items():
             path = directory / name

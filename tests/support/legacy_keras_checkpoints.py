@@ -13,6 +13,7 @@ stay tested once nothing in the package writes them any more:
 - **context.fit v1**: callback v1 with the architecture beside it, ``model_architecture.json``.
 """
 
+import importlib
 import json
 import random
 from pathlib import Path
@@ -22,6 +23,7 @@ import numpy as np
 import tensorflow as tf
 
 from det_estimator.checkpoint import TrialCheckpoints
+from det_estimator.keras._engine._keras_compat import KERAS_2_PACKAGE
 
 TRIAL_STATE = "model/state"
 SAVED_MODEL = "saved_model"
@@ -89,7 +91,8 @@ def write_trial_v1(
     tf.train.Checkpoint(
         model=model, global_generator=tf.random.get_global_generator(), layer_generators=generators
     ).write(str(directory / TRIAL_STATE))
-    from keras.src.saving.legacy import saving_utils  # the signature the trial's export traced
+    # The signature the trial's export traced, from Keras 2's package (tf_keras under TF_USE_LEGACY_KERAS=1).
+    saving_utils = importlib.import_module(f"{KERAS_2_PACKAGE}.src.saving.legacy.saving_utils")
 
     holder = tf.Module()
     holder.model_variables = list(model.variables)

@@ -59,7 +59,9 @@ def write_states(directory: Path, callbacks: list[Any]) -> None:
     text = json.dumps({"format": _FORMAT, "callbacks": records}, allow_nan=True)
     (directory / STATES_FILE).write_text(text, encoding="utf-8")
     if arrays:
-        np.savez(directory / ARRAYS_FILE, **arrays)
+        # NumPy 2's stubs read **arrays as perhaps its allow_pickle flag; the keys are a0, a1, ...
+        save: Any = np.savez
+        save(directory / ARRAYS_FILE, **arrays)
 
 
 def read_states(directory: Path) -> Optional[list[dict[str, Any]]]:

@@ -97,7 +97,10 @@ class TrialCallbacks:
 
     def on_test_end(self, logs: dict[str, Any]) -> None:
         """A validation ended with ``logs``, the metrics of every process combined."""
-        self._keras.on_test_end(dict(logs))
+        # Each callback's own hook: Keras 3's CallbackList refuses an end whose begin it did not
+        # see, and on_test_begin went through for_evaluate, the list evaluate() calls.
+        for callback in self._keras.callbacks:
+            callback.on_test_end(dict(logs))
 
     def on_train_workload_begin(self, batches: int, requested: int) -> None:
         """A workload of ``requested`` batches starts after ``batches``."""

@@ -210,9 +210,7 @@ def architecture_of(model: tf.keras.Model) -> Optional[str]:
 
 
 def _keras_version() -> str:
-    import keras
-
-    return keras.__version__
+    return _keras_compat.keras_version()
 
 
 # ----- reading -----

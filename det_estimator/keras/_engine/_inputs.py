@@ -128,6 +128,7 @@ class ValidationData:
 
     def _count(self, *batch: Any) -> Any:
         self._examples.assign_add(tf.cast(_batch_size(batch), tf.int64))
+        batch = tf.nest.map_structure(_unknown_batch_size, batch)
         return batch if len(batch) > 1 else batch[0]
 
     def reset_count(self) -> None:
@@ -289,6 +290,18 @@ def _classes(y: tf.Tensor) -> tf.Tensor:
         lambda: tf.argmax(y, axis=-1),
         lambda: tf.cast(tf.round(tf.squeeze(y, axis=-1)), tf.int64),
     )
+
+
+def _unknown_batch_size(tensor: Any) -> Any:
+    """``tensor`` with its first dimension unknown to the graph (its value unchanged).
+
+    Keras 3 weighs the loss by the batch size, a constant when the batches' size is
+    static; its test step then adds that weight at the call that finds the data's end
+    too (the count does not wait for the failed read), one batch too many in the mean.
+    """
+    if not isinstance(tensor, tf.Tensor) or tensor.shape.rank in (None, 0):
+        return tensor
+    return tf.raw_ops.PlaceholderWithDefault(input=tensor, shape=[None, *tensor.shape[1:]])
 
 
 def _batch_size(batch: tuple) -> tf.Tensor:

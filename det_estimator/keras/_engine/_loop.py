@@ -161,7 +161,7 @@ class Engine(tf.keras.callbacks.Callback):
         # Python's and NumPy's states are those of the epoch's start.
         _format.restore_random_states(state, self.model, self._core.distributed.rank)
         # fit() asks the model where to start right after on_train_begin.
-        self._replay = Replay(epoch, batch)
+        self._replay = Replay(epoch, batch, self._steps_per_epoch)
         self._replay.start(self.model, self._tap)
         logger.info("continuing from checkpoint %s at epoch %d, batch %d", storage_id, epoch, batch)
 

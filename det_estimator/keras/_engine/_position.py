@@ -162,12 +162,15 @@ class Replay:
     Args:
         epoch: the epoch to resume.
         batch: the batches of it already trained.
+        steps_per_epoch: the batches of an epoch, when fit knows them.
     """
 
-    def __init__(self, epoch: int, batch: int) -> None:
+    def __init__(self, epoch: int, batch: int, steps_per_epoch: Optional[int] = None) -> None:
         self.epoch = epoch
         self.batch = batch
+        self._steps_per_epoch = steps_per_epoch
         self._start: Optional[_FitStart] = None
+        self._fit_iterator: Any = None
 
     def start(self, model: tf.keras.Model, tap: Any) -> None:
         """Makes the ``fit`` that is beginning start at the position (call it in ``on_train_begin``).
@@ -179,7 +182,11 @@ class Replay:
         self._start = _FitStart(self.epoch, self.batch)
         _keras_compat.set_fit_start(model, self._start)
         if self.epoch or self.batch:
-            tap.read_first(self._resumed_epoch)
+            # Keras 3 starts the epoch at its first step whatever the batch: its steps end with the
+            # epoch's batches left, as an uninterrupted fit's do, not at a read past the data's end.
+            left = self._steps_per_epoch - self.batch if self._steps_per_epoch and _keras_compat.KERAS_3 else None
+            calls = left if tap.batches_per_call == 1 else None
+            tap.read_first(self._resumed_epoch, calls=calls, on_end=self._end_resumed_epoch)
 
     def started(self, model: tf.keras.Model) -> None:
         """``fit`` read where to start (its first epoch began): nothing else may see it."""
@@ -189,10 +196,22 @@ class Replay:
 
     def _resumed_epoch(self, iterator: Any) -> Any:
         """The resumed epoch's iterator, its batches already trained read and dropped."""
+        self._fit_iterator = iterator
         epoch_iterator = iterator_of_epoch(iterator, self.epoch)
         for _ in range(self.batch):
             next(epoch_iterator)
         return epoch_iterator
+
+    def _end_resumed_epoch(self) -> None:
+        """The resumed epoch ended before fit's last step: the iterators fit makes after that step are made here.
+
+        A dataset reshuffled each epoch draws an order per iterator: the next epochs then read
+        the orders an uninterrupted fit gives them.
+        """
+        dataset = _keras_compat.dataset_of(self._fit_iterator)
+        if dataset is not None:
+            for _ in range(_keras_compat.iterators_made_per_epoch() - 1):
+                iter(dataset)
 
 
 class _FitStart:
@@ -226,6 +245,8 @@ def iterator_of_epoch(iterator: Any, epochs: int) -> Any:
     dataset = _keras_compat.dataset_of(iterator)
     if not epochs or dataset is None:
         return iterator
-    for _ in range(epochs):
+    # Keras 3 makes two iterators an epoch, and the resumed fit's first epoch reads the first:
+    # the one an uninterrupted fit gave epoch ``epochs`` comes ``2 * epochs`` iterators later.
+    for _ in range(epochs * _keras_compat.iterators_made_per_epoch()):
         fresh = iter(dataset)
     return fresh

@@ -1,11 +1,14 @@
 """The TensorFlow random states a Keras trial resumes with: the global generator and the layers'.
 
-Before the model is built, Keras is told to draw its layers' randomness (dropout,
+Before the model is built, Keras 2 is told to draw its layers' randomness (dropout,
 noise and the like) from ``tf.random.Generator`` objects rather than from TensorFlow's
 stateful random ops, whose position no checkpoint can hold. The generators' states
 are variables, which every checkpoint saves, so a resumed trial draws the dropout masks
-an uninterrupted one would. Python's and NumPy's states are kept as the estimator
-controller keeps them (``det_estimator._process_random_state``).
+an uninterrupted one would. Keras 3 layers draw from ``keras.random.SeedGenerator``
+objects from the start; their states are variables too, which a ``tf.train.Checkpoint``
+of the model leaves out: they are checkpointed beside it, as Keras 2 layers' generators
+are. Python's and NumPy's states are kept as the estimator controller keeps them
+(``det_estimator._process_random_state``).
 """
 
 import logging
@@ -33,15 +36,13 @@ def restore_python_and_numpy(own: dict[str, Any]) -> None:
 
 def use_generators_in_layers() -> bool:
     """Makes Keras layers built from now on draw from ``tf.random.Generator`` objects; returns the previous setting."""
-    previous = tf.keras.backend.experimental.is_tf_random_generator_enabled()
-    tf.keras.backend.experimental.enable_tf_random_generator()
-    return previous
+    return _keras_compat.enable_layer_generators()
 
 
 def restore_layer_setting(previous: bool) -> None:
     """Puts back the setting :func:`use_generators_in_layers` changed (a trial run in the caller's process)."""
     if not previous:
-        tf.keras.backend.experimental.disable_tf_random_generator()
+        _keras_compat.disable_layer_generators()
 
 
 def create_layer_generators(model: tf.keras.Model) -> None:

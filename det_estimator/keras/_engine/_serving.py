@@ -32,7 +32,7 @@ class ServingExport:
 
     def ready(self) -> bool:
         """Whether the model's inputs are known, so that it can be exported (it was called once at least)."""
-        if self._signature is None and self._model.save_spec() is None:
+        if self._signature is None and not _keras_compat.inputs_known(self._model):
             if not self._warned:
                 self._warned = True
                 logger.warning("The model was never called, so its inputs are unknown: no SavedModel is written.")

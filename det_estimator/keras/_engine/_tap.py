@@ -17,6 +17,7 @@ from typing import Any, Callable, Optional
 import tensorflow as tf
 
 from det_estimator import _horovod
+from det_estimator.errors import TrialLifecycleError
 from det_estimator.keras._engine import _keras_compat
 
 
@@ -35,10 +36,13 @@ class Tap:
 
     def __init__(self, model: tf.keras.Model, size: int = 1) -> None:
         self._model = model
-        self._function = model.make_train_function()
+        self._function = _keras_compat.train_function(model)
         # compile(steps_per_execution=n) makes the train function run n batches per call.
+        # Keras 2 reads it from a variable at every call; Keras 3 bakes it in, and a cut execution
+        # runs a train function of one batch per call instead.
         self._per_execution = _keras_compat.steps_per_execution(model)
-        self.batches_per_call = 1 if self._per_execution is None else int(self._per_execution.numpy())
+        self.batches_per_call = _keras_compat.batches_per_execution(model)
+        self._one_batch: Optional[Callable[[Any], Any]] = None
         self._agreeing = None
         if size > 1:
 
@@ -67,6 +71,8 @@ class Tap:
         """
         # The variable to set for this call, if it runs other than batches_per_call batches
         # (without steps_per_execution, batches_per_call and every call's batches are 1).
+        if batches != self.batches_per_call and _keras_compat.KERAS_3:
+            return self._cut(iterator, batches), pause, stop
         resized = self._per_execution if batches != self.batches_per_call else None
         if resized is not None:
             resized.assign(batches)
@@ -80,25 +86,57 @@ class Tap:
             if resized is not None:
                 resized.assign(self.batches_per_call)
 
+    def _cut(self, iterator: Iterator, batches: int) -> Any:
+        """Keras 3: ``batches`` batches, fewer than an execution's, one call of a one-batch train function each.
+
+        On one process only: several processes agree on their flags in the execution's step.
+        """
+        if self._agreeing is not None:
+            raise TrialLifecycleError(
+                "compile(steps_per_execution=n) with n > 1 on several Horovod processes needs Keras 2 (tf-keras): "
+                "under Keras 3 a workload cannot end inside an execution there. Compile with steps_per_execution=1."
+            )
+        if self._one_batch is None:
+            self._one_batch = _keras_compat.one_batch_train_function(self._model)
+        logs = None
+        for _ in range(batches):
+            logs = self._one_batch(iterator)
+        return logs
+
     # ----- inside model.fit -----
 
-    def read_first(self, iterator_of: Callable[[Any], Any]) -> None:
+    def read_first(
+        self, iterator_of: Callable[[Any], Any], calls: Optional[int] = None, on_end: Callable[[], None] = lambda: None
+    ) -> None:
         """Makes fit's next step read ``iterator_of(fit's iterator)``, and the steps after it too, to the epoch's end.
 
         When ``iterator_of`` returns fit's own iterator, fit's train function is put back at once.
+        ``calls``: the steps the epoch has left, when known; the one after them ends the epoch
+        as the data's end does, without running (a step that reads past the end still runs
+        what does not wait for the read: Keras 3's seed generators draw once more), after
+        calling ``on_end``.
         """
         model = self._model
         function = model.train_function
         self._fit_function = function
+        made = [0]
+
+        def step(substitute: Any) -> Any:
+            if calls is not None and made[0] >= calls:
+                self.end_epoch()
+                on_end()
+                raise tf.errors.OutOfRangeError(None, None, "the resumed epoch's batches are all trained")
+            made[0] += 1
+            return self._undone_if_raising(function, substitute)
 
         def first_step(iterator: Any) -> Any:
             substitute = self._undone_if_raising(iterator_of, iterator)
             if substitute is iterator:
                 self.end_epoch()
-            else:
-                # Keras hands over its own iterator at every step of the epoch: read this one instead.
-                model.train_function = lambda _: self._undone_if_raising(function, substitute)
-            return self._undone_if_raising(function, substitute)
+                return self._undone_if_raising(function, substitute)
+            # Keras hands over its own iterator at every step of the epoch: read this one instead.
+            model.train_function = lambda _: step(substitute)
+            return step(substitute)
 
         model.train_function = first_step
 

@@ -1,6 +1,6 @@
 """EarlyStopping: Keras' EarlyStopping, counting validations instead of epochs, with its state kept across pauses."""
 
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -34,13 +34,31 @@ class EarlyStopping(ValidationDriven, tf.keras.callbacks.EarlyStopping, Callback
                 return [det.keras.callbacks.EarlyStopping(monitor="val_auc", mode="max", patience=3)]
     """
 
+    def on_test_end(self, logs: Optional[dict[str, Any]] = None) -> None:
+        """Keras' epoch logic on this validation; a stop restores the best weights then, as Keras 2.15 does."""
+        validation = self.validations
+        super().on_test_end(logs)
+        stopped_here = getattr(self.model, "stop_training", False) and self.stopped_epoch == validation > 0
+        if stopped_here and self.restore_best_weights and self.best_weights is not None:
+            self.model.set_weights(self.best_weights)
+
+    def on_train_end(self, logs: Optional[dict[str, Any]] = None) -> None:
+        """Says that training stopped early; restores nothing.
+
+        Keras 3 and tf-keras 2.16+ restore the best weights here, at the end of every run: a
+        pause's too, which would resume from them. The stop restored them already.
+        """
+        if self.stopped_epoch > 0 and self.verbose > 0:
+            print(f"Epoch {self.stopped_epoch + 1}: early stopping")
+
     def get_state(self) -> dict[str, Any]:
         """Everything that changes during training (the configuration comes from the constructor)."""
         return {
             "validations": self.validations,
             "wait": self.wait,
             "stopped_epoch": self.stopped_epoch,
-            "best": float(self.best),
+            # None before the first validation in Keras 3 (Keras 2 starts at an infinity).
+            "best": None if self.best is None else float(self.best),
             "best_epoch": self.best_epoch,
             "best_weights": self.best_weights,
         }

@@ -37,7 +37,8 @@ class ReduceLROnPlateau(ValidationDriven, tf.keras.callbacks.ReduceLROnPlateau, 
             "validations": self.validations,
             "wait": self.wait,
             "cooldown_counter": self.cooldown_counter,
-            "best": float(self.best),
+            # None before the first validation in Keras 3 (Keras 2 starts at an infinity).
+            "best": None if self.best is None else float(self.best),
         }
 
     def load_state(self, state: dict[str, Any]) -> None:

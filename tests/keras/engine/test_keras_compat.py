@@ -1,12 +1,12 @@
 """The engine's own versions of Keras internals agree with Keras 2.15; each use of an internal does what it says."""
 
+import importlib
 import logging
 import time
 
 import numpy as np
 import pytest
 import tensorflow as tf
-from keras.src.engine import data_adapter
 
 from det_estimator.keras._api._fit import split_validation
 from det_estimator.keras._engine import _keras_compat
@@ -31,6 +31,9 @@ def test_class_weights_are_those_keras_applies(labels, with_sample_weights):
     dataset = tf.data.Dataset.from_tensor_slices(data).batch(4)
     (_, _, ours), *_ = list(_class_weighted(dataset, CLASS_WEIGHT))
     # Keras' own, on the batch's tensors (in a dataset it needs static shapes these batches do not have).
+    data_adapter = pytest.importorskip(
+        f"{_keras_compat.KERAS_2_PACKAGE}.src.engine.data_adapter", reason="Keras 2's class weights, compared"
+    )
     _, _, keras = data_adapter._make_class_weight_map_fn(CLASS_WEIGHT)(*map(tf.constant, data))
     np.testing.assert_array_equal(ours.numpy(), keras.numpy())
 
@@ -40,11 +43,19 @@ def test_class_weights_need_every_class_from_zero():
         _class_weighted(tf.data.Dataset.range(2), {1: 1.0})
 
 
+def _keras_train_validation_split():
+    if _keras_compat.KERAS_3:
+        from keras.src.trainers.data_adapters.array_slicing import train_validation_split
+
+        return train_validation_split
+    return importlib.import_module(f"{_keras_compat.KERAS_2_PACKAGE}.src.engine.data_adapter").train_validation_split
+
+
 @pytest.mark.parametrize("split", [0.25, 0.3, 0.5])
 def test_the_validation_split_of_arrays_is_keras_own(split):
     x, y, w = np.arange(20.0).reshape(10, 2), {"a": np.arange(10)}, None
     ours = split_validation(x, y, w, split)
-    keras = data_adapter.train_validation_split((x, y, w), validation_split=split)
+    keras = _keras_train_validation_split()((x, y, w), validation_split=split)
     for mine, theirs in zip(tf.nest.flatten(ours), tf.nest.flatten(keras)):
         np.testing.assert_array_equal(mine, theirs)
 
@@ -63,9 +74,37 @@ def test_what_compile_was_given_and_how_many_steps_an_execution_runs():
     model.compile("sgd", "mse", metrics=[auc], weighted_metrics=["mae"], steps_per_execution=3)
     assert _keras_compat.is_compiled(model)
     assert _keras_compat.metrics_given_to_compile(model) == [auc, "mae"]
+
+
+@pytest.mark.skipif(_keras_compat.KERAS_3, reason="Keras 3 bakes steps_per_execution into the train function")
+def test_how_many_steps_an_execution_runs_is_a_variable():
+    model = tf.keras.Sequential([tf.keras.Input((1,)), tf.keras.layers.Dense(1)])
+    model.compile("sgd", "mse", steps_per_execution=3)
     assert int(_keras_compat.steps_per_execution(model).numpy()) == 3
 
 
+@pytest.mark.skipif(not _keras_compat.KERAS_3, reason="Keras 3's SeedGenerator")
+def test_keras_3_seed_generator_states_are_found_and_go_through_a_checkpoint(tmp_path):
+    assert _keras_compat.enable_layer_generators() is True  # nothing to enable: seed generators from the start
+    model = tf.keras.Sequential([tf.keras.Input((16,)), tf.keras.layers.Dropout(0.5, name="drop")])
+    ((layer, seed_generator),) = _keras_compat.random_layers(model)
+    assert layer.name == "drop" and not _keras_compat.draws_from_stateful_ops(seed_generator)
+    ones = np.ones((64, 16), np.float32)
+
+    def mask() -> np.ndarray:
+        return model(ones, training=True).numpy() == 0
+
+    def checkpoint() -> tf.train.Checkpoint:
+        return tf.train.Checkpoint(model=model, layer_generators=[_keras_compat.generator_of(seed_generator)])
+
+    path = checkpoint().write(str(tmp_path / "ckpt"))
+    first = mask()
+    assert not np.array_equal(mask(), first)  # each draw moves the state on
+    checkpoint().read(path)
+    np.testing.assert_array_equal(mask(), first)  # restored: the draw after the checkpoint comes again
+
+
+@pytest.mark.skipif(_keras_compat.KERAS_3, reason="Keras 2's tf.random.Generator per layer; Keras 3 has none")
 def test_layer_generators_are_found_created_and_told_from_stateful_ops():
     tf.keras.backend.experimental.enable_tf_random_generator()
     try:
@@ -101,6 +140,7 @@ def test_the_dataset_of_an_iterator():
     assert _keras_compat.dataset_of(iter([1, 2])) is None
 
 
+@pytest.mark.skipif(_keras_compat.KERAS_3, reason="Keras 3's CallbackList times no hook")
 def test_callbacks_given_to_fit_untimed_draw_no_slow_hook_warning(caplog):
     class Slow(tf.keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):

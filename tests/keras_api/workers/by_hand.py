@@ -52,8 +52,10 @@ def main(plain: bool, pause_at: int, shuffle: bool = True) -> None:
     arguments = dict(batch_size=16, epochs=3, initial_epoch=1, validation_data=validation, shuffle=shuffle, verbose=0)
     if plain:
         tf.keras.utils.set_random_seed(0)
-        # As det.keras.init() does: dropout draws from generators, whose states a checkpoint holds.
-        tf.keras.backend.experimental.enable_tf_random_generator()
+        # As det.keras.init() does: dropout draws from generators, whose states a checkpoint holds
+        # (Keras 3 layers always do).
+        if hasattr(tf.keras.backend, "experimental"):
+            tf.keras.backend.experimental.enable_tf_random_generator()
         model = build()
         history = model.fit(x, y, **arguments)
     else:
