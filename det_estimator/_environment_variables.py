@@ -10,6 +10,10 @@ and the command included.
 # set by the user, read by the command and by every process that opens the default store.
 STORE = "DET_ESTIMATOR_STORE"
 
+# The token `det-estimator ui` requires on a non-loopback address, given through the
+# environment rather than the command line, which other users can read in the process list.
+UI_TOKEN = "DET_ESTIMATOR_UI_TOKEN"
+
 # The path of the run's ClusterInfo (JSON), set for every process an experiment or a job starts.
 CLUSTER_INFO = "DET_CLUSTER_INFO"
 

@@ -242,8 +242,8 @@ def build_parser() -> argparse.ArgumentParser:
     ui.add_argument(
         "--token",
         type=_token,
-        help="the token every request must carry on a non-loopback address (default: $DET_ESTIMATOR_UI_TOKEN, "
-        "else a new one, printed once)",
+        help="the token every request must carry on a non-loopback address (default: "
+        f"${environment_variables.UI_TOKEN}, else a new one, printed once)",
     )
     ui.add_argument(
         "--refresh", type=_seconds, default=3.0, help="seconds between the pages' refreshes of their data (default: 3)"

@@ -29,6 +29,7 @@ from starlette.responses import FileResponse, HTMLResponse, JSONResponse, Redire
 from starlette.routing import Route
 
 from det_estimator import orchestration
+from det_estimator.errors import DetEstimatorError
 from det_estimator.store import (
     ExperimentStore,
     State,
@@ -71,7 +72,7 @@ def plotly_js_path() -> Path:
     return Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
 
 
-class StoreMissingError(Exception):
+class StoreMissingError(DetEstimatorError):
     """There is no store at the path the server was given (yet)."""
 
 

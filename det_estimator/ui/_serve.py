@@ -5,12 +5,13 @@ import sys
 from pathlib import Path
 from typing import Optional, TextIO
 
+from det_estimator import _environment_variables as environment_variables
 from det_estimator.ui._access import Access, is_loopback, new_token
 from det_estimator.ui._app import Settings, create_app
 
 # A token given through the environment rather than the command line, which other users
 # of the machine can read in the process list.
-TOKEN_VARIABLE = "DET_ESTIMATOR_UI_TOKEN"
+TOKEN_VARIABLE = environment_variables.UI_TOKEN
 
 
 def serve(
