@@ -3,6 +3,16 @@ SHELL := /bin/bash
 .SHELLFLAGS := -eo pipefail -c
 # STACK=current sets up and tests the current stack (TensorFlow 2.21, Keras 3, no Horovod) in
 # .venv-current; the default is the estimator stack in .venv (see scripts/setup.sh).
+# `make test` alone tests both stacks, one after the other; STACK=... tests that one.
+# PYTHON picks the estimator stack's interpreter there (3.9 to 3.11); the current stack's is
+# CURRENT_PYTHON (default: the first of 3.12, 3.13, 3.11, 3.10 found), or PYTHON with STACK=current.
+ifeq ($(origin STACK),undefined)
+TEST_STACKS := estimator current
+CURRENT_PYTHON ?=
+else
+TEST_STACKS := $(STACK)
+CURRENT_PYTHON ?= $(PYTHON)
+endif
 STACK ?= estimator
 ifeq ($(STACK),current)
 VENV ?= .venv-current
@@ -15,7 +25,7 @@ endif
 # scripts/setup.sh, which builds the venv from the interpreter it names.
 VENV_PYTHON := $(VENV)/bin/python
 
-.PHONY: setup lint format test test-all example
+.PHONY: setup lint format test test-stack test-all example
 
 # The tests run on this many pytest processes; most tests start processes of their own.
 TEST_WORKERS ?= 2
@@ -34,9 +44,18 @@ format: setup
 	$(VENV_PYTHON) -m ruff check --fix .
 	$(VENV_PYTHON) -m ruff format .
 
-# Everything but the few long end-to-end runs marked slow; test-all runs those too. Both end
-# with the slowest tests, to show where the time goes.
-test: lint
+# Everything but the few long end-to-end runs marked slow, on each stack (tests that need
+# tf.estimator or Horovod skip on the current one, saying so); test-all runs the slow ones
+# too. Each lane ends with its slowest tests and its time, to show where the time goes.
+test:
+	for stack in $(TEST_STACKS); do \
+		start=$$(date +%s); \
+		if [ $$stack = current ]; then python="PYTHON=$(CURRENT_PYTHON)"; else python=""; fi; \
+		$(MAKE) --no-print-directory test-stack STACK=$$stack $$python; \
+		echo "[test] the $$stack stack: $$(( $$(date +%s) - start )) s, set-up included"; \
+	done
+
+test-stack: lint
 	$(PYTEST) -m "not slow" --durations=10
 
 test-all: lint
