@@ -48,7 +48,7 @@ format: setup
 # tf.estimator or Horovod skip on the current one, saying so); test-all runs the slow ones
 # too. Each lane ends with its slowest tests and its time, to show where the time goes.
 test:
-	for stack in $(TEST_STACKS); do \
+	@for stack in $(TEST_STACKS); do \
 		start=$$(date +%s); \
 		if [ $$stack = current ]; then python="PYTHON=$(CURRENT_PYTHON)"; else python=""; fi; \
 		$(MAKE) --no-print-directory test-stack STACK=$$stack $$python; \

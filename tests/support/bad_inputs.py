@@ -364,8 +364,18 @@ CASES: list[BadInput] = [
         config(entrypoint="analytic_trial:NoSuchTrial"),
         "names 'NoSuchTrial', which",
     ),
-    _bad_config("an entrypoint that is a function", config(entrypoint="analytic_trial:trajectory"), "is a function"),
-    _bad_config("an entrypoint that is a value", config(entrypoint="analytic_trial:NUM_RECORDS"), "is a value"),
+    BadInput(
+        "an entrypoint that is a function",
+        _create("bad.yaml"),
+        "is a function",
+        files={"bad.yaml": config(entrypoint="model:train"), "model.py": "def train():\n    pass\n"},
+    ),
+    BadInput(
+        "an entrypoint that is a value",
+        _create("bad.yaml"),
+        "is a value",
+        files={"bad.yaml": config(entrypoint="model:NUM_RECORDS"), "model.py": "NUM_RECORDS = 64\n"},
+    ),
     BadInput(
         "an entrypoint class that derives from nothing",
         _create("bad.yaml"),
