@@ -32,6 +32,10 @@ def fake_python(path: Path, version: str, log: Path, runs: tuple[str, ...] = ())
     return path
 
 
+# What an outer `make` hands the commands it runs, which the set-up under test must not see.
+_FROM_AN_OUTER_MAKE = ("MAKEFLAGS", "MAKELEVEL", "MFLAGS", "STACK", "CURRENT_PYTHON")
+
+
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
 @pytest.mark.parametrize("given", ["environment", "command line"])
 def test_make_hands_python_to_setup_and_runs_the_tools_with_the_venvs(tmp_path, given):
@@ -45,7 +49,8 @@ def test_make_hands_python_to_setup_and_runs_the_tools_with_the_venvs(tmp_path, 
     venv_python = fake_python(repo / ".venv" / "bin" / "python", "3.11", log, runs=("ruff", "mypy"))
     chosen = str(tmp_path / "bin" / "python3.9")
 
-    env = {key: value for key, value in os.environ.items() if key not in ("PYTHON", "MAKEFLAGS", "MAKELEVEL")}
+    # `make test` runs each stack's lane as `make test-stack STACK=...`, which these would inherit.
+    env = {key: value for key, value in os.environ.items() if key not in _FROM_AN_OUTER_MAKE + ("PYTHON",)}
     command = ["make", "-s", "lint"]
     if given == "environment":
         env["PYTHON"] = chosen
@@ -63,7 +68,7 @@ def test_make_hands_python_to_setup_and_runs_the_tools_with_the_venvs(tmp_path, 
 
 
 def run_setup(tmp_path: Path, python: Path, venv: Path) -> subprocess.CompletedProcess:
-    env = {key: value for key, value in os.environ.items() if key != "DET_VENV"}
+    env = {key: value for key, value in os.environ.items() if key not in _FROM_AN_OUTER_MAKE + ("DET_VENV",)}
     env.update(PYTHON=str(python), DET_VENV=str(venv))
     return subprocess.run(
         ["bash", str(ROOT / "scripts" / "setup.sh")], env=env, capture_output=True, text=True, timeout=60
@@ -120,7 +125,7 @@ def test_setup_refuses_a_python_that_is_not_a_supported_one_even_with_a_venv(tmp
 
 
 def run_current_setup(python: Path, venv: Path) -> subprocess.CompletedProcess:
-    env = {key: value for key, value in os.environ.items() if key != "DET_VENV"}
+    env = {key: value for key, value in os.environ.items() if key not in _FROM_AN_OUTER_MAKE + ("DET_VENV",)}
     env.update(STACK="current", PYTHON=str(python), DET_VENV=str(venv))
     return subprocess.run(
         ["bash", str(ROOT / "scripts" / "setup.sh")], env=env, capture_output=True, text=True, timeout=60
