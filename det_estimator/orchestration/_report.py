@@ -2,7 +2,6 @@
 
 import json
 import os
-import re
 import shlex
 import sys
 from pathlib import Path
@@ -12,12 +11,11 @@ from det_estimator.config import ExperimentConfig
 from det_estimator.orchestration._display import OutputStream, display_for
 from det_estimator.orchestration._experiment import run_experiment
 from det_estimator.orchestration._outcome import ExperimentSummary, summarize
-from det_estimator.orchestration._restarts import CONFIG_ERRORS
+from det_estimator.orchestration._restarts import CONFIG_ERRORS, numbers_aside
 from det_estimator.store import ExperimentStore, State, TrialRecord, default_store_path, to_json_value
 
 # A number in an error's text: a search's trials differ in their hyperparameters, which an
 # error often quotes (a learning rate, a layer's shape), so errors are alike without them.
-_NUMBER = re.compile(r"\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 
 
 def run_and_report(
@@ -216,7 +214,7 @@ def print_trial_failures(store: ExperimentStore, trials: list[TrialRecord], stre
         where = "" if error.get("rank") is None else f" on rank {error['rank']}"
         origin = f" in {error['origin']}" if error.get("origin") else ""
         text = (error.get("traceback") or error.get("message") or "").rstrip()
-        causes.setdefault((f"{where}{origin}", _NUMBER.sub("#", text)), []).append((trial.id, text))
+        causes.setdefault((f"{where}{origin}", numbers_aside(text)), []).append((trial.id, text))
     for (place, _), alike in causes.items():
         (first_id, text), trial_ids = alike[0], [trial_id for trial_id, _ in alike]
         named = f"Trial {first_id}" if len(alike) == 1 else f"Trials {', '.join(map(str, trial_ids))}"

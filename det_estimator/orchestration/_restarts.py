@@ -19,9 +19,9 @@ from det_estimator.store import CheckpointRecord, TrialRunRecord
 # validation reports, a hyperparameter the config lacks).
 CONFIG_ERRORS = frozenset({"SearcherMetricError", "UndefinedHyperparameterError"})
 
-# A number in an error message (a batch, a size, an address) may change from run to run
-# while the error stays the same one.
-_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+# A number in an error message (a batch, a size, an address) may change from run to run,
+# or from trial to trial, while the error stays the same one.
+_NUMBER = re.compile(r"\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 # A traceback's frame line: the place an error was raised is its last one.
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)', re.MULTILINE)
 
@@ -72,8 +72,13 @@ def _same_error(error: dict, previous: dict) -> bool:
     kind = RunError.from_record(error).kind
     if kind not in (ErrorKind.RAISED, ErrorKind.OUTPUT):
         return False
-    message, earlier = (_NUMBER.sub("N", str(record.get("message") or "")) for record in (error, previous))
+    message, earlier = (numbers_aside(str(record.get("message") or "")) for record in (error, previous))
     return message == earlier and _place(error) == _place(previous)
+
+
+def numbers_aside(text: str) -> str:
+    """``text`` with each number replaced by ``#``: errors equal so are one error repeated."""
+    return _NUMBER.sub("#", text)
 
 
 def _place(error: dict) -> Optional[tuple[str, str]]:
