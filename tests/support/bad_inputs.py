@@ -109,7 +109,13 @@ def _alias_bomb() -> str:
 
 
 def _newer_schema_store(directory: Path) -> None:
+    """A store marked as det-estimator's, of a schema version beyond this release's."""
     with sqlite3.connect(directory / "newer.sqlite") as connection:
+        connection.execute(
+            "CREATE TABLE store_info (id INTEGER PRIMARY KEY, application TEXT, schema_version INTEGER,"
+            " store_id TEXT, home TEXT, created_at REAL)"
+        )
+        connection.execute("INSERT INTO store_info VALUES (1, 'det-estimator', 999, 'a1b2', NULL, 0)")
         connection.execute("PRAGMA user_version = 999")
 
 
