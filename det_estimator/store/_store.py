@@ -326,7 +326,8 @@ class ExperimentStore(JobTable):
         folders, under a new tag (``experiment-<id>-<new tag>``), and of their logs,
         beside itself; a store that meets folders of another store gets copies of those
         experiments' checkpoint folders. Folders only it uses stay, and record its new id.
-        Checkpoints it lists whose files are gone are recorded as deleted. The folders
+        Checkpoints it lists whose files are gone are recorded as deleted; in a copy, what
+        runs (for the original) reads as interrupted once this process has ended. The folders
         are copied first and the store changed in one transaction, so a detach that is
         interrupted leaves the store as it was (and a partial copy, hidden).
 
@@ -379,6 +380,14 @@ class ExperimentStore(JobTable):
         gone: list[str] = []
         with self._write(detaching=True) as db:
             db.execute("UPDATE store_info SET store_id = ?, home = ? WHERE id = 1", (new_id, str(self.path)))
+            if copying_all:
+                # What the copy shows running is run by the original's launcher, for the original:
+                # this process becomes their launcher, and once it has ended they read as interrupted.
+                for table in ("experiments", "jobs"):
+                    db.execute(
+                        f"UPDATE {table} SET launcher_pid = ?, launcher_host = ?, launcher_started = ? WHERE state = ?",
+                        (*launcher_columns(), State.ACTIVE.value),
+                    )
             for experiment_id, tag in moved_experiments.items():
                 db.execute("UPDATE experiments SET storage_tag = ? WHERE id = ?", (tag, experiment_id))
             for row in db.execute("SELECT id, checkpoint_dir, log_path FROM trials").fetchall():

@@ -4,6 +4,8 @@ import contextlib
 import hashlib
 import shutil
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -298,3 +300,24 @@ def test_detach_of_a_store_of_its_own_is_refused_and_changes_nothing(original):
     with pytest.raises(NothingToDetachError, match="it is a store of its own already"):
         original.detach()
     assert original.store_id == store_id and tree_digest(original.path.parent / "checkpoints") == before
+
+
+def test_what_the_original_runs_reads_as_interrupted_in_its_detached_copy(original, tmp_path):
+    # The original's experiment runs, launched by another live process (a sleep here).
+    launcher = subprocess.Popen(["sleep", "60"])
+    try:
+        original.set_launcher(1, launcher.pid)
+        original.set_state(1, State.ACTIVE)
+        copy_path = tmp_path / "copy.sqlite"
+        with contextlib.closing(sqlite3.connect(original.path)) as connection:  # into the file that cp copies
+            connection.execute("PRAGMA wal_checkpoint(FULL)")
+        shutil.copy(original.path, copy_path)
+        detach = f"from det_estimator.store import ExperimentStore; ExperimentStore({str(copy_path)!r}).detach()"
+        subprocess.run([sys.executable, "-c", detach], check=True, timeout=120)
+
+        with ExperimentStore(copy_path) as copy:
+            assert copy.experiment(1).state == State.INTERRUPTED  # the detaching process has ended
+        assert original.experiment(1).state == State.ACTIVE and original.experiment(1).launcher_pid == launcher.pid
+    finally:
+        launcher.kill()
+        launcher.wait()
