@@ -8,12 +8,13 @@ import secrets
 import shutil
 import sqlite3
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Optional, Union
 
 from det_estimator import _environment_variables as environment_variables
 from det_estimator._host_list import HostSlots, format_hosts, parse_hosts
+from det_estimator.store._detach import copy_for_detach, plan_detach, store_files_dir
 from det_estimator.store._errors import (
     ExperimentBusyError,
     StoreError,
@@ -23,7 +24,6 @@ from det_estimator.store._errors import (
     UnknownIdError,
 )
 from det_estimator.store._identity import (
-    OWNER_FILE,
     DetachReport,
     FolderOwnedError,
     FolderOwner,
@@ -79,11 +79,6 @@ def trial_checkpoint_dir(storage_root: Union[str, os.PathLike], experiment_id: i
     other's checkpoints.
     """
     return Path(storage_root) / f"experiment-{experiment_id}-{tag}" / f"trial-{trial_id}"
-
-
-def store_files_dir(path: Path) -> Path:
-    """The folder of a store's own files (logs, TensorBoard event files), beside its database file."""
-    return path.parent / f"{path.stem}-files"
 
 
 def _read_only_message(path: Path, error: Exception) -> str:
@@ -325,62 +320,30 @@ class ExperimentStore(JobTable):
         A copy of a store that still exists gets copies of all its experiments' checkpoint
         folders, under a new tag (``experiment-<id>-<new tag>``), and of their logs,
         beside itself; a store that meets folders of another store gets copies of those
-        experiments' checkpoint folders. Folders only it uses stay, and record its new id.
-        Checkpoints it lists whose files are gone are recorded as deleted; in a copy, what
-        runs (for the original) reads as interrupted once this process has ended. The folders
-        are copied first and the store changed in one transaction, so a detach that is
+        experiments' checkpoint folders. A copy holds just the checkpoints this store
+        lists. Folders only it uses stay, and record its new id. Checkpoints it lists
+        whose files are gone are recorded as deleted; in a copy, what runs (for the
+        original) reads as interrupted once this process has ended. The folders are
+        copied first and the store changed in one transaction, so a detach that is
         interrupted leaves the store as it was (and a partial copy, hidden).
 
         Raises:
             NothingToDetachError: the store is neither a copy nor meets another store's folders.
         """
-        copying_all = self.copy_of is not None
-        old_id, new_id = self.store_id, secrets.token_hex(16)
-        experiments = self.experiments()
-        trials = {experiment.id: self.trials(experiment.id) for experiment in experiments}
-        moved_experiments: dict[int, str] = {}
-        folder_copies: dict[Path, Path] = {}
-        kept: list[Path] = []
-        for experiment in experiments:
-            folders = sorted({Path(trial.checkpoint_dir).parent for trial in trials[experiment.id]})
-            owners = [folder_owner(folder) for folder in folders]
-            if copying_all or any(owner is not None and owner.store_id != old_id for owner in owners):
-                tag = secrets.token_hex(4)
-                moved_experiments[experiment.id] = tag
-                for folder in folders:
-                    folder_copies[folder] = folder.with_name(f"experiment-{experiment.id}-{tag}")
-            else:
-                kept.extend(folder for folder in folders if folder.is_dir())
-        if not moved_experiments and not copying_all:
+        old_id = self.store_id
+        plan = plan_detach(self.path, old_id, self.copy_of, self.experiments(), self.trials, self.jobs())
+        if not plan.new_tags and self.copy_of is None:
             raise NothingToDetachError(
                 f"The store {self.path} is not a copy of another store, and no folder it uses belongs to another "
                 "store: it is a store of its own already, and `store detach` has nothing to do."
             )
-        mine = FolderOwner(new_id, str(self.path))
-        copied: list[tuple[Path, Path]] = []
-        # Only the checkpoints this store lists: the other store may have written more since the copy.
-        listed = {
-            checkpoint.uuid for experiment_id in moved_experiments for checkpoint in self.checkpoints(experiment_id)
-        }
-        for source, target in folder_copies.items():
-            if source.is_dir():
-                _copy_folder(source, target, mine, _listed_checkpoints_only(source, listed))
-                copied.append((source, target))
-        # Where paths recorded under a folder now point: a copy's logs, beside it, too.
-        moves = dict(folder_copies)
-        if self.copy_of is not None:
-            shared_files = store_files_dir(self.copy_of)
-            moves[shared_files] = self.files_dir
-            logs = [Path("experiments") / str(experiment.id) for experiment in experiments]
-            logs += [Path("jobs") / str(job.id) for job in self.jobs()]
-            for relative in logs:
-                if (shared_files / relative).is_dir():
-                    _copy_folder(shared_files / relative, self.files_dir / relative, None, _owner_files)
-                    copied.append((shared_files / relative, self.files_dir / relative))
+        mine = FolderOwner(secrets.token_hex(16), str(self.path))
+        listed = {checkpoint.uuid for experiment_id in plan.new_tags for checkpoint in self.checkpoints(experiment_id)}
+        copied = copy_for_detach(plan, mine, listed)
         gone: list[str] = []
         with self._write(detaching=True) as db:
-            db.execute("UPDATE store_info SET store_id = ?, home = ? WHERE id = 1", (new_id, str(self.path)))
-            if copying_all:
+            db.execute("UPDATE store_info SET store_id = ?, home = ? WHERE id = 1", (mine.store_id, str(self.path)))
+            if self.copy_of is not None:
                 # What the copy shows running is run by the original's launcher, for the original:
                 # this process becomes their launcher, and once it has ended they read as interrupted.
                 for table in ("experiments", "jobs"):
@@ -388,32 +351,31 @@ class ExperimentStore(JobTable):
                         f"UPDATE {table} SET launcher_pid = ?, launcher_host = ?, launcher_started = ? WHERE state = ?",
                         (*launcher_columns(), State.ACTIVE.value),
                     )
-            for experiment_id, tag in moved_experiments.items():
+            for experiment_id, tag in plan.new_tags.items():
                 db.execute("UPDATE experiments SET storage_tag = ? WHERE id = ?", (tag, experiment_id))
             for row in db.execute("SELECT id, checkpoint_dir, log_path FROM trials").fetchall():
                 db.execute(
                     "UPDATE trials SET checkpoint_dir = ?, log_path = ? WHERE id = ?",
-                    (_moved(row["checkpoint_dir"], moves), _moved(row["log_path"], moves), row["id"]),
+                    (plan.moved(row["checkpoint_dir"]), plan.moved(row["log_path"]), row["id"]),
                 )
             for row in db.execute("SELECT id, log_path FROM jobs").fetchall():
-                db.execute("UPDATE jobs SET log_path = ? WHERE id = ?", (_moved(row["log_path"], moves), row["id"]))
+                db.execute("UPDATE jobs SET log_path = ? WHERE id = ?", (plan.moved(row["log_path"]), row["id"]))
             for row in db.execute("SELECT uuid, path, state FROM checkpoints").fetchall():
-                path = _moved(row["path"], moves)
-                state = row["state"]
+                path, state = plan.moved(row["path"]), row["state"]
                 if state == "COMPLETED" and not Path(path).is_dir():
                     state = "DELETED"
                     gone.append(row["uuid"])
                 db.execute("UPDATE checkpoints SET path = ?, state = ? WHERE uuid = ?", (path, state, row["uuid"]))
-        self.store_id, self.copy_of = new_id, None
+        self.store_id, self.copy_of = mine.store_id, None
         # Claimed once the store has its new id: a detach interrupted before leaves them as they were.
         self.files_dir.mkdir(parents=True, exist_ok=True)
-        claimed = [self.files_dir, *kept]
+        claimed = [self.files_dir, *plan.kept]
         for folder in claimed:
             write_folder_owner(folder, mine)
         return DetachReport(
             path=str(self.path),
             old_id=old_id,
-            new_id=new_id,
+            new_id=mine.store_id,
             copied=tuple((str(source), str(target)) for source, target in copied),
             claimed=tuple(str(folder) for folder in claimed),
             checkpoints_gone=tuple(gone),
@@ -1168,61 +1130,6 @@ def _run_record(row: sqlite3.Row) -> TrialRunRecord:
         start_batches=row["start_batches"],
         error=None if row["error"] is None else json.loads(row["error"]),
     )
-
-
-def _moved(path: str, moves: dict[Path, Path]) -> str:
-    """``path`` in the folder it was copied to, when it lies in a folder of ``moves``; else as it is."""
-    for source, target in moves.items():
-        if path and Path(path).is_relative_to(source):
-            return str(target / Path(path).relative_to(source))
-    return path
-
-
-def _owner_files(directory: str, names: list[str]) -> set[str]:
-    """What a copy of a folder leaves out: the owner file of the store it came from."""
-    return {name for name in names if name.startswith(OWNER_FILE)}
-
-
-def _listed_checkpoints_only(source: Path, listed: set[str]) -> Callable[[str, list[str]], set[str]]:
-    """What a copy of an experiment's checkpoint folder leaves out: all but the checkpoints ``listed``.
-
-    In the experiment's folder, its hidden files (the owner file among them); in each
-    trial's folder, every checkpoint not listed and the hidden folders of writes and
-    deletions under way.
-    """
-
-    def ignored(directory: str, names: list[str]) -> set[str]:
-        here = Path(directory)
-        if here == source:
-            return {name for name in names if name.startswith(".")}
-        if here.parent == source:
-            return {name for name in names if name not in listed}
-        return set()
-
-    return ignored
-
-
-def _copy_folder(
-    source: Path, target: Path, owner: Optional[FolderOwner], ignore: Callable[[str, list[str]], set[str]]
-) -> None:
-    """Copies ``source`` to ``target`` whole, or not at all: into a hidden folder beside it, renamed once complete.
-
-    ``ignore`` says what is left out (as ``shutil.copytree``'s); ``owner``, when given, owns the copy.
-    """
-    partial = target.with_name(f".detaching-{target.name}-{secrets.token_hex(4)}")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        shutil.copytree(source, partial, symlinks=True, ignore=ignore)
-        if owner is not None:
-            write_folder_owner(partial, owner)
-        if target.is_dir():  # a log folder a copy already had beside it (of its own before it was copied over)
-            shutil.copytree(partial, target, dirs_exist_ok=True)
-            shutil.rmtree(partial)
-        else:
-            os.rename(partial, target)
-    except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)
-        raise
 
 
 def _enable_wal(connection: sqlite3.Connection, deadline: float) -> None:
