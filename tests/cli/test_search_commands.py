@@ -347,11 +347,13 @@ def test_after_detach_a_copied_store_and_its_original_resume_independently_each_
     det, make_det, search_dir, tmp_path
 ):
     """``cp store.sqlite copy.sqlite`` of a paused experiment: the copy is refused, then detached, then both resume."""
-    config = write_config(search_dir, {"name": "single"}, {"x": 0.5, "seconds_per_batch": 0.1, "checkpoint_every": 2})
+    # Slow enough (6 s in all) for the pause to come long before the end, on a busy machine too.
+    config = write_config(search_dir, {"name": "single"}, {"x": 0.5, "seconds_per_batch": 0.3, "checkpoint_every": 2})
     running = det.start("experiment", "create", config, search_dir)
     running.wait_for("checkpoint ")
     det.ok("experiment", "pause", 1)
-    assert running.finish().returncode == 0
+    finished = running.finish()
+    assert finished.returncode == 0 and "Experiment 1 PAUSED" in finished.stdout, finished.stdout + finished.stderr
     copy = make_det(tmp_path / "copy.sqlite")
     shutil.copy(det.store, copy.store)
     storage = search_dir / "checkpoints"
