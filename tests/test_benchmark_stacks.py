@@ -56,7 +56,8 @@ def test_bad_arguments_exit_2_saying_what_was_expected(arguments, message):
     assert "Traceback" not in result.stderr
 
 
-# Four runs that each import TensorFlow, on a machine that may be busy.
+# Four runs that each import TensorFlow, on a machine that may be busy: a long run, so `slow`.
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_a_benchmark_runs_on_each_stack_and_its_figures_come_side_by_side():
     result = run_stacks(
