@@ -42,6 +42,11 @@ def _horovodrun() -> Path:
     return Path(sys.executable).with_name("horovodrun")
 
 
+def horovod_installed() -> bool:
+    """Whether horovodrun is installed beside this interpreter (the estimator stack builds it; the current has none)."""
+    return _horovodrun().exists()
+
+
 def horovodrun_command(
     num_processes: int, command: list[str], hosts: Optional[Sequence[HostSlots]] = None
 ) -> list[str]:
@@ -91,7 +96,7 @@ def process_command(command: list[str], slots: int, hosts: Optional[Sequence[Hos
     """
     if is_self_launching(command) or (slots == 1 and hosts is None):
         return command
-    if not _horovodrun().exists() and command[1:3] != worker_command()[1:3]:
+    if not horovod_installed() and command[1:3] != worker_command()[1:3]:
         return tensorflow_launcher_command(slots, command, hosts)
     return horovodrun_command(slots, command, hosts)
 
