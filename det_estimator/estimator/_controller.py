@@ -24,6 +24,7 @@ from det_estimator.estimator._scratch import scratch_model_dir
 from det_estimator.estimator._trial import EstimatorTrial
 from det_estimator.estimator._trial_context import EstimatorTrialContext
 from det_estimator.hooks import RunHook, _input_state
+from det_estimator.hooks._heartbeat_hook import HeartbeatHook
 from det_estimator.hooks._workload_control import WorkloadControlHook
 from det_estimator.store import State
 
@@ -250,7 +251,7 @@ class EstimatorTrialController(TrialController):
         raw = self._estimator.evaluate(
             validation_input_fn(spec.input_fn, steps),
             steps=steps,
-            hooks=spec.hooks,
+            hooks=[*spec.hooks, HeartbeatHook()],
             checkpoint_path=local_checkpoint,
             name=spec.name,
         )

@@ -25,6 +25,8 @@ class ErrorKind(enum.Enum):
     """The processes exited cleanly without completing their searcher operation."""
     INTERRUPTED = "interrupted"
     """Ctrl-C or SIGTERM ended the processes of a job (a job cannot pause)."""
+    HANG = "hang"
+    """No process of the run made progress for the config's ``hang_timeout_seconds``: the launcher ended it."""
 
 
 @dataclass(frozen=True)
