@@ -11,8 +11,12 @@ When the launcher has seen no count change on any process for the config's
 dumps the Python stack of every thread with ``faulthandler`` to its stderr (the trial's
 log) and writes ``stuck-<rank>.json``: the innermost frame of the user's code, else of
 det-estimator's, that its threads are in (:class:`StuckPlace`). A thread, not a signal,
-answers: the launcher reaches the processes of every host this way, and no signal the
-launcher, the supervisor or a pause uses is taken.
+answers: the launcher reaches the processes of every host this way. A process whose
+thread cannot run (another holds Python's interpreter lock, in a regular expression or
+an extension's loop) cannot answer: the launcher then sends :data:`DUMP_SIGNAL` to those
+of its own host, for which each process registered ``faulthandler``'s dump, written
+from the signal handler without the lock. SIGUSR1 is no signal the launcher, the
+supervisor (SIGUSR2) or a pause (SIGTERM, SIGINT) uses.
 
 Imports nothing of det-estimator's but :mod:`det_estimator._root_cause`, so that the
 launcher and the processes both use it.
@@ -22,6 +26,7 @@ import contextlib
 import faulthandler
 import json
 import os
+import signal
 import socket
 import sys
 import threading
@@ -38,6 +43,8 @@ from det_estimator import _root_cause
 DUMP_REQUEST = "dump-stacks"
 _HEARTBEAT = "heartbeat-{rank}.json"
 _STUCK = "stuck-{rank}.json"
+# The signal that makes a process dump its stacks when its watcher thread cannot run.
+DUMP_SIGNAL = signal.SIGUSR1
 # A changed count is written at most this often: the launcher's watch counts in minutes.
 _WRITE_INTERVAL_SECONDS = 1.0
 
@@ -97,14 +104,36 @@ def stuck_path(directory: Path, rank: int) -> Path:
     return directory / _STUCK.format(rank=rank)
 
 
-def read_beats(directory: Path) -> dict[int, int]:
-    """Rank to progress count, of every process that wrote its heartbeat into ``directory`` so far."""
-    found: dict[int, int] = {}
+@dataclass(frozen=True)
+class Heartbeat:
+    """What a process last wrote of its progress.
+
+    Attributes:
+        rank: its rank.
+        beats: its progress count.
+        pid: its process id, on ``host``.
+        host: the machine it runs on.
+    """
+
+    rank: int
+    beats: int
+    pid: int
+    host: str
+
+
+def read_heartbeats(directory: Path) -> dict[int, Heartbeat]:
+    """Rank to heartbeat, of every process that wrote its heartbeat into ``directory`` so far."""
+    found: dict[int, Heartbeat] = {}
     for path in directory.glob(_HEARTBEAT.format(rank="*")):
         record = _read_json(path)
         if record is not None:
-            found[int(record["rank"])] = int(record["beats"])
+            found[int(record["rank"])] = Heartbeat(**record)
     return found
+
+
+def read_beats(directory: Path) -> dict[int, int]:
+    """Rank to progress count, of every process that wrote its heartbeat into ``directory`` so far."""
+    return {rank: heartbeat.beats for rank, heartbeat in read_heartbeats(directory).items()}
 
 
 def read_stuck(directory: Path) -> dict[int, Optional[StuckPlace]]:
@@ -146,6 +175,10 @@ class HeartbeatWriter:
         self._written: Optional[int] = None
         self._written_at = 0.0
         self._dumped = False
+        # Unless the trial's code handles the signal itself.
+        with contextlib.suppress(ValueError, OSError, RuntimeError):  # stderr without a file descriptor
+            if signal.getsignal(DUMP_SIGNAL) in (signal.SIG_DFL, None):
+                faulthandler.register(DUMP_SIGNAL, file=sys.stderr, all_threads=True)
 
     def tick(self) -> None:
         """Writes the progress count if it changed; dumps the stacks once, when the launcher asks."""
@@ -153,8 +186,8 @@ class HeartbeatWriter:
         count = _beats
         if count != self._written and now - self._written_at >= _WRITE_INTERVAL_SECONDS:
             with contextlib.suppress(OSError):  # the run's directory is gone: the run is ending
-                record = {"rank": self._rank, "beats": count, "pid": os.getpid(), "host": socket.gethostname()}
-                _write_json(heartbeat_path(self._directory, self._rank), record)
+                record = Heartbeat(self._rank, count, os.getpid(), socket.gethostname())
+                _write_json(heartbeat_path(self._directory, self._rank), asdict(record))
                 self._written, self._written_at = count, now
         if not self._dumped and (self._directory / DUMP_REQUEST).exists():
             self._dumped = True

@@ -23,6 +23,8 @@ from det_estimator.lifecycle import ErrorKind, RunError
 # How long the processes get to answer a dump request before the run is ended anyway
 # (a process that holds Python's interpreter lock, or is gone, never answers).
 DUMP_WAIT_SECONDS = 10.0
+# When those that have not answered by then are sent the dump signal instead.
+SIGNAL_AFTER_SECONDS = 3.0
 
 
 class HangState(enum.Enum):
@@ -53,6 +55,7 @@ class HangWatch:
         self._counts: dict[int, int] = {}
         self._progress_at: Optional[float] = None  # the launcher's time of the last change seen
         self._dump_asked_at: Optional[float] = None
+        self._signalled = False
         self.state = HangState.WATCHING
 
     def observe(self, counts: Mapping[int, int], answered: int = 0) -> HangState:
@@ -76,6 +79,13 @@ class HangWatch:
                 self.state = HangState.HUNG
         return self.state
 
+    def signal_due(self) -> bool:
+        """True once per hang, :data:`SIGNAL_AFTER_SECONDS` after the dump request: time to signal the silent ones."""
+        if self._signalled or self.state != HangState.DUMPING or self._dump_asked_at is None:
+            return False
+        self._signalled = self._clock() - self._dump_asked_at >= SIGNAL_AFTER_SECONDS
+        return self._signalled
+
     @property
     def silent_seconds(self) -> float:
         """How long no progress was seen on any process (0 before the first)."""
@@ -97,7 +107,10 @@ def hang_error(silent_seconds: float, slots: int, places: Mapping[int, Optional[
     where = []
     for rank in range(slots):
         if rank not in places:
-            where.append(f"rank {rank} did not dump its stack (it holds Python's interpreter lock, or is gone)")
+            where.append(
+                f"rank {rank} did not answer (a thread of it holds Python's interpreter lock, or it is gone; "
+                "sent the dump signal, its stacks are in the log)"
+            )
         else:
             place = places[rank]
             where.append(place.describe() if place is not None else f"rank {rank} outside Python code of its own")

@@ -327,18 +327,28 @@ class TrialProcess:
             return
         directory = Path(self._scratch.name)
         before = self._hang.state
-        state = self._hang.observe(_heartbeat.read_beats(directory), len(_heartbeat.read_stuck(directory)))
+        heartbeats = _heartbeat.read_heartbeats(directory)
+        answered = _heartbeat.read_stuck(directory)
+        counts = {rank: heartbeat.beats for rank, heartbeat in heartbeats.items()}
+        state = self._hang.observe(counts, len(answered))
         if state == HangState.DUMPING and before == HangState.WATCHING:
             (directory / _heartbeat.DUMP_REQUEST).touch()
             self._message(
                 f"trial {self.trial.id}: no process made progress for {self._hang.silent_seconds:.0f} s; "
                 "their Python stacks go to the trial's log"
             )
+        elif state == HangState.DUMPING and self._hang.signal_due():
+            # Those that cannot answer (a thread holds the interpreter lock) dump from a signal handler.
+            here = socket.gethostname()
+            for rank, heartbeat in heartbeats.items():
+                if rank not in answered and heartbeat.host == here:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(heartbeat.pid, _heartbeat.DUMP_SIGNAL)
         elif state == HangState.HUNG:
             error = hang_error(self._hang.silent_seconds, self.allocation.slots, _heartbeat.read_stuck(directory))
             self._lifecycle.record_error(self.info.require_trial().run_id, error)
+            # The display shows it as the run's failure (its restart, or the trial's end).
             self._log.write(f"--- det-estimator: {error.message} ---\n")
-            self._message(f"trial {self.trial.id} is hung: {error.message}")
             self.kill()
 
     def _message(self, text: str) -> None:

@@ -7,7 +7,13 @@ import pytest
 
 from det_estimator import _heartbeat
 from det_estimator.lifecycle import ErrorKind
-from det_estimator.orchestration._hangs import DUMP_WAIT_SECONDS, HangState, HangWatch, hang_error
+from det_estimator.orchestration._hangs import (
+    DUMP_WAIT_SECONDS,
+    SIGNAL_AFTER_SECONDS,
+    HangState,
+    HangWatch,
+    hang_error,
+)
 from det_estimator.orchestration._restarts import Failure, why_not_restart
 from det_estimator.store import State, TrialRunRecord
 
@@ -69,6 +75,21 @@ def test_a_hung_run_ends_after_the_wait_even_if_a_rank_never_answers():
     assert hang.observe({0: 5, 1: 5}, answered=1) == HangState.HUNG
 
 
+def test_the_silent_ranks_are_signalled_once_a_little_after_the_request():
+    hang, clock = watch(timeout=10, slots=2)
+    hang.observe({0: 5, 1: 5})
+    assert not hang.signal_due()  # no hang yet
+    clock.now += 10
+    hang.observe({0: 5, 1: 5})
+    clock.now += SIGNAL_AFTER_SECONDS - 0.5
+    hang.observe({0: 5, 1: 5}, answered=1)
+    assert not hang.signal_due()
+    clock.now += 0.5
+    hang.observe({0: 5, 1: 5}, answered=1)
+    assert hang.signal_due()
+    assert not hang.signal_due()  # once
+
+
 def test_progress_after_the_dump_request_does_not_take_it_back():
     hang, clock = watch(timeout=10, slots=1)
     hang.observe({0: 1})
@@ -94,7 +115,7 @@ def test_the_hang_error_names_where_each_rank_is_and_which_did_not_answer():
     assert "for 61 s" in error.message
     assert "rank 0 in step (/code/rank0.py:12)" in error.message
     assert "rank 1 in det-estimator's step (/code/rank1.py:40)" in error.message
-    assert "rank 2 did not dump its stack" in error.message
+    assert "rank 2 did not answer" in error.message
     assert "hang_timeout_seconds" in error.message
     assert '  File "/code/rank1.py", line 40, in step' in error.traceback
 

@@ -61,7 +61,7 @@ def assert_hung(trial: dict, log: str, output: str) -> str:
         assert f"Python stacks of rank {rank} (most recent call first):" in log, log[-5000:]
         # faulthandler's own lines, each prefixed by horovodrun with the rank that printed it.
         assert f"[{rank}]<stderr>:Current thread 0x" in log, log[-5000:]
-    assert "is hung" in output
+    assert "Hang: no process made progress" in output, output
     return error["message"]
 
 
@@ -79,7 +79,8 @@ def test_a_rank_wedged_in_a_reducer_ends_the_trial_as_hung(det, context, helpers
     assert not processes_in(context.directory)
 
 
-def test_a_rank_whose_data_runs_out_early_ends_the_trial_as_hung(det, context, tmp_path):
+def script_config(context, tmp_path, stuck: str) -> Path:
+    """tests/recovery/hang_script.py as an experiment on 2 slots, its rank 1 stuck as ``stuck`` says."""
     shutil.copy(HERE / "hang_script.py", context.directory / "hang_script.py")
     raw = {
         "name": "hang",
@@ -89,11 +90,29 @@ def test_a_rank_whose_data_runs_out_early_ends_the_trial_as_hung(det, context, t
         "checkpoint_storage": {"type": "shared_fs", "host_path": str(tmp_path / "checkpoints")},
         "max_restarts": 0,
         "hang_timeout_seconds": HANG_TIMEOUT_SECONDS,
-        "data": {"batches": 1000},
+        "data": {"batches": 1000, "stuck": stuck},
     }
-    trial, log, output = hung_trial(det, context, context.write_config(raw=raw))
+    return context.write_config(raw=raw)
+
+
+def test_a_rank_whose_data_runs_out_early_ends_the_trial_as_hung(det, context, tmp_path):
+    trial, log, output = hung_trial(det, context, script_config(context, tmp_path, "collective"))
     message = assert_hung(trial, log, output)
     script = context.directory / "hang_script.py"
     assert f"rank 0 in main ({script}:{line_of(script, 'waits here: rank 0')})" in message, message
     assert f"rank 1 in main ({script}:{line_of(script, 'waits here: rank 1')})" in message, message
+    assert not processes_in(context.directory)
+
+
+def test_a_rank_holding_the_interpreter_lock_dumps_its_stacks_from_the_signal(det, context, tmp_path):
+    trial, log, output = hung_trial(det, context, script_config(context, tmp_path, "interpreter_lock"))
+    (run,) = trial["runs"]
+    message = run["error"]["message"]
+    assert run["error"]["kind"] == "hang"
+    script = context.directory / "hang_script.py"
+    assert f"rank 0 in main ({script}:{line_of(script, 'waits here: rank 0')})" in message, message
+    assert "rank 1 did not answer (a thread of it holds Python's interpreter lock" in message, message
+    # faulthandler's dump from the signal handler, with the line that holds the lock.
+    held = f'[1]<stderr>:  File "{script}", line {line_of(script, "holds the lock here")} in main'
+    assert held in log, log[-5000:]
     assert not processes_in(context.directory)
