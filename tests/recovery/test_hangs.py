@@ -79,6 +79,19 @@ def test_a_rank_wedged_in_a_reducer_ends_the_trial_as_hung(det, context, helpers
     assert not processes_in(context.directory)
 
 
+def test_a_long_validation_is_progress_not_a_hang(det, context, helpers):
+    # Eight validation steps of 2 s each: 16 s without a training batch, beyond the timeout.
+    raw = helpers.fault_config(context, 5, max_restarts=0, min_validation_period={"batches": 5})
+    raw["hyperparameters"]["seconds_per_validation_batch"] = 2 * HANG_TIMEOUT_SECONDS / 5
+    raw["hang_timeout_seconds"] = HANG_TIMEOUT_SECONDS
+    result = det("experiment", "create", context.write_config(raw=raw), context.directory, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    (experiment,) = det.json("experiment", "list")
+    (trial,) = det.json("experiment", "describe", experiment["id"])["trials"]
+    assert trial["state"] == "COMPLETED" and len(trial["runs"]) == 1
+    assert [validation["batches"] for validation in trial["validations"]] == [5]
+
+
 def script_config(context, tmp_path, stuck: str) -> Path:
     """tests/recovery/hang_script.py as an experiment on 2 slots, its rank 1 stuck as ``stuck`` says."""
     shutil.copy(HERE / "hang_script.py", context.directory / "hang_script.py")

@@ -159,6 +159,15 @@ class AnalyticTrial(det.EstimatorTrial):
             x = features["x"]
             if mode == tf.estimator.ModeKeys.TRAIN and self.context.get_hparams().get("noise"):
                 x = self._noisy(x)
+            slow = self.context.get_hparams().get("seconds_per_validation_batch")
+            if mode == tf.estimator.ModeKeys.EVAL and slow:  # a long validation, step by step
+
+                def sleep(value):
+                    time.sleep(slow)
+                    return value
+
+                x = tf.compat.v1.py_func(sleep, [x], tf.float32, stateful=True)
+                x.set_shape(features["x"].shape)
             predictions = weight * x
             if mode == tf.estimator.ModeKeys.PREDICT:
                 return tf.estimator.EstimatorSpec(mode, predictions={"y": predictions})
