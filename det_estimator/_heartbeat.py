@@ -126,8 +126,9 @@ def read_heartbeats(directory: Path) -> dict[int, Heartbeat]:
     found: dict[int, Heartbeat] = {}
     for path in directory.glob(_HEARTBEAT.format(rank="*")):
         record = _read_json(path)
-        if record is not None:
-            found[int(record["rank"])] = Heartbeat(**record)
+        with contextlib.suppress(TypeError, KeyError, ValueError):  # not a heartbeat: no progress to read
+            heartbeat = Heartbeat(**(record or {}))
+            found[int(heartbeat.rank)] = heartbeat
     return found
 
 
@@ -141,7 +142,9 @@ def read_stuck(directory: Path) -> dict[int, Optional[StuckPlace]]:
     found: dict[int, Optional[StuckPlace]] = {}
     for path in directory.glob(_STUCK.format(rank="*")):
         record = _read_json(path)
-        if record is not None:
+        if record is None:
+            continue
+        with contextlib.suppress(TypeError, KeyError, ValueError):  # not an answer of this format
             place = record.get("place")
             found[int(record["rank"])] = None if place is None else StuckPlace(**place)
     return found

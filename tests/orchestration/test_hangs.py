@@ -221,3 +221,11 @@ def test_a_bad_hang_timeout_is_refused(value):
     }
     with pytest.raises(ConfigError, match="hang_timeout_seconds"):
         load_experiment_config(raw)
+
+
+def test_files_of_another_format_in_the_runs_folder_are_no_progress_and_no_answer(tmp_path):
+    _heartbeat.heartbeat_path(tmp_path, 0).write_text(json.dumps({"rank": 0, "count": 3}))
+    _heartbeat.heartbeat_path(tmp_path, 1).write_text("{not json")
+    _heartbeat.stuck_path(tmp_path, 0).write_text(json.dumps({"rank": 0, "place": {"file": "x"}}))
+    assert _heartbeat.read_beats(tmp_path) == {}
+    assert _heartbeat.read_stuck(tmp_path) == {}
