@@ -236,7 +236,8 @@ def one_rank_of_two(monkeypatch):
 
 @pytest.fixture(scope="session")
 def analytic():
-    """The analytic_trial module."""
+    """The analytic_trial module (it imports analytic_closed_form, loaded first)."""
+    load_module(SUPPORT / "analytic_closed_form.py")
     return load_module(SUPPORT / "analytic_trial.py")
 
 

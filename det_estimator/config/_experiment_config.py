@@ -14,6 +14,7 @@ from det_estimator.config._environment import (
     EnvironmentConfig,
     cluster_only_keys,
     parse_environment,
+    parse_hang_timeout_seconds,
     parse_max_restarts,
     warn_ignored,
 )
@@ -77,6 +78,7 @@ _TOP_LEVEL_KEYS = (
     "optimizations",
     "reproducibility",
     "max_restarts",
+    "hang_timeout_seconds",
     "environment",
 )
 # The reference format's other top-level keys matter only on a cluster: they are accepted
@@ -116,6 +118,9 @@ class ExperimentConfig:
         reproducibility: The ``reproducibility`` section, with the seed actually used.
         max_restarts: How many times a failed trial is restarted from its latest
             checkpoint before it ends as ERROR (5, as the reference).
+        hang_timeout_seconds: How long no process of a trial may make progress (a
+            batch, a validation step, a checkpoint) before the trial is ended as hung
+            (1800); 0 never ends one.
         environment: The ``environment`` section: the variables every worker process
             gets (its cluster-only keys are ignored with a warning).
     """
@@ -140,6 +145,7 @@ class ExperimentConfig:
     optimizations: OptimizationsConfig
     reproducibility: ReproducibilityConfig
     max_restarts: int
+    hang_timeout_seconds: int
     environment: EnvironmentConfig
 
     @property
@@ -295,6 +301,7 @@ class ExperimentConfig:
             "optimizations": self.optimizations.to_dict(),
             "reproducibility": self.reproducibility.to_dict(),
             "max_restarts": self.max_restarts,
+            "hang_timeout_seconds": self.hang_timeout_seconds,
             "environment": self.environment.to_dict(),
         }
 
@@ -463,6 +470,7 @@ def _parse(raw: Mapping[Any, Any]) -> ExperimentConfig:
         optimizations=parse_optimizations(raw.get("optimizations"), "optimizations"),
         reproducibility=parse_reproducibility(raw.get("reproducibility"), "reproducibility"),
         max_restarts=parse_max_restarts(raw),
+        hang_timeout_seconds=parse_hang_timeout_seconds(raw),
         environment=parse_environment(raw.get("environment"), "environment", ignored),
     )
     _check_consistency(config, smallest_global_batch_size)

@@ -353,6 +353,26 @@ CASES: list[BadInput] = [
         "the grid search would create 100,000,000,000,000,000,000 trials",
     ),
     _bad_config("a scheduling_unit of 0", config(scheduling_unit=0), "scheduling_unit"),
+    _bad_config(
+        "a negative hang_timeout_seconds",
+        config(hang_timeout_seconds=-1),
+        "`hang_timeout_seconds` must be a non-negative integer. Received: -1",
+    ),
+    _bad_config(
+        "a hang_timeout_seconds in words",
+        config(hang_timeout_seconds="30 minutes"),
+        "`hang_timeout_seconds` must be a non-negative integer. Received: '30 minutes'",
+    ),
+    _bad_config(
+        "a fractional hang_timeout_seconds",
+        config(hang_timeout_seconds=0.5),
+        "`hang_timeout_seconds` must be a non-negative integer. Received: 0.5",
+    ),
+    _bad_config(
+        "hang_timeout_seconds: true",
+        config(hang_timeout_seconds=True),
+        "`hang_timeout_seconds` must be a non-negative integer. Received: True",
+    ),
     _bad_config("negative records_per_epoch", config(records_per_epoch=-1), "records_per_epoch"),
     _bad_config(
         "a validation period in an unknown unit", config(min_validation_period={"days": 1}), "min_validation_period"

@@ -21,7 +21,7 @@ from typing import Any, Optional, Union
 
 import tensorflow as tf
 
-from det_estimator import core
+from det_estimator import _heartbeat, core
 from det_estimator._process_random_state import python_and_numpy_state
 from det_estimator.keras._engine import _format, _keras_compat, _random_states
 from det_estimator.keras._engine._callbacks import TrialCallbacks
@@ -219,6 +219,9 @@ class Engine(tf.keras.callbacks.Callback):
 
     def _at_epoch_end(self) -> bool:
         return self._steps_per_epoch is not None and self._batch >= self._steps_per_epoch
+
+    def on_test_batch_end(self, batch: int, logs: Optional[dict[str, Any]] = None) -> None:
+        _heartbeat.beat()  # a long validation is progress, not a hang
 
     def on_test_begin(self, logs: Optional[dict[str, Any]] = None) -> None:
         if self._owns_metrics:
