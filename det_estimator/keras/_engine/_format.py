@@ -246,7 +246,7 @@ def _format_2_root(model: tf.keras.Model) -> tf.train.Checkpoint:
 def architecture_of(model: tf.keras.Model) -> Optional[str]:
     """The model's architecture as Keras' JSON, or None for a model Keras cannot describe (subclassed)."""
     try:
-        return model.to_json()
+        return _keras_compat.architecture_json(model)
     except (NotImplementedError, TypeError, ValueError) as error:
         logger.info("the checkpoints hold no architecture of this model (%s); load them into a model you build", error)
         return None
