@@ -18,11 +18,16 @@ from typing import TYPE_CHECKING, Any
 
 from det_estimator._version import __version__
 
+# The reference system's format for a script's log lines, used as
+# ``logging.basicConfig(level=logging.INFO, format=det.LOG_FORMAT)``: level, process id, logger.
+LOG_FORMAT = "%(levelname)s: [%(process)s] %(name)s: %(message)s"
+
 # Public name -> the module that defines it.
 _EXPORTS = {
     "ClusterInfo": "det_estimator._info",
     "DetEstimatorError": "det_estimator.errors",
     "DistributedContext": "det_estimator.core",
+    "EnvContext": "det_estimator._trial_context_base",
     "EstimatorContext": "det_estimator.estimator",
     "EstimatorExperimentalContext": "det_estimator.estimator",
     "EstimatorNativeContext": "det_estimator.estimator",
@@ -45,12 +50,14 @@ __all__ = [
     "ClusterInfo",
     "DetEstimatorError",
     "DistributedContext",
+    "EnvContext",
     "EstimatorContext",
     "EstimatorExperimentalContext",
     "EstimatorNativeContext",
     "EstimatorTrial",
     "EstimatorTrialContext",
     "InvalidHP",
+    "LOG_FORMAT",
     "MetricReducer",
     "RunHook",
     "TrialContext",
@@ -70,7 +77,7 @@ if TYPE_CHECKING:
     from det_estimator import core, estimator, experimental, keras
     from det_estimator._info import ClusterInfo, get_cluster_info
     from det_estimator._run import run_trial
-    from det_estimator._trial_context_base import TrialContext
+    from det_estimator._trial_context_base import EnvContext, TrialContext
     from det_estimator.core import DistributedContext
     from det_estimator.errors import DetEstimatorError, InvalidHP
     from det_estimator.estimator import (

@@ -76,18 +76,18 @@ class CheckpointKind(enum.Enum):
         """Every call that loads the checkpoint at ``path`` of this kind, as messages name them."""
         if self is not CheckpointKind.KERAS:
             return [self.loader(path, uuid)]
-        contents = keras_checkpoint(path).get("contents") or {}
+        described = keras_checkpoint(path)
+        contents = described.get("contents") or {}
         named = "..." if uuid is None else repr(uuid)
-        found = []
-        if contents.get("saved_model"):
-            found.append(f"det.keras.load_model_from_checkpoint_path({str(path)!r})")
-        if contents.get("architecture"):
-            found.append(f"context.load_checkpoint_model(checkpoint_uuid={named}) of det.keras.init()")
-        else:
-            found.append(
-                f"context.load_checkpoint_model(checkpoint_uuid={named}, model=<a model built as in training>) of "
-                "det.keras.init()"
-            )
+        built = "" if contents.get("architecture") else ", model=<a model built as in training>"
+        found = [
+            f"det.keras.load_model_from_checkpoint_path({str(path)!r}{built})",
+            f"context.load_checkpoint_model(checkpoint_uuid={named}{built}) of det.keras.init()",
+        ]
+        variables = contents.get("variables")
+        if described.get("format", 0) >= 3 and variables:
+            # Its variables' root is the model, as the reference system's callback checkpoints have it.
+            found.append(f"model.load_weights({str(Path(path) / variables)!r}) of a model built as in training")
         return found
 
     def loader(self, path: Union[str, Path], uuid: Optional[str] = None, serving_name: Optional[str] = None) -> str:
@@ -102,7 +102,7 @@ class CheckpointKind(enum.Enum):
             serving = "..." if serving_name is None else repr(serving_name)
             return f"det.estimator.load_estimator_from_checkpoint_path({str(path)!r}, serving_name={serving})"
         if self is CheckpointKind.KERAS_TRIAL:
-            return f"det.keras.load_model_from_checkpoint_path({str(path)!r})"
+            return f"det.keras.load_model_from_checkpoint_path({str(path)!r}, model=<a model built as in training>)"
         if self is CheckpointKind.KERAS:
             return " or ".join(self.loaders(path, uuid))
         return (

@@ -1,10 +1,38 @@
 """What every trial context tells a trial about itself: hyperparameters, batch sizes, seed, config and ids."""
 
 import copy
+from dataclasses import dataclass
 from typing import Any
 
 from det_estimator.config import ExperimentConfig
 from det_estimator.errors import TrialHyperparameters
+
+
+@dataclass(frozen=True)
+class EnvContext:
+    """What the reference system's ``context.env`` tells a trial, read from its context (``det.EnvContext``).
+
+    Attributes:
+        experiment_config: the experiment config with its defaults filled in.
+        hparams: this trial's hyperparameters.
+        trial_seed: the seed of this trial.
+        det_trial_id: the trial's id in the experiment store, as a string (as the reference has it).
+        det_experiment_id: its experiment's id, as a string.
+        global_batch_size: records per batch over all processes.
+        per_slot_batch_size: records per batch on each process.
+        on_cluster: always False: there is no cluster (see "Porting a model").
+        managed_training: always True: the harness drives training.
+    """
+
+    experiment_config: dict[str, Any]
+    hparams: dict[str, Any]
+    trial_seed: int
+    det_trial_id: str
+    det_experiment_id: str
+    global_batch_size: int
+    per_slot_batch_size: int
+    on_cluster: bool = False
+    managed_training: bool = True
 
 
 class TrialContextBase:
@@ -69,6 +97,19 @@ class TrialContextBase:
     def get_experiment_id(self) -> int:
         """The id of this trial's experiment in the experiment store."""
         return self._experiment_id
+
+    @property
+    def env(self) -> EnvContext:
+        """The reference system's view of the trial's environment: config, hyperparameters, seed, ids (new copies)."""
+        return EnvContext(
+            experiment_config=self.get_experiment_config(),
+            hparams=self.get_hparams(),
+            trial_seed=self._trial_seed,
+            det_trial_id=str(self._trial_id),
+            det_experiment_id=str(self._experiment_id),
+            global_batch_size=self._global_batch_size,
+            per_slot_batch_size=self._per_slot_batch_size,
+        )
 
 
 # The reference system's name for the base of every trial context (``det.TrialContext``),

@@ -59,10 +59,15 @@ def test_each_kind_is_known_by_its_files(checkpoints, tmp_path):
 def test_each_loader_loads_its_own_kind(checkpoints, analytic, module_loader):
     analytic_keras = module_loader(TESTS / "support" / "analytic_keras_trial.py")
     estimator = det.estimator.load_estimator_from_checkpoint_path(str(checkpoints[CheckpointKind.ESTIMATOR]))
-    keras = det.keras.load_model_from_checkpoint_path(checkpoints[CheckpointKind.KERAS_TRIAL])
-    for loaded, rows in ((estimator, analytic.SERVING_INPUT), (keras, analytic_keras.SERVING_INPUT)):
-        (outputs,) = loaded.signatures["serving_default"](x=tf.constant(rows)).values()
-        assert outputs.shape[0] == len(rows) and np.all(np.isfinite(outputs.numpy()))
+    (outputs,) = estimator.signatures["serving_default"](x=tf.constant(analytic.SERVING_INPUT)).values()
+    assert outputs.shape[0] == len(analytic.SERVING_INPUT) and np.all(np.isfinite(outputs.numpy()))
+    # A TFKerasTrial's checkpoint of the first layout holds no architecture: it loads into a model built anew.
+    raw = analytic_keras.make_config(Path("unused"), 1)
+    context = det.keras.TFKerasTrialContext(load_experiment_config(raw), raw["hyperparameters"], 1)
+    built = analytic_keras.AnalyticKerasTrial(context).build_model()
+    keras = det.keras.load_model_from_checkpoint_path(checkpoints[CheckpointKind.KERAS_TRIAL], model=built)
+    outputs = keras(tf.constant(analytic_keras.SERVING_INPUT))
+    assert outputs.shape[0] == len(analytic_keras.SERVING_INPUT) and np.all(np.isfinite(outputs.numpy()))
 
 
 @pytest.mark.parametrize(
@@ -71,7 +76,7 @@ def test_each_loader_loads_its_own_kind(checkpoints, analytic, module_loader):
         (
             CheckpointKind.KERAS_TRIAL,
             r"is a checkpoint of a TFKerasTrial, not of an EstimatorTrial: "
-            r"load it with det\.keras\.load_model_from_checkpoint_path\('.*'\)\.",
+            r"load it with det\.keras\.load_model_from_checkpoint_path\('.*', model=<a model built as in training>\)\.",
         ),
         (
             CheckpointKind.KERAS_CALLBACK,
@@ -93,7 +98,6 @@ def test_the_estimator_loader_refuses_a_keras_checkpoint_naming_its_loader(check
             r"is a checkpoint of an EstimatorTrial \(its SavedModels: raw\), not of a TFKerasTrial: "
             r"load it with det\.estimator\.load_estimator_from_checkpoint_path\('.*', serving_name=\.\.\.\)\.",
         ),
-        (CheckpointKind.KERAS_CALLBACK, r"is a checkpoint of det\.keras\.DeterminedCallback .*not of a TFKerasTrial"),
     ],
 )
 def test_the_keras_loader_refuses_another_kind_naming_its_loader(checkpoints, kind, message):
@@ -138,9 +142,9 @@ def test_an_estimator_checkpoint_without_serving_functions_is_said_to_have_none(
 
 
 @pytest.fixture(scope="module")
-def format_2(tmp_path_factory, analytic, module_loader) -> dict[str, Path]:
+def keras_format(tmp_path_factory, analytic, module_loader) -> dict[str, Path]:
     """Checkpoints in the one Keras format, by the front end that wrote them."""
-    root = tmp_path_factory.mktemp("format-2")
+    root = tmp_path_factory.mktemp("keras-format")
     analytic_keras = module_loader(TESTS / "support" / "analytic_keras_trial.py")
     linear = module_loader(TESTS / "keras_callback" / "linear_script.py")
     with pytest.MonkeyPatch.context() as patch:
@@ -155,12 +159,13 @@ def format_2(tmp_path_factory, analytic, module_loader) -> dict[str, Path]:
     return {"TFKerasTrial": Path(trial.checkpoints[-1]["path"]), "DeterminedCallback": Path(written.path)}
 
 
-def test_a_keras_checkpoint_names_its_kind_its_writer_and_its_files_in_its_metadata(format_2):
-    for written_by, path in format_2.items():
+def test_a_keras_checkpoint_names_its_kind_its_writer_and_its_files_in_its_metadata(keras_format):
+    for written_by, path in keras_format.items():
         metadata = read_checkpoint(path).metadata
         assert metadata["checkpoint_kind"] == "keras"
         described = metadata["keras_checkpoint"]
-        assert (described["format"], described["written_by"]) == (2, written_by)
+        assert (described["format"], described["written_by"]) == (3, written_by)
+        assert described["contents"]["variables"] == "model_checkpoint"
         assert checkpoint_kind(path) is CheckpointKind.KERAS
         assert CheckpointKind.KERAS.written_by(path) == written_by
         for name in filter(None, described["contents"].values()):
@@ -169,27 +174,28 @@ def test_a_keras_checkpoint_names_its_kind_its_writer_and_its_files_in_its_metad
         assert described["contents"]["architecture"] == "model/architecture.json"
 
 
-def test_the_keras_loader_loads_a_trial_s_checkpoint_and_names_the_loaders_of_a_script_s(format_2, module_loader):
+def test_the_keras_loader_loads_every_front_end_s_checkpoint_as_a_keras_model(keras_format, module_loader):
     analytic_keras = module_loader(TESTS / "support" / "analytic_keras_trial.py")
-    loaded = det.keras.load_model_from_checkpoint_path(format_2["TFKerasTrial"])
-    (outputs,) = loaded.signatures["serving_default"](x=tf.constant(analytic_keras.SERVING_INPUT)).values()
-    assert outputs.shape[0] == len(analytic_keras.SERVING_INPUT)
-    refused = r"DeterminedCallback \(the Keras checkpoint format\) holds no SavedModel: load it with context\."
-    with pytest.raises(ValueError, match=refused + r"load_checkpoint_model\(checkpoint_uuid=\.\.\.\)"):
-        det.keras.load_model_from_checkpoint_path(format_2["DeterminedCallback"])
+    linear = module_loader(TESTS / "keras_callback" / "linear_script.py")
+    for written_by, rows in (("TFKerasTrial", analytic_keras.SERVING_INPUT), ("DeterminedCallback", linear.data()[0])):
+        loaded = det.keras.load_model_from_checkpoint_path(keras_format[written_by])
+        assert isinstance(loaded, tf.keras.Model)
+        outputs = loaded(tf.constant(rows)).numpy()
+        assert outputs.shape[0] == len(rows) and np.all(np.isfinite(outputs))
 
 
-def test_the_estimator_loader_refuses_a_keras_checkpoint_naming_what_wrote_it_and_its_loaders(format_2):
+def test_the_estimator_loader_refuses_a_keras_checkpoint_naming_what_wrote_it_and_its_loaders(keras_format):
     with pytest.raises(
         ValueError,
         match=r"is a checkpoint of a TFKerasTrial \(the Keras checkpoint format\), not of an "
         r"EstimatorTrial: load it with det\.keras\.load_model_from_checkpoint_path\('.*'\) or "
         r"context\.load_checkpoint_model",
     ):
-        det.estimator.load_estimator_from_checkpoint_path(str(format_2["TFKerasTrial"]))
+        det.estimator.load_estimator_from_checkpoint_path(str(keras_format["TFKerasTrial"]))
     with pytest.raises(
         ValueError,
         match=r"is a checkpoint of det\.keras\.DeterminedCallback \(the Keras checkpoint "
-        r"format\), not of an EstimatorTrial: load it with context\.load_checkpoint_model",
+        r"format\), not of an EstimatorTrial: load it with det\.keras\.load_model_from_checkpoint_path\('.*'\) or "
+        r"context\.load_checkpoint_model\(.*\) or model\.load_weights\('.*model_checkpoint'\)",
     ):
-        det.estimator.load_estimator_from_checkpoint_path(str(format_2["DeterminedCallback"]))
+        det.estimator.load_estimator_from_checkpoint_path(str(keras_format["DeterminedCallback"]))

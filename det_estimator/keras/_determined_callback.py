@@ -31,10 +31,15 @@ class DeterminedCallback(Engine):
       ``checkpoint_every_epochs`` epochs, every ``checkpoint_every_batches`` batches if
       set, when pausing, and at the end of training, in the Keras checkpoint format a
       ``TFKerasTrial``'s checkpoints have too: the model's weights, the optimizer's
-      state and the random generators' (``model/state``), the model's architecture
-      when it has one, and the position (epoch, batch within the epoch, batches in
-      all) with the ``continue_id`` in the checkpoint's metadata. The chief writes
-      them; every process takes part, as ``tf.distribute`` requires.
+      state and the random generators' (``model_checkpoint``, what
+      ``model.save_weights`` writes, so that ``model.load_weights(<checkpoint
+      directory>/model_checkpoint)`` loads the trained model under Keras 2, as the
+      reference system documents), the model's architecture when it has one, and the
+      position (epoch, batch within the epoch, batches in all) with the
+      ``continue_id`` in the checkpoint's metadata. The chief writes them; every
+      process takes part, as ``tf.distribute`` requires. Override :meth:`save_model`
+      and :meth:`load_model` (both, with the reference's arguments) to write and read
+      the model otherwise.
     - **Pause**: every ``check_preempt_every_batches`` batches all processes ask
       ``core_context.preempt.should_preempt()`` together (one answer for all); when it
       says so the callback checkpoints and stops training at that batch, skipping the

@@ -21,7 +21,7 @@ KINDS = {
     ),
     "TFKerasTrial": (
         {"model/state.index": b"s", "saved_model/saved_model.pb": b"p", "callbacks.json": b"{}"},
-        "det.keras.load_model_from_checkpoint_path({path!r})",
+        "det.keras.load_model_from_checkpoint_path({path!r}, model=<a model built as in training>)",
     ),
     "DeterminedCallback": (
         {"model_checkpoint.index": b"w", "callback_state.json": b"{}", "model_architecture.json": b"{}"},
@@ -233,11 +233,13 @@ def test_describe_names_the_keras_front_end_the_format_and_every_loader_from_the
     assert as_json["trial_type"] == written_by
     assert (as_json["checkpoint_kind"], as_json["keras_format"]) == ("keras", 2)
     by_uuid = f"context.load_checkpoint_model(checkpoint_uuid={path.name!r}) of det.keras.init()"
+    # Every front end's checkpoint with an architecture loads as a Keras model; format 2's variables
+    # are no model.save_weights' (format 3's are).
+    assert as_json["load_with"] == [f"det.keras.load_model_from_checkpoint_path({str(path)!r})", by_uuid]
     if saved_model:
-        assert as_json["load_with"] == [f"det.keras.load_model_from_checkpoint_path({str(path)!r})", by_uuid]
         assert as_json["saved_models"] == {"saved_model": str(path / "saved_model")}
     else:
-        assert as_json["load_with"] == [by_uuid] and as_json["saved_models"] == {}
+        assert as_json["saved_models"] == {}
     shown = fields(describe(store_path, path.name))
     assert shown["Trial type"] == written_by
     assert shown["Format"].startswith("Keras checkpoint format 2")

@@ -58,13 +58,19 @@ def test_a_trial_resumes_a_checkpoint_of_the_first_layout_at_its_batch(analytic_
     assert loaded == [{"event": "load_state", "checkpoints": 2, "array": [0.0, 2.0, 4.0]}]
 
 
-def test_the_saved_model_of_a_checkpoint_of_the_first_layout_loads(analytic_keras, tmp_path):
+def test_a_checkpoint_of_the_first_layout_loads_into_a_model_and_its_saved_model_serves(analytic_keras, tmp_path):
     model = trained_model(analytic_keras, tmp_path / "plain", 10)
     path = tmp_path / "checkpoint"
     legacy.write_trial_v1(path, model, 10)
-
-    loaded = det.keras.load_model_from_checkpoint_path(path)
-
-    (outputs,) = loaded.signatures["serving_default"](x=tf.constant(analytic_keras.SERVING_INPUT)).values()
     expected = model.predict(analytic_keras.SERVING_INPUT, verbose=0)
+
+    # It holds no architecture: the weights go into a model built as in training.
+    raw = analytic_keras.make_config(tmp_path / "fresh", 1)
+    context = TFKerasTrialContext(load_experiment_config(raw), raw["hyperparameters"], 1)
+    built = analytic_keras.AnalyticKerasTrial(context).build_model()
+    loaded = det.keras.load_model_from_checkpoint_path(path, model=built)
+    np.testing.assert_allclose(loaded(analytic_keras.SERVING_INPUT).numpy(), expected, rtol=1e-6)
+
+    served = tf.saved_model.load(str(path / "saved_model"))
+    (outputs,) = served.signatures["serving_default"](x=tf.constant(analytic_keras.SERVING_INPUT)).values()
     np.testing.assert_allclose(outputs.numpy(), expected, rtol=1e-6)

@@ -36,7 +36,7 @@ def test_each_loader_follows_the_closed_form_and_checkpoints_everything(analytic
     assert metadata["batches_trained"] == 20 and metadata["data_position"] == 20 and metadata["slots"] == 1
     assert metadata["validation_metrics"]["val_weight"] == final_weight(outcome)
     files = set(metadata["files"])
-    assert {"model/state.index", "saved_model/saved_model.pb", "callbacks.json", "callbacks.npz"} <= files
+    assert {"model_checkpoint.index", "saved_model/saved_model.pb", "callbacks.json", "callbacks.npz"} <= files
     assert "events_note.txt" in files  # written by the callback's on_checkpoint_end
     assert ("data/rank0.index" in files) == (loader == "tfdata")  # a tf.data iterator's position
     events = analytic_keras.events(tmp_path / "events")
@@ -150,13 +150,18 @@ def test_test_mode_runs_one_batch_one_validation_step_and_one_checkpoint(analyti
     assert len(outcome.checkpoints) == 1
 
 
-def test_the_saved_model_predicts_what_the_trained_model_predicts(analytic_keras, tmp_path):
+def test_the_loaded_model_and_the_saved_model_predict_what_the_trained_model_predicts(analytic_keras, tmp_path):
     outcome = det.run_trial(analytic_keras.AnalyticKerasTrial, analytic_keras.make_config(tmp_path, 10))
-    loaded = det.keras.load_model_from_checkpoint_path(outcome.checkpoints[-1]["path"])
-    outputs = loaded.signatures["serving_default"](x=tf.constant(analytic_keras.SERVING_INPUT))
-    (predictions,) = outputs.values()
-    np.testing.assert_allclose(predictions.numpy(), final_weight(outcome) * analytic_keras.SERVING_INPUT, rtol=1e-6)
-    with pytest.raises(ValueError, match="There is no SavedModel"):
+    path = outcome.checkpoints[-1]["path"]
+    expected = final_weight(outcome) * analytic_keras.SERVING_INPUT
+    # As the reference documents it: a Keras model, called on samples.
+    model = det.keras.load_model_from_checkpoint_path(path)
+    assert isinstance(model, tf.keras.Model)
+    np.testing.assert_allclose(model(analytic_keras.SERVING_INPUT).numpy(), expected, rtol=1e-6)
+    served = tf.saved_model.load(f"{path}/saved_model")
+    (predictions,) = served.signatures["serving_default"](x=tf.constant(analytic_keras.SERVING_INPUT)).values()
+    np.testing.assert_allclose(predictions.numpy(), expected, rtol=1e-6)
+    with pytest.raises(ValueError, match="There is no Keras checkpoint"):
         det.keras.load_model_from_checkpoint_path(tmp_path / "events")
 
 

@@ -53,14 +53,18 @@ def test_a_trial_s_last_checkpoint_is_loaded_unless_its_best_is_asked_for(tmp_pa
     [
         (
             {"model/checkpoint": 'model_checkpoint_path: "model.ckpt-1"\n', "raw/saved_model.pb": ""},
-            r"not written by context\.fit\(\) or det\.keras\.DeterminedCallback, but by an EstimatorTrial: "
+            r"not written by a TFKerasTrial, context\.fit\(\) or det\.keras\.DeterminedCallback, "
+            r"but by an EstimatorTrial: "
             r"load it with det\.estimator\.load_estimator_from_checkpoint_path\('.*', serving_name=\.\.\.\)\.",
         ),
         (
             {"model/state.index": "", "saved_model/saved_model.pb": ""},
-            r"but by a TFKerasTrial: load it with det\.keras\.load_model_from_checkpoint_path\('.*'\)\.",
+            r"holds the weights but not the architecture of its model .*: pass model=<a model built as in training>\.",
         ),
-        ({"weights.bin": ""}, r"not written by context\.fit\(\) or det\.keras\.DeterminedCallback, but by something"),
+        (
+            {"weights.bin": ""},
+            r"not written by a TFKerasTrial, context\.fit\(\) or det\.keras\.DeterminedCallback, but by something",
+        ),
         (None, r"is not there: its directory does not exist\."),
     ],
 )

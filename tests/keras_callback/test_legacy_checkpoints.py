@@ -19,8 +19,8 @@ import legacy_keras_checkpoints as legacy  # noqa: E402
 pytestmark = pytest.mark.skipif(KERAS_3, reason="checkpoints of the first layouts were written on Keras 2 only")
 
 
-def legacy_checkpoint(batches: int, continue_id: str):
-    """A checkpoint (callback v1) of the linear model after ``batches`` batches of plain model.fit."""
+def legacy_checkpoint(batches: int, continue_id: str, store=legacy.store_callback_v1):
+    """A checkpoint (callback v1, or what ``store`` writes) of the linear model after ``batches`` batches of fit."""
     with det.core.init() as core_context:
         model = build_model()
         epochs, batch = divmod(batches, STEPS_PER_EPOCH)
@@ -28,7 +28,7 @@ def legacy_checkpoint(batches: int, continue_id: str):
             model.fit(dataset(0, 1), epochs=epochs, verbose=0)
         if batch:
             model.fit(dataset(0, 1).take(batch), epochs=1, verbose=0)
-        uuid = legacy.store_callback_v1(
+        uuid = store(
             core_context,
             model,
             epoch=epochs,
@@ -52,3 +52,19 @@ def test_a_checkpoint_of_the_first_layout_warm_starts_another_training():
     first, uuid = legacy_checkpoint(2 * STEPS_PER_EPOCH, "first")
     warm, _, _ = fit(2, checkpoint=uuid, continue_id="second")
     np.testing.assert_allclose(flat(warm), plain_fit(2, start_weights=first.get_weights()), rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("batches", [2 * STEPS_PER_EPOCH, STEPS_PER_EPOCH + 3])
+def test_a_checkpoint_of_format_2_continues_at_its_batch(batches):
+    _, uuid = legacy_checkpoint(batches, "same", store=legacy.store_callback_format_2)
+    resumed, _, _ = fit(4, checkpoint=uuid, continue_id="same")
+    np.testing.assert_allclose(flat(resumed), plain_fit(4), rtol=1e-6, atol=1e-7)
+
+
+def test_a_checkpoint_of_format_2_warm_starts_and_loads_as_a_keras_model(tmp_path):
+    first, uuid = legacy_checkpoint(2 * STEPS_PER_EPOCH, "first", store=legacy.store_callback_format_2)
+    warm, _, _ = fit(2, checkpoint=uuid, continue_id="second")
+    np.testing.assert_allclose(flat(warm), plain_fit(2, start_weights=first.get_weights()), rtol=1e-6, atol=1e-7)
+    (written,) = (tmp_path / "checkpoints").rglob(uuid)
+    loaded = det.keras.load_model_from_checkpoint_path(written)
+    np.testing.assert_array_equal(flat(loaded), flat(first))

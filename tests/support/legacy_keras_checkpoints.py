@@ -11,6 +11,11 @@ stay tested once nothing in the package writes them any more:
   optimizer and the layers' generators) and ``callback_state.json`` (the position, the
   ``continue_id`` and the random states); the position again in ``metadata.json``.
 - **context.fit v1**: callback v1 with the architecture beside it, ``model_architecture.json``.
+- **format 2**, every front end's: the one Keras format with its variables under
+  ``model/state.*`` (a ``tf.train.Checkpoint`` of the model, the optimizer, the global
+  generator and the layers' generators, whose root is no model), ``model/architecture.json``
+  and ``random_states.json``; ``"checkpoint_kind": "keras"`` and ``keras_checkpoint``
+  (``format: 2``) in ``metadata.json``.
 """
 
 import importlib
@@ -183,4 +188,50 @@ def store_callback_v1(core_context: Any, model: tf.keras.Model, **options: Any) 
     metadata = {"steps_completed": options["steps_completed"], "framework": FRAMEWORK, **state}
     with core_context.checkpoint.store_path(metadata) as (path, storage_id):
         write_callback_v1(Path(path), model, **options)
+    return storage_id
+
+
+def store_callback_format_2(
+    core_context: Any,
+    model: tf.keras.Model,
+    *,
+    epoch: int,
+    batch: int,
+    steps_completed: int,
+    continue_id: Any,
+    steps_per_epoch: Optional[int] = None,
+    epochs: Optional[int] = None,
+) -> str:
+    """Writes DeterminedCallback's checkpoint in format 2 through ``core_context``; returns its storage id."""
+    generators = [tf.random.get_global_generator(), *layer_generators(model)]
+    contents = {
+        "variables": "model/state",
+        "architecture": "model/architecture.json",
+        "saved_model": None,
+        "callbacks": None,
+        "iterators": None,
+        "random_states": "random_states.json",
+    }
+    position = {
+        "steps_completed": steps_completed,
+        "epoch": epoch,
+        "batch": batch,
+        "continue_id": continue_id,
+        "steps_per_epoch": steps_per_epoch,
+        "epochs": epochs,
+    }
+    metadata = {
+        **position,
+        "checkpoint_kind": "keras",
+        "keras_checkpoint": {"format": 2, "written_by": "DeterminedCallback", "keras": "2.15.0", "contents": contents},
+        "framework": FRAMEWORK,
+    }
+    with core_context.checkpoint.store_path(metadata) as (path, storage_id):
+        directory = Path(path)
+        (directory / "model").mkdir(parents=True, exist_ok=True)
+        parts = {"global_generator": generators[0], "layer_generators": generators[1:]}
+        tf.train.Checkpoint(model=model, optimizer=model.optimizer, **parts).write(str(directory / TRIAL_STATE))
+        (directory / "model" / "architecture.json").write_text(model.to_json(), encoding="utf-8")
+        own = {**python_and_numpy_state(), "generators": [g.state.numpy().tolist() for g in generators]}
+        (directory / "random_states.json").write_text(json.dumps({"ranks": [own]}), encoding="utf-8")
     return storage_id

@@ -1,12 +1,17 @@
 """The Keras checkpoint format: what every Keras front end writes, and the one reader of it and of older layouts.
 
-Format 2, written by ``TFKerasTrial``, ``DeterminedCallback`` and ``context.fit`` alike::
+Format 3, written by ``TFKerasTrial``, ``DeterminedCallback`` and ``context.fit`` alike::
 
     metadata.json             core's entries, the position (``steps_completed``, ``epoch``,
                               ``batch``, ``data_position``, ``slots``, ``continue_id``, ...),
                               ``"checkpoint_kind": "keras"`` and ``"keras_checkpoint"``: the
                               format, what wrote it, the Keras version and the files it holds
-    model/state.*             tf.train.Checkpoint(model, optimizer, global_generator, layer_generators)
+    model_checkpoint.*        a TensorFlow checkpoint whose root is the model (its optimizer with
+                              it), with the random generators attached: what ``model.save_weights``
+                              writes (plus the generators), so ``model.load_weights`` reads it, as
+                              the reference system's callback checkpoints are read; a
+                              ``DeterminedCallback`` whose ``save_model`` is overridden writes
+                              there what its override writes
     model/architecture.json   model.to_json(), when the model has one (not a subclassed model)
     saved_model/              a serving_default SavedModel (a TFKerasTrial's)
     callbacks.json/.npz       the states of det.keras.callbacks.Callback instances (a TFKerasTrial's)
@@ -14,8 +19,11 @@ Format 2, written by ``TFKerasTrial``, ``DeterminedCallback`` and ``context.fit`
     random_states.json        per process: Python's and NumPy's random states and the TF generators'
     <your files>              what callbacks wrote in on_checkpoint_end
 
-Readers look at ``keras_checkpoint.contents``, never at files. Checkpoints written before
-format 2 have no kind in their metadata; their files tell their layout, read here only:
+Readers look at ``keras_checkpoint.contents``, never at files. Format 2 differs only in its
+variables: ``model/state.*``, a ``tf.train.Checkpoint(model, optimizer, global_generator,
+layer_generators)`` whose root is no model (``format`` in the metadata tells them apart).
+Checkpoints written before format 2 have no kind in their metadata; their files tell their
+layout, read here only:
 
 - TFKerasTrial v1: ``model/state.*`` (the model, the global and the layers' generators),
   the position and every process's random states in ``metadata.json``;
@@ -46,13 +54,15 @@ from det_estimator.keras._engine._serving import ServingExport
 logger = logging.getLogger("det_estimator.keras")
 
 KIND = "keras"
-FORMAT = 2
+FORMAT = 3
 # The layouts a checkpoint can have.
+FORMAT_3 = "format 3"
 FORMAT_2 = "format 2"
 TRIAL_V1 = "TFKerasTrial v1"
 CALLBACK_V1 = "DeterminedCallback v1"
-# The files of format 2.
-VARIABLES = "model/state"
+# The files of format 3 (format 2's but the variables).
+VARIABLES = "model_checkpoint"
+FORMAT_2_VARIABLES = "model/state"
 ARCHITECTURE = "model/architecture.json"
 SAVED_MODEL = "saved_model"
 CALLBACKS = _callback_states.STATES_FILE
@@ -84,16 +94,21 @@ class CheckpointOptions:
         saved_model: a SavedModel for serving.
         callbacks: the states of ``det.keras.callbacks.Callback`` instances.
         iterators: each process's tf.data iterator.
+        save_variables: writes the variables at a prefix instead of the writer, called
+            on every process as ``save_variables(model, prefix, distributed)`` (the chief's
+            prefix is the checkpoint's, the others' one thrown away): a
+            ``DeterminedCallback``'s ``save_model`` override.
     """
 
     written_by: str
     saved_model: bool = False
     callbacks: bool = False
     iterators: bool = False
+    save_variables: Optional[Callable[[tf.keras.Model, str, core.DistributedContext], None]] = None
 
 
 class CheckpointWriter:
-    """Writes a model's checkpoints in format 2 through a core context; every process calls :meth:`write` together.
+    """Writes a model's checkpoints in format 3 through a core context; every process calls :meth:`write` together.
 
     Args:
         core_context: the run's core context.
@@ -151,16 +166,32 @@ class CheckpointWriter:
             if every_process is not None:
                 every_process(path)
             if distributed.rank == 0:
+                self._save_variables(str(path / VARIABLES))
                 self._write_chief_files(path, contents, random_states)
                 if chief is not None:
                     chief(path)
-            elif _keras_compat.strategy_spans_processes(self._model):
-                # Reading a tf.distribute strategy's variables can be a collective: every
-                # process writes them, the others into a directory thrown away.
+            else:
                 with tempfile.TemporaryDirectory(prefix="det-estimator-ckpt-") as scratch:
-                    self._variables_root().write(str(Path(scratch) / "state"))
+                    self._save_variables(str(Path(scratch) / VARIABLES))
         self.last_storage_id = storage_id
         return storage_id
+
+    def _save_variables(self, prefix: str) -> None:
+        save = self._options.save_variables
+        if save is None:
+            self.save_variables(prefix)
+        else:
+            save(self._model, prefix, self._core.distributed)
+
+    def save_variables(self, prefix: str) -> None:
+        """Writes the variables at ``prefix`` as format 3 holds them: the model as root, as ``model.save_weights`` does.
+
+        Every process calls it, as the writer does; only the chief's prefix is kept.
+        Reading a ``tf.distribute`` strategy's variables can be a collective, so under a
+        strategy that spans processes every process writes them; otherwise only the chief.
+        """
+        if self._core.distributed.rank == 0 or _keras_compat.strategy_spans_processes(self._model):
+            self._variables_root().write(prefix)
 
     def _contents(self) -> dict[str, Optional[str]]:
         """The files of the checkpoint about to be written: the same on every process."""
@@ -178,9 +209,8 @@ class CheckpointWriter:
         }
 
     def _write_chief_files(self, path: Path, contents: dict[str, Optional[str]], random_states: list[Any]) -> None:
-        (path / VARIABLES).parent.mkdir(parents=True, exist_ok=True)
-        self._variables_root().write(str(path / VARIABLES))
         if contents["architecture"] is not None and self._architecture is not None:
+            (path / ARCHITECTURE).parent.mkdir(parents=True, exist_ok=True)
             (path / ARCHITECTURE).write_text(self._architecture, encoding="utf-8")
         if contents["saved_model"] is not None and self._export is not None:
             self._export.write(path / SAVED_MODEL)
@@ -188,22 +218,35 @@ class CheckpointWriter:
 
     def _variables_root(self) -> tf.train.Checkpoint:
         if self._root is None:  # built once: each new one would trace its save functions again
-            self._root = tf.train.Checkpoint(**_trackables(self._model))
+            self._root = _model_root(self._model)
         return self._root
 
 
-def _trackables(model: tf.keras.Model) -> dict[str, Any]:
-    """What ``model/state`` holds: the model (its optimizer with it), the optimizer, the random generators."""
+def _model_root(model: tf.keras.Model) -> tf.train.Checkpoint:
+    """Format 3's variables: the model as the root (as ``model.save_weights`` has it), the rest attached to it.
+
+    The optimizer is the model's own child in Keras 2 (attached here too, under the same
+    name, where a Keras does not track it); the random generators are attached, so
+    ``model.load_weights`` reads the model and leaves them.
+    """
+    attached: dict[str, Any] = dict(_random_states.generators(model))
+    if getattr(model, "optimizer", None) is not None:
+        attached["optimizer"] = model.optimizer
+    return tf.train.Checkpoint(root=model, **attached)
+
+
+def _format_2_root(model: tf.keras.Model) -> tf.train.Checkpoint:
+    """What format 2's ``model/state`` holds: the model (its optimizer with it), the optimizer, the generators."""
     found = {"model": model}
     if getattr(model, "optimizer", None) is not None:
         found["optimizer"] = model.optimizer
-    return {**found, **_random_states.generators(model)}
+    return tf.train.Checkpoint(**found, **_random_states.generators(model))
 
 
 def architecture_of(model: tf.keras.Model) -> Optional[str]:
     """The model's architecture as Keras' JSON, or None for a model Keras cannot describe (subclassed)."""
     try:
-        return model.to_json()
+        return _keras_compat.architecture_json(model)
     except (NotImplementedError, TypeError, ValueError) as error:
         logger.info("the checkpoints hold no architecture of this model (%s); load them into a model you build", error)
         return None
@@ -222,10 +265,10 @@ class SavedState:
 
     Attributes:
         path: the checkpoint's directory.
-        layout: :data:`FORMAT_2`, :data:`TRIAL_V1` or :data:`CALLBACK_V1`.
+        layout: :data:`FORMAT_3`, :data:`FORMAT_2`, :data:`TRIAL_V1` or :data:`CALLBACK_V1`.
         written_by: the front end that wrote it.
         metadata: its ``metadata.json``.
-        position: where training stood (format 2's keys; absent ones None).
+        position: where training stood (format 3's keys; absent ones None).
         random_states: per process, ``{"python", "numpy", "generators"}`` (any may be missing).
         generators_include_global: whether each process's ``generators`` starts with the global generator's.
         variables: the prefix of its TensorFlow checkpoint.
@@ -285,7 +328,7 @@ def read(path: Path) -> SavedState:
         states = json.loads((path / RANDOM_STATES).read_text(encoding="utf-8")) if contents.get("random_states") else {}
         return SavedState(
             path,
-            FORMAT_2,
+            FORMAT_2 if described.get("format") == 2 else FORMAT_3,
             described.get("written_by", ""),
             metadata,
             {key: metadata.get(key) for key in POSITION},
@@ -309,7 +352,7 @@ def read(path: Path) -> SavedState:
             metadata,
             position,
             random_states=states,
-            variables=str(path / VARIABLES),
+            variables=str(path / FORMAT_2_VARIABLES),
             saved_model=_entry(path, SAVED_MODEL),
             iterators=_entry(path, ITERATORS),
         )
@@ -339,7 +382,7 @@ def read(path: Path) -> SavedState:
     raise core.CheckpointError(
         f"Checkpoint {path.name} was not written by a Keras front end (TFKerasTrial, DeterminedCallback or "
         f"context.fit): its metadata.json has no checkpoint_kind 'keras', and it holds neither "
-        f"{VARIABLES}.index nor {CALLBACK_V1_STATE}."
+        f"{FORMAT_2_VARIABLES}.index nor {CALLBACK_V1_STATE}."
     )
 
 
@@ -374,7 +417,9 @@ def restore_variables(
     Raises:
         CheckpointMismatchError: ``strict`` and the checkpoint holds another model's variables.
     """
-    if not with_optimizer:
+    if state.layout == FORMAT_3:
+        root = _model_root(model) if with_optimizer else _keras_compat.model_without_optimizer(model)
+    elif not with_optimizer:
         root = tf.train.Checkpoint(model=_keras_compat.model_without_optimizer(model))
     elif state.layout == TRIAL_V1:
         root = tf.train.Checkpoint(model=model, **_random_states.generators(model))
@@ -383,7 +428,7 @@ def restore_variables(
         parts = {"layer_generators": layers} if layers else {}
         root = tf.train.Checkpoint(model=model, optimizer=model.optimizer, **parts)
     else:
-        root = tf.train.Checkpoint(**_trackables(model))
+        root = _format_2_root(model)
     status = root.read(state.variables)
     if strict:
         try:
@@ -395,6 +440,11 @@ def restore_variables(
             ) from None
     status.expect_partial()
     return root, status
+
+
+def read_variables(model: tf.keras.Model, prefix: str) -> None:
+    """Reads what format 3's variables hold at ``prefix`` into ``model``: its weights, its optimizer, the generators."""
+    _model_root(model).read(prefix).expect_partial()
 
 
 def restore_random_states(state: SavedState, model: tf.keras.Model, rank: int, python_and_numpy: bool = True) -> None:
@@ -413,7 +463,7 @@ def restore_random_states(state: SavedState, model: tf.keras.Model, rank: int, p
 
 
 def load_model(path: Path, model: Optional[tf.keras.Model] = None, custom_objects: Optional[dict] = None) -> Any:
-    """The Keras model of a checkpoint of ``context.fit`` or ``DeterminedCallback`` (or, in format 2, any front end).
+    """The Keras model of a Keras checkpoint, of any front end and layout, with its trained weights.
 
     Args:
         path: the checkpoint's directory.
@@ -429,23 +479,26 @@ def load_model(path: Path, model: Optional[tf.keras.Model] = None, custom_object
     if not path.is_dir():
         raise CheckpointLoadError(f"The checkpoint {path} is not there: its directory does not exist.")
     kind = checkpoint_kind(path)
-    if kind not in (CheckpointKind.KERAS, CheckpointKind.KERAS_CALLBACK):
+    if kind not in (CheckpointKind.KERAS, CheckpointKind.KERAS_CALLBACK, CheckpointKind.KERAS_TRIAL):
         written_by = f"{kind.value}: load it with {kind.loader(path)}" if kind else "something else"
         raise CheckpointLoadError(
-            f"The checkpoint {path} holds no Keras weights ({CALLBACK_V1_WEIGHTS}.index): it was not written by "
-            f"context.fit() or det.keras.DeterminedCallback, but by {written_by}."
+            f"The checkpoint {path} holds no Keras weights ({VARIABLES}.index): it was not written by a "
+            f"TFKerasTrial, context.fit() or det.keras.DeterminedCallback, but by {written_by}."
         )
     state = read(path)
     if model is None:
         if state.architecture is None:
             raise CheckpointLoadError(
                 f"The checkpoint {path} holds the weights but not the architecture of its model (a subclassed "
-                "model, or one trained with DeterminedCallback alone): pass model=<a model built as in training>."
+                "model, or a checkpoint written before architectures were kept): pass model=<a model built as in "
+                "training>."
             )
         architecture = state.architecture.read_text(encoding="utf-8")
         model = tf.keras.models.model_from_json(architecture, custom_objects=custom_objects)
-    status = tf.train.Checkpoint(model=model).read(state.variables)
-    status.expect_partial()  # the optimizer's state is there too, and unused for inference
+    # The model's own variables alone: the optimizer's state is there too, and unused for inference.
+    root = tf.train.Checkpoint(root=model) if state.layout == FORMAT_3 else tf.train.Checkpoint(model=model)
+    status = root.read(state.variables)
+    status.expect_partial()
     try:
         status.assert_existing_objects_matched()
     except AssertionError as error:

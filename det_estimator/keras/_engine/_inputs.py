@@ -106,6 +106,8 @@ class ValidationData:
         steps: batches to evaluate (None: the whole pass).
         reader: the Sequence reader to stop at the end, if any.
         first_batch: a batch, to build the model with (Sequences).
+        batches: how many batches the pass holds, when ``dataset`` does not know it
+            (a Sequence's share); else read from the dataset when it knows it.
     """
 
     def __init__(
@@ -114,6 +116,7 @@ class ValidationData:
         steps: Optional[int] = None,
         reader: Optional[BatchReader] = None,
         first_batch: Optional[tuple] = None,
+        batches: Optional[int] = None,
     ) -> None:
         self._examples = tf.Variable(0, dtype=tf.int64, trainable=False, name="det_validation_examples")
         options = tf.data.Options()
@@ -122,6 +125,12 @@ class ValidationData:
         # An unknown length: Keras then evaluates an empty share (a process with no batch)
         # instead of refusing it, and that process still takes part in exact metrics' exchange.
         self.dataset = dataset.filter(lambda *batch: True).map(self._count).with_options(options)
+        # Keras calls on_test_batch_begin before it reads each batch: on data of unknown length,
+        # once more at the end, with no on_test_batch_end. Told the batches a share known to hold
+        # some, it stops at the last, as a plain evaluate() of data of known length does.
+        known = int(dataset.cardinality().numpy()) if batches is None else batches
+        if known > 0:
+            steps = known if steps is None else min(steps, known)
         self.steps = steps
         self._reader = reader
         self.first_batch = first_batch
@@ -225,7 +234,7 @@ def validation_data(loader: Loader, context: TFKerasTrialContext, test_mode: boo
         reader.sequence.on_epoch_end()  # as model.evaluate does after its pass
 
     dataset = tf.data.Dataset.from_generator(one_pass, output_signature=signature_of(first_batch))
-    return ValidationData(dataset, steps=steps, reader=reader, first_batch=first_batch)
+    return ValidationData(dataset, steps=steps, reader=reader, first_batch=first_batch, batches=len(indices))
 
 
 def _reader(loader: Any, context: TFKerasTrialContext, which: str) -> BatchReader:

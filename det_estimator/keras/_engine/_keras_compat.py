@@ -54,6 +54,22 @@ def metrics_given_to_compile(model: tf.keras.Model) -> list[Any]:
     ]
 
 
+def architecture_json(model: tf.keras.Model) -> str:
+    """The model's architecture as ``model.to_json()`` gives it, without how it was compiled.
+
+    Keras 3: ``to_json`` adds the compile config, where a metric or loss of the trial's own
+    that has no ``get_config`` fails it; rebuilding the model for inference needs none of
+    it, so the model's ``get_compile_config`` is shadowed for the call (Keras 2 leaves it out).
+    """
+    if not KERAS_3:
+        return model.to_json()
+    model.get_compile_config = lambda: None
+    try:
+        return model.to_json()
+    finally:
+        del model.get_compile_config
+
+
 def model_without_optimizer(model: tf.keras.Model) -> tf.train.Checkpoint:
     """A view of the model's checkpointed parts without its optimizer, to read weights into and keep the optimizer.
 

@@ -134,7 +134,10 @@ class Engine(tf.keras.callbacks.Callback):
                 "position of model.fit. Remove BackupAndRestore; the callback's checkpoints resume training."
             )
         self._reset_position()
-        self._writer = _format.CheckpointWriter(self._core, model, _format.CheckpointOptions(self._written_by))
+        # A save_model of the script's own writes the variables; the engine's writer otherwise.
+        save_variables = self.save_model if _overrides(self, "save_model") else None
+        options = _format.CheckpointOptions(self._written_by, save_variables=save_variables)
+        self._writer = _format.CheckpointWriter(self._core, model, options)
         self._tap = Tap(model)
         self._steps_per_epoch = self.params.get("steps")
         self._epochs = self.params.get("epochs")
@@ -181,9 +184,51 @@ class Engine(tf.keras.callbacks.Callback):
             with model.distribute_strategy.scope():
                 _random_states.create_layer_generators(model)
             _random_states.warn_of_layers_without_generators(model)
+        if _overrides(self, "load_model"):
+            self.load_model(model, state.variables, self._core.distributed)
+            return
         # Variables created later (an unbuilt model) are restored when they are created:
         # keep the reading alive until then. A warm start reads the weights alone.
         self._resume_status = _format.restore_variables(state, model, with_optimizer=with_optimizer)
+
+    # ----- what a script may override -----
+
+    def save_model(self, model: tf.keras.Model, path: str, distributed: core.DistributedContext) -> None:
+        """Writes the model's variables at the prefix ``path`` of the checkpoint being written.
+
+        Override it to save the model otherwise (with :meth:`load_model` to read it back),
+        as the reference system's ``DeterminedCallback`` allows. Every process calls it
+        at every checkpoint: the chief with ``<checkpoint>/model_checkpoint``, the others
+        with a path in a directory thrown away afterwards (under a ``tf.distribute``
+        strategy of several workers every process must write, as TensorFlow requires).
+        The default writes what ``model.save_weights(path)`` writes (the model, its
+        optimizer with it) with the random generators attached, so that
+        ``model.load_weights(<checkpoint>/model_checkpoint)`` loads a trained model.
+
+        Args:
+            model: the model being trained.
+            path: the prefix to write at.
+            distributed: the core context's ``distributed``: this process's rank, and collectives.
+        """
+        del model, distributed  # the writer holds the model; it knows the ranks
+        self._started_writer.save_variables(path)
+
+    def load_model(self, model: tf.keras.Model, path: str, distributed: core.DistributedContext) -> None:
+        """Reads the model's variables from the prefix ``path`` of the checkpoint training starts from.
+
+        Override it together with :meth:`save_model`. Every process calls it, in
+        ``on_train_begin``, with ``<checkpoint>/model_checkpoint``. When it is not
+        overridden the callback reads the checkpoint itself, in any of its layouts
+        (only the weights for a warm start, where ``continue_id`` differs); this default,
+        for an override that calls it, reads everything :meth:`save_model`'s default wrote.
+
+        Args:
+            model: the model being trained.
+            path: the prefix to read from.
+            distributed: the core context's ``distributed``.
+        """
+        del distributed
+        _format.read_variables(model, path)
 
     # ----- epochs and batches -----
 
@@ -313,6 +358,11 @@ class Engine(tf.keras.callbacks.Callback):
         self.last_checkpoint = storage_id
         self._last_checkpoint_steps = self._steps_completed
         logger.info("checkpoint %s after %d batches", storage_id, self._steps_completed)
+
+
+def _overrides(engine: Engine, name: str) -> bool:
+    """Whether the engine's class (a script's subclass of DeterminedCallback) overrides method ``name``."""
+    return getattr(type(engine), name) is not getattr(Engine, name)
 
 
 # Batches per epoch of a trial's fit: it runs one endless epoch, cut into workloads by the engine.

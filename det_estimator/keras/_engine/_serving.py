@@ -18,7 +18,7 @@ class ServingExport:
     checkpoint; only the variables' values change between exports. The SavedModel holds
     the model's variables and that one function, without Keras' own serialization of
     every layer, so writing it takes a fraction of a second; load it with
-    ``tf.saved_model.load`` (or :func:`det.keras.load_model_from_checkpoint_path`).
+    ``tf.saved_model.load`` (:func:`det.keras.load_model_from_checkpoint_path` rebuilds the Keras model instead).
 
     Args:
         model: the trained Keras model.
