@@ -255,10 +255,16 @@ def test_a_script_that_fails_after_completing_its_training_is_shown_as_failed(de
     result = det("experiment", "create", config, search_dir)
     assert result.returncode == 1, result.stdout + result.stderr  # not a silent success
     assert "RuntimeError: failed after reporting the training complete" in result.stderr
-    assert "Trial 1 failed: `" in result.stdout and "trial logs 1" in result.stdout
+    assert "Experiment 1 failed (ERROR)" in result.stderr and "trial logs 1" in result.stderr
     (trial,) = det.json("experiment", "describe", 1)["trials"]
     assert trial["state"] == "ERROR"
     assert trial["validations"][-1]["metrics"]["loss"] == pytest.approx(loss(0.3, BATCHES))
+    # The experiment failed with its only trial, which trained every batch before it failed.
+    assert (trial["batches_trained"], trial["max_batches"]) == (BATCHES, BATCHES)
+    (experiment,) = det.json("experiment", "list")
+    assert experiment["state"] == "ERROR"
+    (row,) = det.ok("experiment", "list").stdout.splitlines()[1:]
+    assert f" {BATCHES}/{BATCHES} " in row and " ERROR " in row
 
 
 def test_a_script_that_exits_without_completing_its_operation_is_shown_failed_saying_so(det, search_dir):
