@@ -347,3 +347,18 @@ def test_a_search_killed_with_everything_resumes_to_the_same_trials_and_best(det
     expected, found, _ = _interrupted_and_uninterrupted(det, make_det, search_dir, tmp_path, kill_everything)
     assert found == expected
     assert json.dumps(found, sort_keys=True)
+
+
+@pytest.mark.parametrize("engine", ["tensorflow", "horovod"])
+def test_a_script_under_the_reference_launcher_runs_under_ours_with_one_note(det, search_dir, engine):
+    config_path = write_config(search_dir, {"name": "single"}, {"x": 0.3})
+    config = yaml.safe_load(config_path.read_text())
+    config["entrypoint"] = f"python3 -m determined.launch.{engine} -- python3 search_script.py"
+    config_path.write_text(yaml.safe_dump(config))
+    result = det.ok("experiment", "create", config_path, search_dir)
+    note = f"runs `determined.launch.{engine}`, the reference system's launcher"
+    assert (result.stdout + result.stderr).count(note) == 1
+    assert "Experiment 1 COMPLETED" in result.stdout
+    (trial,) = det.json("experiment", "describe", 1)["trials"]
+    assert trial["state"] == "COMPLETED" and trial["runs"][-1]["state"] == "COMPLETED"
+    assert trial["validations"][-1]["metrics"]["loss"] == pytest.approx(loss(0.3, BATCHES))
