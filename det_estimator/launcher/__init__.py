@@ -17,6 +17,7 @@ from det_estimator.launcher._launch import (
     start,
     worker_command,
 )
+from det_estimator.launcher._startup_hook import has_hook as has_startup_hook
 
 __all__ = [
     "address_towards",
@@ -29,6 +30,7 @@ __all__ = [
     "exec_single",
     "format_hosts",
     "free_port",
+    "has_startup_hook",
     "horovodrun_command",
     "is_self_launching",
     "output_pipe",
