@@ -369,6 +369,10 @@ def _own_launcher(command: tuple[str, ...], value: Any, path: str = "entrypoint"
     return (command[0], "-m", ours, "--", *script)
 
 
+def _describe_entrypoint(raw: Mapping[str, Any]) -> str:
+    return describe(raw.get("entrypoint"))
+
+
 def _parse_command(value: Any, path: str, rule: str) -> tuple[str, ...]:
     words: list[str] = []
     if isinstance(value, list) and value and all(isinstance(word, str) and word for word in value):
@@ -481,6 +485,13 @@ def _parse(raw: Mapping[Any, Any]) -> ExperimentConfig:
     if not entrypoint_command or GLOBAL_BATCH_SIZE in (raw.get("hyperparameters") or {}):
         smallest_global_batch_size = check_global_batch_size(raw["hyperparameters"], "hyperparameters")
     searcher = parse_searcher(raw.get("searcher"), "searcher")
+    if searcher.length_from_script and not entrypoint_command:
+        raise ConfigError(
+            f"{PREFIX}missing required key `searcher.max_length`: a trial class (entrypoint "
+            f"{_describe_entrypoint(raw)}) trains to it, and nothing else decides how long it trains. Give a "
+            "length such as {batches: 1000} (or max_time with time_metric). Only a script (a command entrypoint) "
+            "may go without one: it trains to a length of its own."
+        )
     config = ExperimentConfig(
         entrypoint_module=entrypoint_module,
         entrypoint_class=entrypoint_class,

@@ -18,6 +18,7 @@ from typing import Any, Optional, TypeVar, Union
 
 from det_estimator.config._errors import PREFIX, ConfigError, describe, invalid_value, missing_key
 from det_estimator.config._fields import (
+    INT64_MAX,
     MAPPING_RULE,
     check_int,
     check_keys,
@@ -88,7 +89,9 @@ class SearcherConfig:
         name: The searcher: "single", "random", "grid", "adaptive_asha" or "tpe".
         metric: Name of the validation metric that ranks trials and checkpoints.
         smaller_is_better: Whether a smaller ``metric`` is better.
-        max_length: How long each trial trains at most.
+        max_length: How long each trial trains at most. Without ``max_length`` in the
+            config (``length_from_script``) it is the longest length there is: the
+            script decides how long it trains.
         max_trials: Trials to create (random, adaptive_asha, tpe).
         max_concurrent_trials: Trials to run at once, 0 for no limit (all but single).
         mode: "aggressive", "standard" or "conservative" (adaptive_asha without
@@ -99,6 +102,8 @@ class SearcherConfig:
         bracket_rungs: Rungs of each bracket, replacing ``mode`` and ``max_rungs``
             (adaptive_asha, optional).
         stop_once: True for stopping-based ASHA, False for promotion-based (adaptive_asha).
+        length_from_script: the config gives no length (the reference's last release lets a
+            script decide its own): only a script with the ``single`` searcher may.
     """
 
     name: str
@@ -112,6 +117,7 @@ class SearcherConfig:
     max_rungs: Optional[int] = None
     bracket_rungs: Optional[tuple[int, ...]] = None
     stop_once: Optional[bool] = None
+    length_from_script: bool = False
 
     def improves_on(self, value: float, best: Optional[float]) -> bool:
         """Whether ``value`` of the searcher metric is better than ``best`` (None: no best yet).
@@ -128,12 +134,13 @@ class SearcherConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """Returns the section with defaults filled in, JSON-serializable; only the searcher's own keys."""
-        section = {
+        section: dict[str, Any] = {
             "name": self.name,
             "metric": self.metric,
             "smaller_is_better": self.smaller_is_better,
-            "max_length": self.max_length.to_dict(),
         }
+        if not self.length_from_script:
+            section["max_length"] = self.max_length.to_dict()
         for key in _SEARCHER_KEYS[self.name]:
             value = getattr(self, key)
             # With bracket_rungs, mode and max_rungs are None: writing them would make the section invalid.
@@ -411,14 +418,20 @@ def parse_searcher(value: Any, path: str) -> SearcherConfig:
     name = _read_name(value, path)
     value = _time_metric_as_max_length(value, path)
     _check_searcher_keys(value, path, name)
+    length_from_script = value.get("max_length") is None and name == SINGLE
+    if length_from_script:
+        # The longest length there is: the searcher's one operation never ends the script's training.
+        max_length = Length(LengthUnit.BATCHES, INT64_MAX)
+    else:
+        rule = f"a length such as {{batches: 1000}} (the {name} searcher gives each trial its length from it)"
+        max_length = parse_length(lookup(value, "max_length", path, rule), join(path, "max_length"))
     config = SearcherConfig(
         name=name,
         metric=read_str(value, "metric", path, non_empty=True),
         smaller_is_better=read_bool(value, "smaller_is_better", path, default=True),
-        max_length=parse_length(
-            lookup(value, "max_length", path, "a length such as {batches: 1000}"), join(path, "max_length")
-        ),
+        max_length=max_length,
         **_read_searcher_keys(value, path, name),
+        length_from_script=length_from_script,
     )
     if name == ADAPTIVE_ASHA:
         # Brackets that cannot be built are a config error, reported now rather than when the search starts.
