@@ -1,7 +1,9 @@
 """Runs every bad input of tests/support/bad_inputs.py, and concurrent uses, through the installed command.
 
 Prints, for the bad inputs: how many were tried, how many got a clear error with the
-expected exit status, and how many showed a traceback of det-estimator's own (goal 0);
+expected exit status, how many showed a traceback of det-estimator's own (goal 0), and how
+many recorded something (goal 0: a row added to or changed in the recorded store, or a
+new store made);
 for the concurrent uses: whether the store agreed with the disk after each (goal all).
 
     .venv/bin/python benchmarks/bad_inputs.py [--skip-concurrent]
@@ -10,6 +12,7 @@ for the concurrent uses: whether the store agreed with the disk after each (goal
 import argparse
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -35,6 +38,16 @@ def det(store: Path, *args: str, timeout: float = 300) -> subprocess.CompletedPr
     )
 
 
+# The store's tables whose rows a command records; a refused command changes none.
+_RECORDS = ("experiments", "trials", "trial_runs", "metrics", "checkpoints", "jobs", "trial_restarts")
+
+
+def records(store: Path) -> dict[str, list]:
+    """Every row of the tables a command records in, read without writing."""
+    with sqlite3.connect(f"file:{store}?mode=ro", uri=True) as connection:
+        return {table: connection.execute(f"SELECT * FROM {table} ORDER BY 1").fetchall() for table in _RECORDS}
+
+
 def run_bad_inputs(workspace: Path) -> None:
     recorded = workspace / "recorded"
     bad_inputs.BadInput("", (), "").set_up(recorded)
@@ -42,7 +55,8 @@ def run_bad_inputs(workspace: Path) -> None:
     completed = det(store, "experiment", "create", str(recorded / "ok.yaml"), str(recorded), "--test")
     if completed.returncode != 0:
         raise SystemExit(f"could not record the experiment the cases need:\n{completed.stdout}{completed.stderr}")
-    clear, tracebacks, wrong = 0, 0, []
+    clear, tracebacks, recorded_something, wrong = 0, 0, 0, []
+    before = records(store)
     started = time.perf_counter()
     for index, case in enumerate(bad_inputs.CASES):
         directory = workspace / f"case-{index}"
@@ -52,14 +66,22 @@ def run_bad_inputs(workspace: Path) -> None:
         output = result.stdout + result.stderr
         if "Traceback" in output:
             tracebacks += 1
+        made = [path.name for path in (directory / "new.sqlite", directory / "new-files") if path.exists()]
+        changed = records(store) != before
+        if made or changed:
+            recorded_something += 1
+            before = records(store)  # the next case is judged on its own
         if result.returncode == case.status and case.message in output and "Traceback" not in output:
             clear += 1
         else:
             wrong.append((case.name, result.returncode, output.strip().splitlines()[-1:] or [""]))
+        if made or changed:
+            wrong.append((case.name, result.returncode, [f"recorded: {', '.join(made) or 'the store changed'}"]))
     elapsed = time.perf_counter() - started
     print(f"bad inputs tried:                          {len(bad_inputs.CASES)}")
     print(f"  clear error with the right exit status:  {clear}")
     print(f"  det-estimator traceback shown (goal 0):  {tracebacks}")
+    print(f"  something recorded (goal 0):             {recorded_something}")
     print(f"  seconds per case (whole command):        {elapsed / len(bad_inputs.CASES):.2f}")
     for name, status, last in wrong:
         print(f"  NOT CLEAR: {name}: exit {status}: {last[0]}")

@@ -12,11 +12,21 @@ at the closed-form weight:
   (``max_restarts: 0``); the host comes back and ``experiment resume`` finishes the trial.
 
 Then, on one host, failures a restart would only repeat (``max_restarts: 5``), each with
-the runs it took and the seconds from its first run's start to the trial's end:
+the runs it took and the seconds from its first fault to the trial's end:
 
 - ``same failure every run``: rank 1 raises at batch 12 of every run; one restart, then the
   trial ends, as its second run failed as the first did;
-- ``failure before any batch``: the trial raises as it is built; it ends after one run.
+- ``failure before any batch``: the trial raises as it is built; it ends after one run;
+- ``import error``: the trial's module imports a module that does not exist; it ends after
+  one run.
+
+Last, a hang (one host, 2 slots, ``hang_timeout_seconds: 10``, ``max_restarts: 5``): rank 1
+wedges in a reducer's cross-worker step at every validation, rank 0 waits for it. The
+launcher must find it, have both ranks dump their stacks into the log, and end the run
+within the timeout plus 30 s of the wedge; the hang is restarted once, then ends the trial
+as the second run hung at the same places. Printed: the runs, whether the first run's
+error is a hang, whether both ranks' stacks are in the log, and the seconds from the first
+wedge to the first run's end.
 
 "Seconds to end" is from the rank's death (the fault's marker file, written just before
 it strikes; or the kill of the host) to the failed run's end as recorded in the store.
@@ -24,7 +34,7 @@ A scenario whose command does not end within ``--timeout`` seconds counts as a h
 Two hosts are two network namespaces with an sshd each (tests/distributed/two_hosts_support.py):
 they need root and openssh-server, else that half is skipped with the reason.
 
-Usage: ``.venv/bin/python benchmarks/faults.py [--timeout 300] [--only one|two]``
+Usage: ``.venv/bin/python benchmarks/faults.py [--timeout 300] [--only one|two|repeated|hang]``
 """
 
 import argparse
@@ -90,6 +100,7 @@ class Runner:
         self.context = directory / "context"
         self.context.mkdir(parents=True)
         shutil.copy(ROOT / "tests" / "support" / "analytic_trial.py", self.context)
+        shutil.copy(ROOT / "tests" / "support" / "analytic_closed_form.py", self.context)
         shutil.copy(ROOT / "tests" / "recovery" / "fault_trial.py", self.context)
         self.store = directory / "store.sqlite"
 
@@ -125,7 +136,15 @@ class Runner:
         result = subprocess.run(self.command(*args, "--json"), env=self.env(), capture_output=True, text=True)
         return json.loads(result.stdout)
 
-    def config(self, name: str, fault: Optional[dict], max_restarts: int, seconds_per_batch: float = 0.0) -> Path:
+    def config(
+        self,
+        name: str,
+        fault: Optional[dict],
+        max_restarts: int,
+        seconds_per_batch: float = 0.0,
+        entrypoint: str = "fault_trial:FaultTrial",
+        **changes: object,
+    ) -> Path:
         import yaml
 
         hparams = {"global_batch_size": GLOBAL_BATCH, "learning_rate": LEARNING_RATE, "events_dir": "events"}
@@ -133,9 +152,11 @@ class Runner:
             hparams["fault"] = fault
         if seconds_per_batch:
             hparams["seconds_per_batch"] = seconds_per_batch
+        for key in [key for key in changes if key.startswith("hparam_")]:
+            hparams[key.removeprefix("hparam_")] = changes.pop(key)
         raw = {
             "name": name,
-            "entrypoint": "fault_trial:FaultTrial",
+            "entrypoint": entrypoint,
             "hyperparameters": hparams,
             "searcher": {"name": "single", "metric": "loss", "max_length": {"batches": BATCHES}},
             "scheduling_unit": 5,
@@ -143,6 +164,7 @@ class Runner:
             "checkpoint_storage": {"type": "shared_fs", "host_path": "checkpoints"},
             "reproducibility": {"experiment_seed": 1},
             "max_restarts": max_restarts,
+            **changes,
         }
         path = self.context / f"{name}.yaml"
         path.write_text(yaml.safe_dump(raw))
@@ -229,16 +251,89 @@ def scenarios(runner: Runner, placement: list[str]) -> list[Outcome]:
     return outcomes
 
 
-def not_retried(runner: Runner, name: str, fault: dict) -> str:
-    """A failure that repeats: how many runs it took and how long from the first run's start to the end."""
-    config = runner.config(name.replace(" ", "-"), fault, max_restarts=5)
+# A trial module whose import fails (after the command's check of the entrypoint found its class);
+# it writes the time of the fault beside itself first.
+_BROKEN_IMPORT = """
+import time
+from pathlib import Path
+
+with open(Path(__file__).with_suffix(".marks"), "a") as marks:
+    marks.write(f"{time.time()}\\n")
+import no_such_module_of_the_fault_benchmark  # noqa: F401,E402
+
+import det_estimator as det  # noqa: E402
+
+
+class Trial(det.EstimatorTrial):  # what the command's check of the entrypoint reads; never reached
+    def build_estimator(self):
+        pass
+
+    def build_train_spec(self):
+        pass
+
+    def build_validation_spec(self):
+        pass
+"""
+
+
+def _first_mark(path: Path) -> Optional[float]:
+    """The first time a fault wrote into ``path``, or None when it never struck."""
+    lines = path.read_text().split() if path.exists() else []
+    return float(lines[0]) if lines else None
+
+
+def not_retried(runner: Runner, name: str, fault: Optional[dict], entrypoint: str = "fault_trial:FaultTrial") -> str:
+    """A failure that repeats: how many runs it took and how long from its first fault to the trial's end."""
+    marks = runner.directory / f"{name.replace(' ', '-')}.marks"
+    if fault is None:  # the fault is the entrypoint's module itself
+        module = entrypoint.split(":")[0]
+        (runner.context / f"{module}.py").write_text(_BROKEN_IMPORT)
+        marks = runner.context / f"{module}.marks"
+    else:
+        fault = {**fault, "marks": str(marks)}
+    config = runner.config(name.replace(" ", "-"), fault, max_restarts=5, entrypoint=entrypoint)
     process = runner.start("experiment", "create", str(config), str(runner.context), "--slots", "2")
     if not runner.wait(process):
         return f"  {name}: hung (killed after {runner.timeout:.0f} s)"
+    finished = time.time()
     trial = _trial(runner)
     runs = trial["runs"]
-    seconds = runs[-1]["ended_at"] - runs[0]["started_at"] if runs and runs[-1]["ended_at"] else float("nan")
-    return f"  {name}: {len(runs)} run(s), {trial['restarts']} restart(s), {seconds:.1f} s from first start to end"
+    struck = _first_mark(marks)
+    # A fault the command finds before it launches anything ends with the command.
+    ended = runs[-1]["ended_at"] if runs and runs[-1]["ended_at"] else finished
+    seconds = ended - struck if struck else float("nan")
+    return f"  {name}: {len(runs)} run(s), {trial['restarts']} restart(s), {seconds:.1f} s from its fault to the end"
+
+
+HANG_TIMEOUT_SECONDS = 10
+
+
+def hang(runner: Runner) -> str:
+    """A rank wedged in a reducer: found, stacks dumped, ended within the timeout plus 30 s of the wedge."""
+    config = runner.config(
+        "hang",
+        None,
+        max_restarts=5,
+        hang_timeout_seconds=HANG_TIMEOUT_SECONDS,
+        hparam_sleeping_reducer_rank=1,
+    )
+    process = runner.start("experiment", "create", str(config), str(runner.context), "--slots", "2")
+    if not runner.wait(process):
+        return f"  hang: not found (the command was killed after {runner.timeout:.0f} s)"
+    trial = _trial(runner)
+    runs = trial["runs"]
+    first = runs[0] if runs else {}
+    error = first.get("error") or {}
+    log = Path(trial["log_path"]).read_text(encoding="utf-8", errors="replace")
+    dumped = all(f"Python stacks of rank {rank} (most recent call first)" in log for rank in (0, 1))
+    wedged = _first_mark(runner.context / "events" / "wedged-rank1")
+    seconds = first["ended_at"] - wedged if wedged and first.get("ended_at") else float("nan")
+    within = seconds <= HANG_TIMEOUT_SECONDS + 30
+    return (
+        f"  hang (hang_timeout_seconds {HANG_TIMEOUT_SECONDS}): {len(runs)} run(s), {trial['restarts']} restart(s), "
+        f"found as a hang: {error.get('kind') == 'hang'}, both ranks' stacks in the log: {dumped}, "
+        f"{seconds:.1f} s from the wedge to the run's end (within the timeout + 30 s: {within})"
+    )
 
 
 def summary(label: str, outcomes: list[Outcome]) -> list[str]:
@@ -256,7 +351,11 @@ def summary(label: str, outcomes: list[Outcome]) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds before a command counts as hung")
-    parser.add_argument("--only", choices=("one", "two"), help="run one setting only")
+    parser.add_argument(
+        "--only",
+        choices=("one", "two", "repeated", "hang"),
+        help="run one part only: faults on one host or two, failures not retried, or the hang",
+    )
     args = parser.parse_args()
     two = _load("two_hosts_support", ROOT / "tests" / "distributed" / "two_hosts_support.py")
     rows, notes = [], []
@@ -275,21 +374,29 @@ def main() -> None:
                 with two.two_hosts(scratch / "hosts") as hosts:
                     runner = Runner(scratch / "two", args.timeout, hosts)
                     rows.append(summary("two hosts, 1 slot each", scenarios(runner, ["--hosts", hosts.hosts])))
-        repeated = []
-        if args.only in (None, "one"):
+        repeated, hung = [], None
+        if args.only in (None, "one", "repeated"):
             print("failures a restart would only repeat (one host, 2 slots, max_restarts 5):", flush=True)
             runner = Runner(scratch / "repeated", args.timeout)
             repeated.append(not_retried(runner, "same failure every run", {"kind": "raise", "rank": 1, "batch": 12}))
             repeated.append(not_retried(runner, "failure before any batch", {"kind": "raise_at_start"}))
+            repeated.append(not_retried(runner, "import error", None, entrypoint="broken_import:Trial"))
+        if args.only in (None, "one", "hang"):
+            print("a hang (one host, 2 slots, max_restarts 5):", flush=True)
+            hung = hang(Runner(scratch / "hang", args.timeout))
     header = ["setting", "restarts survived", "kills survived", "hangs", "max s death->end", "closed form"]
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     print()
-    for row in [header, *rows]:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)))
+    if rows:
+        for row in [header, *rows]:
+            print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)))
     if repeated:
         print("\nfailures not retried:")
         for line in repeated:
             print(line)
+    if hung is not None:
+        print("\na hang:")
+        print(hung)
     for note in notes:
         print(note)
 

@@ -6,7 +6,11 @@ allreduce) and once under ``python -m det_estimator.launch.tensorflow``
 (``MultiWorkerMirroredStrategy``, gRPC collectives), with the same global batch, and
 prints the steady-state throughput of each (records per second over both processes,
 timed from batch ``--warmup`` to the last), fastest and median of ``--repeats``
-interleaved runs, and their ratio. One process alone is printed too, for scale.
+interleaved runs, and their ratio. One process alone is printed too, and each engine's 2
+processes against it.
+
+On the current stack, which has no Horovod, only MultiWorkerMirroredStrategy and one
+process run. ``benchmarks/stacks.py horovod_vs_mwms`` runs it on both stacks, side by side.
 
 Usage: ``.venv/bin/python benchmarks/horovod_vs_mwms.py [--steps 300] [--repeats 3]``
 """
@@ -18,6 +22,10 @@ import statistics
 import subprocess
 import sys
 import time
+
+from stacks import Figure, write_figures
+
+from det_estimator import _stack
 
 NUM_FEATURES, NUM_ROWS, GLOBAL_BATCH = 64, 65_536, 512
 WIDTH = 256
@@ -105,32 +113,43 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--warmup", type=int, default=30)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--figures", help="also write the figures to this file (for benchmarks/stacks.py)")
     parser.add_argument("--worker", choices=("horovod", "mwms"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         worker(args.worker, args.steps, args.warmup)
         return
-    rates: dict[str, list[float]] = {"horovod": [], "mwms": [], "one process": []}
+    engines = ("horovod", "mwms") if _stack.has_horovod() else ("mwms",)
+    rates: dict[str, list[float]] = {engine: [] for engine in (*engines, "one process")}
     for repeat in range(args.repeats):
-        order = ("horovod", "mwms") if repeat % 2 == 0 else ("mwms", "horovod")
-        for engine in order:
+        for engine in engines if repeat % 2 == 0 else engines[::-1]:
             rates[engine].append(launch(engine, 2, args.steps, args.warmup))
         rates["one process"].append(launch("mwms", 1, args.steps, args.warmup))
     print(
         f"model.fit of a {NUM_FEATURES}-{WIDTH}-{WIDTH}-1 MLP, global batch {GLOBAL_BATCH}, "
         f"{args.steps} steps ({args.warmup} of warm-up), this machine: {os.cpu_count()} cores"
     )
+    if "horovod" not in engines:
+        print("Horovod is not installed here (the current stack): MultiWorkerMirroredStrategy and one process only")
     print(f"{'records/s over all processes':46}{'fastest':>10}{'median':>10}   ({args.repeats} interleaved runs)")
     names = {
         "horovod": "Horovod (Gloo), 2 processes",
         "mwms": "MultiWorkerMirroredStrategy, 2 processes",
         "one process": "one process (default strategy)",
     }
-    for key, name in names.items():
-        print(f"{name:46}{max(rates[key]):10.0f}{statistics.median(rates[key]):10.0f}")
-    fastest = max(rates["horovod"]) / max(rates["mwms"])
-    median = statistics.median(rates["horovod"]) / statistics.median(rates["mwms"])
-    print(f"{'ratio Horovod / MultiWorkerMirroredStrategy':46}{fastest:10.2f}{median:10.2f}")
+    figures = []
+    for key in rates:
+        print(f"{names[key]:46}{max(rates[key]):10.0f}{statistics.median(rates[key]):10.0f}")
+        figures.append(Figure(f"{names[key]}, fastest", max(rates[key]), "records/s"))
+    ratios = {f"{names[engine].split(',')[0]}: 2 processes / 1": (engine, "one process") for engine in engines}
+    if "horovod" in engines:
+        ratios["Horovod / MultiWorkerMirroredStrategy"] = ("horovod", "mwms")
+    for name, (over, under) in ratios.items():
+        fastest = max(rates[over]) / max(rates[under])
+        median = statistics.median(rates[over]) / statistics.median(rates[under])
+        print(f"{'ratio ' + name:46}{fastest:10.2f}{median:10.2f}")
+        figures.append(Figure(f"{name}, fastest", fastest, "x"))
+    write_figures(args.figures, figures)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ the median of ``--repeats`` runs, interleaved so that the machine's load hits al
 alike), each one's ratio to the evaluation without a metric, and how far each AUC is
 from scikit-learn's on the same scores.
 
-Usage: ``.venv/bin/python benchmarks/keras_reducer_metric.py [--rows 1000000] [--repeats 5]``
+Usage: ``.venv/bin/python benchmarks/keras_reducer_metric.py [--rows 1000000] [--repeats 5]``, on
+either stack; ``benchmarks/stacks.py keras_reducer_metric`` runs it on both, side by side.
 """
 
 import argparse
@@ -21,6 +22,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from sklearn.metrics import roc_auc_score  # noqa: E402
+from stacks import Figure, write_figures  # noqa: E402
 
 import det_estimator as det  # noqa: E402
 from det_estimator.reducers import RocAuc  # noqa: E402
@@ -54,6 +56,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--batch-size", type=int, default=1024)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--figures", help="also write the figures to this file (for benchmarks/stacks.py)")
     args = parser.parse_args()
 
     features, labels = clicks(args.rows)
@@ -77,11 +80,17 @@ def main() -> None:
     base_fastest, base_median = min(seconds["no metric"]), statistics.median(seconds["no metric"])
     print(f"model.evaluate of {args.rows:,} examples in batches of {args.batch_size} ({args.repeats} runs each)")
     print(f"  {'metric':32s} {'fastest':>9s} {'median':>9s}   vs no metric (fastest, median)   |AUC - sklearn|")
+    figures = []
     for name, times in seconds.items():
         fastest, median = min(times), statistics.median(times)
         error = f"{abs(results[name]['auc'] - exact):.2e}" if "auc" in results[name] else "-"
         ratios = f"{fastest / base_fastest:6.2f}x  {median / base_median:6.2f}x"
         print(f"  {name:32s} {fastest:8.2f}s {median:8.2f}s   {ratios}                  {error}")
+        figures.append(Figure(f"{name}, fastest", fastest, "s"))
+        if name != "no metric":
+            figures.append(Figure(f"{name} / no metric, fastest", fastest / base_fastest, "x"))
+            figures.append(Figure(f"{name}: |AUC - sklearn|", abs(results[name]["auc"] - exact), ""))
+    write_figures(args.figures, figures)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,8 @@ during training (batch counting, the trial's callbacks, pause checks, and every
 machine's load hits both alike; the fastest run of each (the least disturbed by other
 work on the machine) and the median of ``--repeats``.
 
-Usage: ``.venv/bin/python benchmarks/keras_train_overhead.py [--batches 3000] [--repeats 5]``
+Usage: ``.venv/bin/python benchmarks/keras_train_overhead.py [--batches 3000] [--repeats 5]``, on
+either stack; ``benchmarks/stacks.py keras_train_overhead`` runs it on both, side by side.
 """
 
 import argparse
@@ -26,6 +27,7 @@ os.environ["DET_ESTIMATOR_STORE"] = os.path.join(tempfile.mkdtemp(prefix="keras-
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
+from stacks import Figure, write_figures  # noqa: E402
 
 import det_estimator as det  # noqa: E402
 
@@ -122,8 +124,10 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=3000)
     parser.add_argument("--warmup", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--figures", help="also write the figures to this file (for benchmarks/stacks.py)")
     args = parser.parse_args()
 
+    figures = []
     print(f"Training throughput, {args.batches} batches of {BATCH_SIZE} (median of {args.repeats}, warm-up excluded)")
     for kind in ("tf.data", "arrays"):
         plain, harness = [], []
@@ -136,6 +140,13 @@ def main() -> None:
             print(f"   {name:20s} {max(rates):9.1f}  {statistics.median(rates):9.1f}   runs: {runs}")
         fastest, median = max(harness) / max(plain), statistics.median(harness) / statistics.median(plain)
         print(f"   ratio harness / plain {fastest:8.3f}  {median:9.3f}   (target >= 0.95)")
+        figures += [
+            Figure(f"{kind}: plain model.fit, fastest", max(plain), "batches/s"),
+            Figure(f"{kind}: TFKerasTrial, fastest", max(harness), "batches/s"),
+            Figure(f"{kind}: harness / plain, fastest", fastest, "x"),
+            Figure(f"{kind}: harness / plain, median", median, "x"),
+        ]
+    write_figures(args.figures, figures)
 
 
 if __name__ == "__main__":

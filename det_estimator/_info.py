@@ -213,6 +213,12 @@ def get_cluster_info() -> Optional[ClusterInfo]:
     return ClusterInfo.from_json(Path(path).read_text(encoding="utf-8"))
 
 
+def run_directory() -> Optional[Path]:
+    """The launched run's own folder (its launcher's, holding the info file), or None outside a launched run."""
+    path = os.environ.get(INFO_VARIABLE)
+    return Path(path).parent if path and _in_process is None else None
+
+
 def set_in_process(info: Optional[ClusterInfo]) -> None:
     """Makes :func:`get_cluster_info` return ``info`` while a trial runs in this process."""
     global _in_process

@@ -159,7 +159,7 @@ def cause_of_current_exception(rank: Optional[int], origin: str) -> RootCause:
 def format_user_traceback(error: BaseException) -> str:
     """One exception with its frames from the first of the user's own on (all frames when none is the user's)."""
     frames = traceback.extract_tb(error.__traceback__)
-    first = next((index for index, frame in enumerate(frames) if _is_user_file(frame.filename)), 0)
+    first = next((index for index, frame in enumerate(frames) if is_user_file(frame.filename)), 0)
     return (
         "Traceback (most recent call last):\n"
         + "".join(traceback.format_list(frames[first:]))
@@ -179,12 +179,17 @@ def _chain(error: BaseException) -> list[BaseException]:
     return chain[::-1]
 
 
-def _is_user_file(filename: str) -> bool:
+def is_user_file(filename: str) -> bool:
     """Whether a frame's file is the user's: neither det-estimator's, Python's nor an installed library's."""
     if filename.startswith("<"):
         return False
     path = os.path.abspath(filename)
     return not path.startswith(_PACKAGE_DIR) and not path.startswith(_LIBRARY_DIRS)
+
+
+def is_own_file(filename: str) -> bool:
+    """Whether a frame's file is det-estimator's own."""
+    return not filename.startswith("<") and os.path.abspath(filename).startswith(_PACKAGE_DIR)
 
 
 def _entry_into_user_code(tb: Optional[types.TracebackType]) -> Optional[types.FrameType]:
@@ -195,7 +200,7 @@ def _entry_into_user_code(tb: Optional[types.TracebackType]) -> Optional[types.F
     """
     entry, caller_is_user = None, False
     while tb is not None:
-        is_user = _is_user_file(tb.tb_frame.f_code.co_filename)
+        is_user = is_user_file(tb.tb_frame.f_code.co_filename)
         if is_user and not caller_is_user:
             entry = tb.tb_frame
         caller_is_user = is_user
@@ -217,7 +222,7 @@ def _is_permanent(error: BaseException) -> bool:
 def _is_own_error(error: BaseException) -> bool:
     """A DetEstimatorError raised by det-estimator itself (matched by name: this module imports none of it)."""
     own = any(cls.__name__ == "DetEstimatorError" for cls in type(error).__mro__)
-    return own and error.__traceback__ is not None and not _is_user_file(_last_frame_file(error.__traceback__))
+    return own and error.__traceback__ is not None and not is_user_file(_last_frame_file(error.__traceback__))
 
 
 def _last_frame_file(tb: types.TracebackType) -> str:

@@ -42,7 +42,20 @@ _NEEDS_BY_PATH = {
         "recovery/",
         "test_checkpoint_kind.py",
     ),
-    "horovod": ("distributed/", "keras_api/test_fit_and_job_on_processes.py"),
+    # tests/distributed/test_metric_policy.py marks its own: its TensorFlow launcher's runs need neither.
+    "horovod": (
+        "distributed/test_command_on_two_slots.py",
+        "distributed/test_contexts.py",
+        "distributed/test_examples_on_two_slots.py",
+        "distributed/test_horovod_stack.py",
+        "distributed/test_keras_example_on_two_slots.py",
+        "distributed/test_keras_reducer_metric.py",
+        "distributed/test_keras_trial.py",
+        "distributed/test_make_metric.py",
+        "distributed/test_trial_controller.py",
+        "distributed/test_two_hosts.py",
+        "keras_api/test_fit_and_job_on_processes.py",
+    ),
 }
 # Fixtures that build or run the analytic EstimatorTrial.
 _ESTIMATOR_FIXTURES = frozenset({"analytic"})
@@ -223,7 +236,8 @@ def one_rank_of_two(monkeypatch):
 
 @pytest.fixture(scope="session")
 def analytic():
-    """The analytic_trial module."""
+    """The analytic_trial module (it imports analytic_closed_form, loaded first)."""
+    load_module(SUPPORT / "analytic_closed_form.py")
     return load_module(SUPPORT / "analytic_trial.py")
 
 

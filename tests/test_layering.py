@@ -210,6 +210,7 @@ _MODULE_FILES.update(
 _STANDALONE = (
     "det_estimator._environment_variables",
     "det_estimator._host_list",
+    "det_estimator._pids",
     "det_estimator._root_cause",
     "det_estimator._version",
     "det_estimator.errors",

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from det_estimator._pids import process_exists
 from det_estimator.checkpoint import _fs, _manifest, _metadata
 from det_estimator.checkpoint._checkpoint import Checkpoint, checkpoint_from_metadata
 from det_estimator.errors import DetEstimatorError
@@ -185,20 +186,10 @@ def _remove_abandoned_copies(destination: Path) -> list[Path]:
         return removed
     for entry in os.scandir(destination.parent):
         match = _STAGING.match(entry.name)
-        if match and match["name"] == destination.name and not _is_running(int(match["pid"])):
+        if match and match["name"] == destination.name and not process_exists(int(match["pid"])):
             shutil.rmtree(entry.path, ignore_errors=True)
             removed.append(Path(entry.path))
     return removed
-
-
-def _is_running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's process
-    return True
 
 
 def _publish(staging: Path, destination: Path) -> None:

@@ -17,6 +17,7 @@ from det_estimator._version import __version__
 from det_estimator.cli import _checkpoints as checkpoints
 from det_estimator.cli import _experiments as experiments
 from det_estimator.cli import _jobs as jobs
+from det_estimator.cli import _stores as stores
 from det_estimator.cli._environment import show_environment
 from det_estimator.cli._experiments import UsageError
 from det_estimator.config import ConfigNoteWarning
@@ -230,6 +231,16 @@ def build_parser() -> argparse.ArgumentParser:
     job_log = job_actions.add_parser("logs", parents=[store_option], help="everything the job printed")
     job_log.add_argument("job_id", metavar="ID", type=_id)
     job_log.set_defaults(run=jobs.job_logs, json=False)
+    store = commands.add_parser("store", aliases=["s"], help="the store itself: its id, and making a copy its own")
+    store_actions = store.add_subparsers(dest="action", metavar="ACTION", required=True)
+    store_actions.add_parser(
+        "describe", parents=[json_option], help="the store's file, id, schema version and whether it is a copy"
+    ).set_defaults(run=stores.describe)
+    store_actions.add_parser(
+        "detach",
+        parents=[json_option],
+        help="make a copy of a store one of its own: a new id, and its own copies of its checkpoints and logs",
+    ).set_defaults(run=stores.detach)
     ui = commands.add_parser(
         "ui", parents=[store_option], help="serve a web page over the store: experiments, curves, searches, trials"
     )
@@ -283,9 +294,12 @@ def _serve_ui(args: argparse.Namespace) -> int:
 # Commands that may make a new store; every other one reads an existing store.
 _CREATING_COMMANDS = {("experiment", "create"), ("e", "create"), ("job", "run"), ("j", "run")}
 # Commands that write to the store, which must then be writable.
-_WRITING_COMMANDS = _CREATING_COMMANDS | {
-    (name, action) for name in ("experiment", "e") for action in ("pause", "resume")
-}
+_DETACHING_COMMANDS = {("store", "detach"), ("s", "detach")}
+_WRITING_COMMANDS = (
+    _CREATING_COMMANDS
+    | _DETACHING_COMMANDS
+    | {(name, action) for name in ("experiment", "e") for action in ("pause", "resume")}
+)
 
 # Commands that list everything in the store, and need no id.
 _LISTING_EVERYTHING = {("experiment", "list"), ("e", "list"), ("job", "list"), ("j", "list")}
@@ -351,17 +365,27 @@ def _check_store_folder(path: Path, named_by: str) -> None:
         )
 
 
-def _open_store(path: str, writing: bool) -> "ExperimentStore":
-    """The store at ``path`` (made there if missing); checked writable for a command that writes."""
+def _open_store(path: str, writing: bool, detaching: bool = False) -> "ExperimentStore":
+    """The store at ``path`` (made there if missing); checked writable for a command that writes.
+
+    A copy of another store is read-only (``store detach`` aside): a command that reads
+    it says so once, on stderr, and one that writes is refused.
+    """
     from det_estimator.store import ExperimentStore
 
     store = ExperimentStore(path)
     if writing:
         try:
-            store.check_writable()
+            store.check_writable(detaching=detaching)
         except BaseException:
             store.close()
             raise
+    elif store.copy_of is not None:
+        print(
+            f"det-estimator: note: the store {store.path} is a copy of {store.copy_of}, and read-only; "
+            f"`det-estimator --store {store.path} store detach` makes it a store of its own.",
+            file=sys.stderr,
+        )
     return store
 
 
@@ -415,7 +439,8 @@ def _main(argv: Optional[list[str]]) -> int:
             if Path(store_path).exists():
                 _open_store(store_path, writing=True).close()
             return run(functools.partial(_open_store, store_path, writing=True), args)
-        with _open_store(store_path, writing=(args.command, args.action) in _WRITING_COMMANDS) as store:
+        command = (args.command, args.action)
+        with _open_store(store_path, command in _WRITING_COMMANDS, command in _DETACHING_COMMANDS) as store:
             return run(store, args)
     except (UsageError, UnknownIdError, StoreUnusableError) as error:
         print(f"det-estimator: error: {error}", file=sys.stderr)

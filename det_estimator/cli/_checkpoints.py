@@ -9,9 +9,9 @@ from typing import Any, Optional
 from det_estimator._checkpoint_kind import CheckpointKind, checkpoint_kind, keras_checkpoint, load_calls
 from det_estimator.checkpoint import CheckpointCopyError, copy_checkpoint, read_checkpoint
 from det_estimator.cli._experiments import UsageError
-from det_estimator.cli._output import format_size, format_time, print_table
+from det_estimator.cli._output import format_time, print_table
 from det_estimator.errors import DetEstimatorError
-from det_estimator.orchestration import format_metrics, print_json
+from det_estimator.orchestration import format_metrics, format_size, print_json
 from det_estimator.store import CheckpointRecord, ExperimentRecord, ExperimentStore, to_json_value
 
 # How many of the checkpoints an ambiguous uuid prefix matches are named.

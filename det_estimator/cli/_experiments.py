@@ -86,6 +86,14 @@ def create(open_store: Callable[[], ExperimentStore], args: argparse.Namespace) 
             check_trial_entrypoint(context_dir, config.entrypoint_module, config.entrypoint_class)
     except EntrypointError as error:
         raise UsageError(f"{args.config}: {error}") from error
+    trial_processes = config.resources.slots_per_trial
+    if not config.is_script and (trial_processes > 1 or args.hosts is not None) and not launcher.horovod_installed():
+        raise UsageError(
+            f"{args.config}: a trial class on several processes (resources.slots_per_trial {trial_processes}"
+            f"{', --hosts' if args.hosts is not None else ''}) runs under Horovod, which is not installed here (the "
+            "current stack has none). Run it on one slot, or on the estimator stack (bash scripts/setup.sh); on this "
+            "stack a script with det.keras.DeterminedCallback runs on several processes under the TensorFlow launcher."
+        )
     if args.hosts is not None:
         try:
             launcher.check_hosts(args.hosts)

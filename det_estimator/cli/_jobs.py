@@ -16,6 +16,7 @@ from det_estimator.cli._output import format_time, print_log, print_table
 from det_estimator.orchestration import command_on, print_json
 from det_estimator.orchestration._jobs import JobConfigError, load_job_config, run_job
 from det_estimator.orchestration._processes import device_type
+from det_estimator.orchestration._report import failure_place_and_text
 from det_estimator.store import ExperimentStore, State, to_json_value
 
 
@@ -54,10 +55,9 @@ def run(open_store: Callable[[], ExperimentStore], args: argparse.Namespace) -> 
     else:
         print(f"Job {job.id} {job.state} (exit status {job.exit_status}); its output: {command} job logs {job.id}")
     if job.state != State.COMPLETED:
-        recorded = job.error or {}
-        print(f"Job {job.id} failed: {recorded.get('message', '')}", file=sys.stderr)
-        if recorded.get("traceback"):
-            sys.stderr.write(recorded["traceback"])
+        # As a failed trial's: where, and the root cause with the user's own frames.
+        place, text = failure_place_and_text(job.error or {})
+        print(f"Job {job.id} failed{place}:\n{text}", file=sys.stderr)
         return 1
     return 0
 

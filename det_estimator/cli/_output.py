@@ -8,8 +8,10 @@ from typing import Any, Optional, TextIO
 from det_estimator.orchestration import format_value
 
 
-def print_table(header: list[str], rows: list[list[Any]], stream: TextIO = sys.stdout) -> None:
-    """Columns padded to their widest cell; numbers aligned right."""
+def print_table(header: list[str], rows: list[list[Any]], stream: Optional[TextIO] = None) -> None:
+    """Columns padded to their widest cell; numbers aligned right; to ``stream``, else the current stdout."""
+    # sys.stdout is read at each call, not bound as a default: a caller may have redirected it since.
+    stream = stream or sys.stdout
     cells = [[_cell(value) for value in row] for row in rows]
     widths = [max(len(str(text)) for text in column) for column in zip(header, *cells)]
     numeric = [
@@ -25,15 +27,6 @@ def print_table(header: list[str], rows: list[list[Any]], stream: TextIO = sys.s
 
 def format_time(timestamp: Optional[float]) -> str:
     return "-" if timestamp is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(timestamp))
-
-
-def format_size(size_bytes: int) -> str:
-    size = float(size_bytes)
-    for unit in ("B", "kB", "MB", "GB"):
-        if size < 1000 or unit == "GB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1000
-    return f"{size:.1f} GB"
 
 
 def _cell(value: Any) -> str:

@@ -1,4 +1,4 @@
-"""The ``environment`` section, ``max_restarts``, and the keys that matter only on a cluster.
+"""The ``environment`` section, ``max_restarts``, ``hang_timeout_seconds``, and the keys that matter only on a cluster.
 
 A config ported from the reference system keeps its cluster settings (a container image,
 a pod spec, bind mounts, a workspace...). det-estimator runs the trial's processes itself,
@@ -18,6 +18,9 @@ from det_estimator.config._fields import as_mapping, check_keys, join, read_int
 # The device types the reference keys per-device settings by.
 DEVICE_TYPES = ("cpu", "cuda", "rocm")
 DEFAULT_MAX_RESTARTS = 5
+# Half an hour without a batch, a validation step or a checkpoint on any process: far
+# longer than any of those takes, short of a process that waits for ever.
+DEFAULT_HANG_TIMEOUT_SECONDS = 1800
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _VARIABLES_RULE = (
@@ -132,6 +135,11 @@ def load_environment(raw: Any, config_kind: str = "job") -> EnvironmentConfig:
 def parse_max_restarts(raw: Mapping[str, Any]) -> int:
     """``max_restarts``: how many times a failed trial is restarted from its latest checkpoint (default 5)."""
     return read_int(raw, "max_restarts", "", minimum=0, default=DEFAULT_MAX_RESTARTS)
+
+
+def parse_hang_timeout_seconds(raw: Mapping[str, Any]) -> int:
+    """``hang_timeout_seconds``: how long a trial may go without progress on any process before it hangs (0: never)."""
+    return read_int(raw, "hang_timeout_seconds", "", minimum=0, default=DEFAULT_HANG_TIMEOUT_SECONDS)
 
 
 def parse_environment(value: Any, path: str, ignored: dict[str, str]) -> EnvironmentConfig:

@@ -16,6 +16,7 @@ from det_estimator.config._environment import (
     cluster_only_keys,
     note_once,
     parse_environment,
+    parse_hang_timeout_seconds,
     parse_max_restarts,
     warn_ignored,
 )
@@ -79,6 +80,7 @@ _TOP_LEVEL_KEYS = (
     "optimizations",
     "reproducibility",
     "max_restarts",
+    "hang_timeout_seconds",
     "environment",
 )
 # The reference format's other top-level keys matter only on a cluster: they are accepted
@@ -123,6 +125,9 @@ class ExperimentConfig:
         reproducibility: The ``reproducibility`` section, with the seed actually used.
         max_restarts: How many times a failed trial is restarted from its latest
             checkpoint before it ends as ERROR (5, as the reference).
+        hang_timeout_seconds: How long no process of a trial may make progress (a
+            batch, a validation step, a checkpoint) before the trial is ended as hung
+            (1800); 0 never ends one.
         environment: The ``environment`` section: the variables every worker process
             gets (its cluster-only keys are ignored with a warning).
     """
@@ -147,6 +152,7 @@ class ExperimentConfig:
     optimizations: OptimizationsConfig
     reproducibility: ReproducibilityConfig
     max_restarts: int
+    hang_timeout_seconds: int
     environment: EnvironmentConfig
 
     @property
@@ -302,6 +308,7 @@ class ExperimentConfig:
             "optimizations": self.optimizations.to_dict(),
             "reproducibility": self.reproducibility.to_dict(),
             "max_restarts": self.max_restarts,
+            "hang_timeout_seconds": self.hang_timeout_seconds,
             "environment": self.environment.to_dict(),
         }
 
@@ -508,6 +515,7 @@ def _parse(raw: Mapping[Any, Any]) -> ExperimentConfig:
         optimizations=parse_optimizations(raw.get("optimizations"), "optimizations"),
         reproducibility=parse_reproducibility(raw.get("reproducibility"), "reproducibility"),
         max_restarts=parse_max_restarts(raw),
+        hang_timeout_seconds=parse_hang_timeout_seconds(raw),
         environment=parse_environment(raw.get("environment"), "environment", ignored),
     )
     _check_consistency(config, smallest_global_batch_size)

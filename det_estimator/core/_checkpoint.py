@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
+from det_estimator import _heartbeat
 from det_estimator.checkpoint import Checkpoint, TrialCheckpoints, read_checkpoint
 from det_estimator.core._distributed import DistributedContext
 from det_estimator.core._store import CoreStore
@@ -177,6 +178,8 @@ class CheckpointContext:
         steps = metadata[STEPS_COMPLETED]
         if steps in self._validations and "validation_metrics" not in metadata:
             metadata["validation_metrics"] = self._validations[steps]
+        # A checkpoint's start and end are progress: a large one takes its time in between.
+        _heartbeat.beat()
         if not shard:
             if self._distributed.rank != 0:
                 raise CheckpointError(
@@ -187,9 +190,11 @@ class CheckpointContext:
                 yield pending.path, pending.uuid
                 self._before_seal()
             self._sealed(pending.checkpoint)
+            _heartbeat.beat()
             return
         with self._out_of_space_is_clear():
             yield from self._store_sharded(metadata)
+        _heartbeat.beat()
 
     @contextlib.contextmanager
     def _out_of_space_is_clear(self) -> Iterator[None]:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 from det_estimator import _info, _root_cause
+from det_estimator._heartbeat import HeartbeatWriter
 from det_estimator.checkpoint import check_checkpoint_storage
 from det_estimator.config import ExperimentConfig, Length, LengthUnit, load_experiment_config
 from det_estimator.config._errors import describe
@@ -400,10 +401,13 @@ def _parts(
     trial = info.require_trial()
     recorder = StoreRecorder(store, trial.trial_id, trial.run_id) if distributed.rank == 0 else None
     searcher_config = config.searcher
+    # A launched run's launcher watches for hangs through the directory of its pause file.
+    launched = info.pause_file is not None and info.launcher is not None
     watcher = PauseWatcher(
         info.pause_file,
         _StorePauseRequest(store, trial.experiment_id) if recorder else None,
         None if info.launcher is None else _LauncherGone(*info.launcher),
+        HeartbeatWriter(Path(str(info.pause_file)).parent, distributed.rank) if launched else None,
     )
     checkpoint = CheckpointContext(
         distributed,

@@ -8,6 +8,8 @@ import threading
 from collections.abc import Iterator
 from typing import Any, Callable, Optional
 
+from det_estimator import _heartbeat
+from det_estimator._heartbeat import HeartbeatWriter
 from det_estimator.core._distributed import DistributedContext
 from det_estimator.errors import PermanentTrialError
 
@@ -44,6 +46,8 @@ class PauseWatcher:
             in the store (the chief of a recorded trial only).
         launcher_gone: returns True once the process that launched the run is gone
             (a launched run only).
+        heartbeat: tells the launcher of this process's progress, and dumps its stacks
+            when the launcher asks (a launched trial run only).
     """
 
     def __init__(
@@ -51,8 +55,10 @@ class PauseWatcher:
         pause_file: Optional[str] = None,
         store_pause_requested: Optional[Callable[[], bool]] = None,
         launcher_gone: Optional[Callable[[], bool]] = None,
+        heartbeat: Optional[HeartbeatWriter] = None,
     ) -> None:
         self._pause_file = pause_file
+        self._heartbeat = heartbeat
         self._store_pause_requested = store_pause_requested
         self._launcher_gone = launcher_gone
         self._event = threading.Event()
@@ -68,7 +74,8 @@ class PauseWatcher:
         return self._event.is_set()
 
     def start(self) -> None:
-        if self._thread is None and (self._pause_file or self._store_pause_requested or self._launcher_gone):
+        watched = (self._pause_file, self._store_pause_requested, self._launcher_gone, self._heartbeat)
+        if self._thread is None and any(watched):
             self._thread = threading.Thread(target=self._poll, name="det-estimator-pause-watcher", daemon=True)
             self._thread.start()
 
@@ -94,8 +101,10 @@ class PauseWatcher:
     def _poll(self) -> None:
         while not self._stopped.wait(_POLL_SECONDS):
             self.exit_if_orphaned()
+            if self._heartbeat is not None:
+                self._heartbeat.tick()
             if self._event.is_set():
-                if self._launcher_gone is None:
+                if self._launcher_gone is None and self._heartbeat is None:
                     return  # nothing left to watch
                 continue
             if self._pause_file and os.path.exists(self._pause_file):
@@ -166,6 +175,7 @@ class PreemptContext:
         Raises:
             PermanentTrialError: ``ChiefOnly`` mode and called on another process.
         """
+        _heartbeat.beat()  # a script that asks regularly is moving on
         local = self._watcher.requested()
         if self._mode == PreemptMode.WorkersAskChief:
             decision = any(self._distributed.allgather(local))

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from det_estimator import _heartbeat
 from det_estimator.core._distributed import DistributedContext
 from det_estimator.core._store import CoreStore
 from det_estimator.errors import PermanentTrialError
@@ -90,6 +91,7 @@ class TrainContext:
             batch_metrics: per-batch values; accepted for compatibility and not recorded.
         """
         metrics = _check_metrics(metrics, "report_training_metrics")
+        _heartbeat.beat()
         if self._recorder is not None:
             self._recorder.on_training(int(steps_completed), dict(metrics))
             self._progressed_to(int(steps_completed))
@@ -106,6 +108,7 @@ class TrainContext:
                 its value is not a number (NaN is one).
         """
         metrics = _check_metrics(metrics, "report_validation_metrics")
+        _heartbeat.beat()
         if self._searcher_metric is not None and self._searcher_metric not in metrics:
             raise SearcherMetricError(
                 f"searcher.metric {self._searcher_metric!r} is not among the validation metrics: "
@@ -157,6 +160,7 @@ class TrainContext:
         A value held back is written by the next report that goes through, or when the
         context closes, so the last one is never lost.
         """
+        _heartbeat.beat()  # every process's batches are progress the launcher's hang watch sees
         if self._recorder is None:
             return
         now = time.monotonic()

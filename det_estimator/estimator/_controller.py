@@ -9,7 +9,7 @@ from typing import Any, Optional
 import numpy as np
 import tensorflow as tf
 
-from det_estimator import core
+from det_estimator import _heartbeat, core
 from det_estimator._process_random_state import python_and_numpy_state, restore_python_and_numpy_state
 from det_estimator._trial_controller import TrialController, new_trial_context
 from det_estimator._version import __version__
@@ -24,6 +24,7 @@ from det_estimator.estimator._scratch import scratch_model_dir
 from det_estimator.estimator._trial import EstimatorTrial
 from det_estimator.estimator._trial_context import EstimatorTrialContext
 from det_estimator.hooks import RunHook, _input_state
+from det_estimator.hooks._heartbeat_hook import HeartbeatHook
 from det_estimator.hooks._workload_control import WorkloadControlHook
 from det_estimator.store import State
 
@@ -247,10 +248,11 @@ class EstimatorTrialController(TrialController):
     def _validate(self, local_checkpoint: str) -> dict[str, Any]:
         spec = self._built.eval_spec
         steps = 1 if self._test else spec.steps
+        _heartbeat.beat()  # building the evaluation's graph takes a while before its first step
         raw = self._estimator.evaluate(
             validation_input_fn(spec.input_fn, steps),
             steps=steps,
-            hooks=spec.hooks,
+            hooks=[*spec.hooks, HeartbeatHook()],
             checkpoint_path=local_checkpoint,
             name=spec.name,
         )

@@ -1,5 +1,9 @@
 """Starts the processes of one trial run: directly on one slot, under ``horovodrun --gloo`` on several.
 
+Without Horovod (the current stack), a script on several slots runs under det-estimator's
+TensorFlow launcher instead: one process per slot, each with the ``TF_CONFIG`` of a
+``MultiWorkerMirroredStrategy`` job, which ``core.init()`` reads its place from.
+
 Imports no TensorFlow. Settings reach the processes through environment variables
 (``DET_CLUSTER_INFO`` names the run's info file; ``DET_CHIEF_IP`` and ``DET_CHIEF_PORT``
 tell them where the chief listens for object collectives), read on their side by
@@ -30,14 +34,25 @@ from det_estimator.launcher._startup_hook import hooked_command
 # which has det-estimator and TensorFlow (the one on PATH may not).
 _PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
 # Entrypoints that start their own processes on every slot.
-_SELF_LAUNCHING = ("det_estimator.launch.horovod", "det_estimator.launch.tensorflow")
+_TENSORFLOW_LAUNCHER = "det_estimator.launch.tensorflow"
+_SELF_LAUNCHING = ("det_estimator.launch.horovod", _TENSORFLOW_LAUNCHER)
+
+
+def _horovodrun() -> Path:
+    """Where horovodrun is when Horovod is installed: beside this interpreter."""
+    return Path(sys.executable).with_name("horovodrun")
+
+
+def horovod_installed() -> bool:
+    """Whether horovodrun is installed beside this interpreter (the estimator stack builds it; the current has none)."""
+    return _horovodrun().exists()
 
 
 def horovodrun_command(
     num_processes: int, command: list[str], hosts: Optional[Sequence[HostSlots]] = None
 ) -> list[str]:
     """The command line that runs ``command`` on ``num_processes`` slots of ``hosts`` (default: this machine)."""
-    horovodrun = Path(sys.executable).with_name("horovodrun")
+    horovodrun = _horovodrun()
     if not horovodrun.exists():
         raise FileNotFoundError(
             f"horovodrun was not found next to {sys.executable}; install Horovod with TensorFlow and Gloo "
@@ -45,6 +60,14 @@ def horovodrun_command(
         )
     host_list = format_hosts(hosts) if hosts else f"localhost:{num_processes}"
     return [str(horovodrun), "-np", str(num_processes), "-H", host_list, "--gloo", *command]
+
+
+def tensorflow_launcher_command(
+    num_processes: int, command: list[str], hosts: Optional[Sequence[HostSlots]] = None
+) -> list[str]:
+    """The command line that runs ``command`` on ``num_processes`` slots of ``hosts``, each with its ``TF_CONFIG``."""
+    placement = ["--hosts", format_hosts(hosts)] if hosts else ["--slots", str(num_processes)]
+    return [sys.executable, "-m", _TENSORFLOW_LAUNCHER, *placement, "--", *command]
 
 
 def worker_command() -> list[str]:
@@ -71,12 +94,18 @@ def process_command(
 
     One slot on this machine runs the command itself; several (or any on other hosts)
     run it under horovodrun, unless the command is one of det-estimator's own launchers.
-    With ``startup_hook``, every process horovodrun starts (or the one process) runs the
-    context directory's ``startup-hook.sh`` first, once per host (``_startup_hook``).
+    Where Horovod is not installed, a script runs under the TensorFlow launcher instead
+    (the worker of a trial class needs Horovod: horovodrun's absence is its error).
+    With ``startup_hook``, every process horovodrun starts (or the one process, or the
+    launcher that starts them) runs the context directory's ``startup-hook.sh`` first,
+    once per host (``_startup_hook``).
     """
     run = hooked_command(command) if startup_hook else command
     if is_self_launching(command) or (slots == 1 and hosts is None):
         return run
+    if not horovod_installed() and command[1:3] != worker_command()[1:3]:
+        launched = tensorflow_launcher_command(slots, command, hosts)
+        return hooked_command(launched) if startup_hook else launched
     return horovodrun_command(slots, run, hosts)
 
 

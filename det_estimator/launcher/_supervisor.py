@@ -129,7 +129,8 @@ def _as_exit(status: int) -> None:
     """Ends the supervisor as COMMAND ended: with its exit status, or killed by its signal."""
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
-        signal.signal(sig, signal.SIG_DFL)
+        if sig not in (signal.SIGKILL, signal.SIGSTOP):  # whose handlers cannot be set, nor need to be
+            signal.signal(sig, signal.SIG_DFL)
         os.kill(os.getpid(), sig)
         time.sleep(1)  # a signal that does not end a process by default
         sys.exit(128 + sig)

@@ -17,7 +17,13 @@ It works on any store with the operations of :class:`RunStore`. Imports no Tenso
 and nothing of ``core``, ``orchestration`` or the front ends.
 """
 
-from det_estimator.lifecycle._errors import ErrorKind, RunError, is_clean_exit
+from det_estimator.lifecycle._errors import (
+    ErrorKind,
+    RunError,
+    cause_among_processes,
+    is_clean_exit,
+    write_process_error,
+)
 from det_estimator.lifecycle._lifecycle import Ending, RunLifecycle, run_state, trial_class_of
 from det_estimator.lifecycle._resume import remove_leftovers, resume_point
 from det_estimator.lifecycle._retention import RetentionPolicy, delete_checkpoints_not_kept
@@ -30,10 +36,12 @@ __all__ = [
     "RunError",
     "RunLifecycle",
     "RunStore",
+    "cause_among_processes",
     "delete_checkpoints_not_kept",
     "is_clean_exit",
     "remove_leftovers",
     "resume_point",
     "run_state",
     "trial_class_of",
+    "write_process_error",
 ]

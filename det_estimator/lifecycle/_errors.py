@@ -1,7 +1,9 @@
 """RunError: what a run records of the error that ended it, with the kind of error it is."""
 
 import enum
+import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Optional
 
 from det_estimator import _root_cause
@@ -25,6 +27,8 @@ class ErrorKind(enum.Enum):
     """The processes exited cleanly without completing their searcher operation."""
     INTERRUPTED = "interrupted"
     """Ctrl-C or SIGTERM ended the processes of a job (a job cannot pause)."""
+    HANG = "hang"
+    """No process of the run made progress for the config's ``hang_timeout_seconds``: the launcher ended it."""
 
 
 @dataclass(frozen=True)
@@ -111,3 +115,36 @@ def _kind_of_type(type_name: Optional[str]) -> ErrorKind:
 def is_clean_exit(error: BaseException) -> bool:
     """Whether ``error`` is how a script ends without an error: ``sys.exit(0)`` or ``sys.exit()``."""
     return isinstance(error, SystemExit) and error.code in (None, 0)
+
+
+# A job's process records its error as a file in the run's own folder, which its launcher reads.
+_PROCESS_ERROR = "error-rank{rank}.json"
+
+
+def write_process_error(directory: Path, error: RunError) -> None:
+    """Records the error that ends this process of a job, for its launcher (:func:`cause_among_processes`).
+
+    A job has no run in the store: its launcher records the job's error when its
+    processes have ended.
+    """
+    rank = -1 if error.rank is None else error.rank
+    path = directory / _PROCESS_ERROR.format(rank=rank)
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(json.dumps(error.to_record()), encoding="utf-8")
+    partial.replace(path)
+
+
+def cause_among_processes(directory: Path) -> Optional[RunError]:
+    """The error that ended a job, of those its processes recorded: the lowest rank's that is no consequence.
+
+    None when no process recorded one (it failed before det-estimator's context was
+    made, or was killed).
+    """
+    found = []
+    for path in sorted(directory.glob(_PROCESS_ERROR.format(rank="*"))):
+        try:
+            found.append(RunError.from_record(json.loads(path.read_text(encoding="utf-8"))))
+        except (OSError, ValueError):
+            continue
+    found.sort(key=lambda error: (error.consequence, -1 if error.rank is None else error.rank))
+    return found[0] if found else None

@@ -183,6 +183,8 @@ class RunLifecycle:
     ) -> ClusterInfo:
         store = self._store
         trial = store.trial(trial_id)
+        # Before a file is written or deleted there: a folder of another store is left alone.
+        store.own_folders(experiment.id)
         latest = resume_point(store, trial)
         run_id = store.start_run(trial.id, 0 if latest is None else latest.steps_completed)
         store.set_trial_state(trial.id, State.ACTIVE)
@@ -208,6 +210,7 @@ class RunLifecycle:
     ) -> tuple[int, ClusterInfo]:
         """Records a new job (a script run outside any experiment); returns its id and the info its processes get."""
         store = self._store
+        store.own_folders(None)
         job_id = store.create_job(name, config, context_dir, command, slots)
         info = ClusterInfo(
             task_type=BATCH_INFERENCE,

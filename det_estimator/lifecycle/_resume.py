@@ -6,7 +6,7 @@ from typing import Optional
 
 from det_estimator.checkpoint import Checkpoint, TrialCheckpoints
 from det_estimator.lifecycle._store import RunStore
-from det_estimator.store import TrialRecord
+from det_estimator.store import StoreUnusableError, TrialRecord
 
 logger = logging.getLogger("det_estimator.lifecycle")
 
@@ -40,7 +40,8 @@ def remove_leftovers(store: RunStore, experiment_ids: list[int]) -> list[Path]:
     A run SIGKILLed while it wrote or deleted a checkpoint leaves a hidden ``.partial-*``
     or ``.deleting-*`` folder, which its own resume removes; an experiment never resumed
     kept it for good. Experiments whose state is final (completed, paused, failed) have no
-    process that writes there; a running one is left alone.
+    process that writes there; a running one is left alone, and so is one whose folders
+    belong to another store, or whose store is a copy.
 
     Returns:
         The paths removed.
@@ -48,6 +49,11 @@ def remove_leftovers(store: RunStore, experiment_ids: list[int]) -> list[Path]:
     removed: list[Path] = []
     for experiment_id in experiment_ids:
         if not store.experiment(experiment_id).state.is_final:
+            continue
+        try:
+            store.own_folders(experiment_id, make=False)
+        except StoreUnusableError as error:  # a copy of a store, or a folder of another store
+            logger.info("left leftovers of experiment %d: %s", experiment_id, error)
             continue
         for trial in store.trials(experiment_id):
             if not Path(trial.checkpoint_dir).is_dir():

@@ -83,8 +83,10 @@ def delete_checkpoints_not_kept(store: RunStore, experiment_id: int, policy: Ret
     best over all trials (all three 0: none at all). A checkpoint is marked deleted in
     the store before its files go, so that a store that cannot be written leaves the
     files rather than a record of files that are gone; files that cannot be deleted are
-    left with a warning (the experiment is done and recorded).
+    left with a warning (the experiment is done and recorded). Nothing is deleted in a
+    folder of another store, nor by a copy of a store (``RunStore.own_folders`` refuses).
     """
+    store.own_folders(experiment_id, make=False)
     keep = policy.experiment_best(store, experiment_id)
     deleted: list[str] = []
     for trial in store.trials(experiment_id):

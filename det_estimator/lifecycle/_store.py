@@ -50,6 +50,9 @@ class RunStore(Protocol):
     def update_experiment(self, experiment_id: int, config: dict[str, Any], slots: int, test: bool) -> None:
         """Replaces an experiment's config, slots and test mode."""
 
+    def own_folders(self, experiment_id: Optional[int], make: bool = True) -> None:
+        """Claims for the store the folders a run of the experiment writes and deletes in (see ExperimentStore)."""
+
     def claim(self, experiment_id: int) -> None:
         """Makes this process the experiment's launcher; raises ``ExperimentBusyError`` if a live one is."""
 

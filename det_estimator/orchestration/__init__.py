@@ -13,6 +13,7 @@ from det_estimator.orchestration._display import (
     PlainDisplay,
     display_for,
     format_metrics,
+    format_size,
     format_value,
 )
 from det_estimator.orchestration._experiment import (
@@ -64,6 +65,7 @@ __all__ = [
     "find_or_record_experiment",
     "first_traceback",
     "format_metrics",
+    "format_size",
     "format_value",
     "in_process_run",
     "print_failure",

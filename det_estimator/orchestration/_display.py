@@ -70,6 +70,16 @@ def format_value(value: Any) -> str:
     return "-" if value is None else str(value)
 
 
+def format_size(size_bytes: int) -> str:
+    """A size in bytes as the command and the web page show it: B, then kB, MB and GB of 1,000."""
+    size = float(size_bytes)
+    for unit in ("B", "kB", "MB", "GB"):
+        if size < 1000 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1000
+    return f"{size:.1f} GB"
+
+
 def format_metrics(metrics: dict[str, Any]) -> str:
     """``name value`` pairs, sorted by name."""
     return "  ".join(f"{name} {format_value(value)}" for name, value in sorted(metrics.items()))

@@ -289,6 +289,7 @@ class _ExperimentLoop:
 
     def _reap(self) -> None:
         for trial_id, process in list(self._running.items()):
+            process.watch_for_hang()
             if process.poll() is None:
                 continue
             finished = process.finish()
@@ -352,7 +353,14 @@ class _ExperimentLoop:
                 break
             self._store.set_search_state(trial.id, SearchState.RUNNING)
             process = TrialProcess.launch(
-                self._store, self._experiment, trial, allocation, self._display, self._verbose, self._environment
+                self._store,
+                self._experiment,
+                trial,
+                allocation,
+                self._display,
+                self._verbose,
+                self._environment,
+                hang_timeout_seconds=self._config.hang_timeout_seconds,
             )
             self._running[trial.id] = process
             launched += 1

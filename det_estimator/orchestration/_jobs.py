@@ -31,7 +31,7 @@ from det_estimator.config import ConfigError, EnvironmentConfig, load_environmen
 from det_estimator.config._errors import PREFIX
 from det_estimator.config._json_values import freeze_mapping, thaw
 from det_estimator.errors import DetEstimatorError
-from det_estimator.lifecycle import Ending, ErrorKind, RunError, RunLifecycle
+from det_estimator.lifecycle import Ending, ErrorKind, RunError, RunLifecycle, cause_among_processes
 from det_estimator.orchestration._processes import device_type, first_traceback, start_processes
 from det_estimator.store import ExperimentStore, JobRecord
 
@@ -173,8 +173,8 @@ def run_job(
         status, interrupted = _run_processes(
             info, spec, context_dir, Path(scratch), log_path, job_id, stream if verbose else None
         )
-    ending = Ending(exit_status=status, stopped=interrupted)
-    lifecycle.end_job(job_id, ending, _error_of(log_path, status, interrupted) if status or interrupted else None)
+        error = _error_of(log_path, status, interrupted, Path(scratch)) if status or interrupted else None
+    lifecycle.end_job(job_id, Ending(exit_status=status, stopped=interrupted), error)
     return JobOutcome(store.job(job_id))
 
 
@@ -215,10 +215,19 @@ def _run_processes(
     return status, interrupted.is_set()
 
 
-def _error_of(log_path: Path, status: Optional[int], interrupted: bool) -> RunError:
-    """The job's error: the first traceback of its log, else its last line."""
+def _error_of(log_path: Path, status: Optional[int], interrupted: bool, scratch: Path) -> RunError:
+    """The job's error: the root cause a process recorded, as an experiment's; else the first traceback of its log.
+
+    A process that failed inside ``det.keras.init()``'s context recorded the root cause
+    of its error, with the user's own frames (see
+    :func:`~det_estimator.lifecycle.write_process_error`); one that failed before it, or
+    was killed, did not: its output tells.
+    """
     if interrupted:
         return RunError(ErrorKind.INTERRUPTED, "the job was interrupted (Ctrl-C or SIGTERM)")
+    recorded = cause_among_processes(scratch)
+    if recorded is not None:
+        return recorded
     lines = log_path.read_text(encoding="utf-8", errors="replace").splitlines()
     block = first_traceback(lines)
     if block:

@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Callable, Optional, TextIO
 
 from det_estimator import _environment_variables as environment_variables
-from det_estimator import _info, launcher
+from det_estimator import _heartbeat, _info, launcher
 from det_estimator._host_list import HostSlots
 from det_estimator.lifecycle import Ending, ErrorKind, RunError, RunLifecycle
 from det_estimator.orchestration._display import Display
+from det_estimator.orchestration._hangs import HangState, HangWatch, hang_error
 from det_estimator.store import (
     ExperimentRecord,
     ExperimentStore,
@@ -223,6 +224,9 @@ class TrialProcess:
         scratch: the run's own directory (the pause file); removed when the run finishes.
         log: the trial's log.
         processes: the run's processes.
+        display: where the launcher's messages go.
+        hang_timeout_seconds: how long no process may make progress before the run is
+            ended as hung (see :mod:`~det_estimator.orchestration._hangs`); 0: never.
     """
 
     def __init__(
@@ -234,6 +238,8 @@ class TrialProcess:
         scratch: tempfile.TemporaryDirectory,
         log: "_TrialLog",
         processes: RunProcesses,
+        display: Optional[Display] = None,
+        hang_timeout_seconds: float = 0,
     ) -> None:
         self.trial = trial
         self.allocation = allocation
@@ -243,6 +249,8 @@ class TrialProcess:
         self._scratch = scratch
         self._log = log
         self._processes = processes
+        self._display = display
+        self._hang = HangWatch(hang_timeout_seconds, allocation.slots)
         self.stopped = False
 
     @classmethod
@@ -255,6 +263,7 @@ class TrialProcess:
         display: Display,
         verbose: bool,
         environment: Optional[dict[str, str]] = None,
+        hang_timeout_seconds: float = 0,
     ) -> "TrialProcess":
         """Records a run of ``trial`` and starts its processes.
 
@@ -267,6 +276,7 @@ class TrialProcess:
             verbose: show the processes' output.
             environment: variables set in every process of the run, on every host (the
                 config's ``environment.environment_variables``).
+            hang_timeout_seconds: the config's ``hang_timeout_seconds`` (0: no hang watch).
         """
         hosts, slots = allocation.hosts, allocation.slots
         # With other hosts, the run's files go beside the checkpoints, on the shared file system.
@@ -305,11 +315,50 @@ class TrialProcess:
             hosts=hosts,
             environment=dict(environment or {}),
         )
-        return cls(store, trial, allocation, info, scratch, log, processes)
+        return cls(store, trial, allocation, info, scratch, log, processes, display, hang_timeout_seconds)
 
     def poll(self) -> Optional[int]:
         """The processes' exit status once they ended, else None."""
         return self._processes.poll()
+
+    def watch_for_hang(self) -> None:
+        """Ends the run as hung once no process made progress for the timeout, after they dumped their stacks.
+
+        Called as the experiment's loop polls; it never waits. The processes' progress
+        counts and their answers come through the run's directory (see
+        :mod:`det_estimator._heartbeat`).
+        """
+        if self._hang.state == HangState.HUNG or self.stopped or self.poll() is not None:
+            return
+        directory = Path(self._scratch.name)
+        before = self._hang.state
+        heartbeats = _heartbeat.read_heartbeats(directory)
+        answered = _heartbeat.read_stuck(directory)
+        counts = {rank: heartbeat.beats for rank, heartbeat in heartbeats.items()}
+        state = self._hang.observe(counts, len(answered))
+        if state == HangState.DUMPING and before == HangState.WATCHING:
+            (directory / _heartbeat.DUMP_REQUEST).touch()
+            self._message(
+                f"trial {self.trial.id}: no process made progress for {self._hang.silent_seconds:.0f} s; "
+                "their Python stacks go to the trial's log"
+            )
+        elif state == HangState.DUMPING and self._hang.signal_due():
+            # Those that cannot answer (a thread holds the interpreter lock) dump from a signal handler.
+            here = socket.gethostname()
+            for rank, heartbeat in heartbeats.items():
+                if rank not in answered and heartbeat.host == here:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(heartbeat.pid, _heartbeat.DUMP_SIGNAL)
+        elif state == HangState.HUNG:
+            error = hang_error(self._hang.silent_seconds, self.allocation.slots, _heartbeat.read_stuck(directory))
+            self._lifecycle.record_error(self.info.require_trial().run_id, error)
+            # The display shows it as the run's failure (its restart, or the trial's end).
+            self._log.write(f"--- det-estimator: {error.message} ---\n")
+            self.kill()
+
+    def _message(self, text: str) -> None:
+        if self._display is not None:
+            self._display.message(text)
 
     def request_pause(self) -> None:
         """Asks the run to checkpoint and stop (every process watches the pause file)."""
@@ -360,6 +409,8 @@ class _TrialLog:
         self._display = display
         self._file: Optional[TextIO] = None
         self.intact = True  # every line written so far is in the file
+        # The processes' lines come from the pump's thread; the launcher's own (a hang) from its loop.
+        self._lock = threading.Lock()
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             self._file = path.open("a", encoding="utf-8")
@@ -367,13 +418,14 @@ class _TrialLog:
             self._lost(error)
 
     def write(self, text: str) -> None:
-        if self._file is None:
-            return
-        try:
-            self._file.write(text)
-            self._file.flush()
-        except OSError as error:
-            self._lost(error)
+        with self._lock:
+            if self._file is None:
+                return
+            try:
+                self._file.write(text)
+                self._file.flush()
+            except OSError as error:
+                self._lost(error)
 
     def close(self) -> None:
         if self._file is None:

@@ -201,6 +201,13 @@ def _last_run_errors(store: ExperimentStore, trials: list[TrialRecord]) -> list[
     return failed
 
 
+def failure_place_and_text(error: dict[str, Any]) -> tuple[str, str]:
+    """`` on rank 1 in metric 'auc'`` and the cause's traceback (or message) of a recorded run error, as shown."""
+    where = "" if error.get("rank") is None else f" on rank {error['rank']}"
+    origin = f" in {error['origin']}" if error.get("origin") else ""
+    return f"{where}{origin}", (error.get("traceback") or error.get("message") or "").rstrip()
+
+
 def print_trial_failures(store: ExperimentStore, trials: list[TrialRecord], stream: TextIO) -> list[TrialRecord]:
     """The cause of each of ``trials`` whose last run failed, once; returns those trials.
 
@@ -211,10 +218,8 @@ def print_trial_failures(store: ExperimentStore, trials: list[TrialRecord], stre
     failed = _last_run_errors(store, trials)
     causes: dict[tuple[str, str], list[tuple[int, str]]] = {}
     for trial, error in failed:
-        where = "" if error.get("rank") is None else f" on rank {error['rank']}"
-        origin = f" in {error['origin']}" if error.get("origin") else ""
-        text = (error.get("traceback") or error.get("message") or "").rstrip()
-        causes.setdefault((f"{where}{origin}", numbers_aside(text)), []).append((trial.id, text))
+        place, text = failure_place_and_text(error)
+        causes.setdefault((place, numbers_aside(text)), []).append((trial.id, text))
     for (place, _), alike in causes.items():
         (first_id, text), trial_ids = alike[0], [trial_id for trial_id, _ in alike]
         named = f"Trial {first_id}" if len(alike) == 1 else f"Trials {', '.join(map(str, trial_ids))}"

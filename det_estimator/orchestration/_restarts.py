@@ -70,7 +70,8 @@ def _same_error(error: dict, previous: dict) -> bool:
     if not error.get("type") or error.get("type") != previous.get("type"):
         return False  # no exception to compare (a killed process, say): a restart may help
     kind = RunError.from_record(error).kind
-    if kind not in (ErrorKind.RAISED, ErrorKind.OUTPUT):
+    # A hang records where every process was stuck, as a traceback's frames.
+    if kind not in (ErrorKind.RAISED, ErrorKind.OUTPUT, ErrorKind.HANG):
         return False
     message, earlier = (numbers_aside(str(record.get("message") or "")) for record in (error, previous))
     return message == earlier and _place(error) == _place(previous)

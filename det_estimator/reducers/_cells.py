@@ -183,9 +183,7 @@ def merge_cells(cells: Cells, budget: int) -> Cells:
         excess = len(cells.lo) - budget
         if excess <= 0:
             return cells
-        costs = _link_costs(cells)
-        chosen = np.zeros(len(costs), bool)
-        chosen[np.argpartition(costs, excess - 1)[:excess]] = True
+        chosen = _cheapest(_link_costs(cells), excess)
         # Of consecutive chosen links, keep every other one, so that each merge joins two cells.
         run_index = np.arange(len(chosen))
         run_start = np.maximum.accumulate(np.where(chosen & ~np.concatenate(([False], chosen[:-1])), run_index, 0))
@@ -195,8 +193,23 @@ def merge_cells(cells: Cells, budget: int) -> Cells:
         return cells
     # The rest in one go: every chosen link merges, runs of them into one cell.
     begins = np.ones(len(cells.lo), bool)
-    begins[np.argpartition(_link_costs(cells), excess - 1)[:excess] + 1] = False
+    begins[1:] = ~_cheapest(_link_costs(cells), excess)
     return _merge_runs(cells, np.flatnonzero(begins))
+
+
+def _cheapest(costs: np.ndarray, count: int) -> np.ndarray:
+    """A mask of the ``count`` smallest costs (``1 <= count <= len(costs)``), equal costs by lowest index.
+
+    ``np.argpartition`` alone leaves the choice among costs equal to the ``count``-th
+    one to its selection algorithm, which differs between NumPy releases and CPUs (NumPy
+    2 selects with SIMD kernels): the same examples then gave different cells. The
+    ``count``-th smallest value does not depend on it, so the ties are chosen here.
+    """
+    threshold = np.partition(costs, count - 1)[count - 1]
+    chosen = costs < threshold
+    ties = np.flatnonzero(costs == threshold)
+    chosen[ties[: count - np.count_nonzero(chosen)]] = True
+    return chosen
 
 
 def _merge_pairs(cells: Cells, links: np.ndarray) -> Cells:

@@ -7,6 +7,10 @@ with their hyperparameters and runs, training and validation metrics per step, a
 checkpoints (uuid, step, path, size, metadata). Trial logs and TensorBoard event files
 are kept beside it. Checkpoint files themselves live in the experiment's
 ``checkpoint_storage``; the store only records them. Reads return frozen records.
+
+A store is recognised by its marker (the ``store_info`` table) before anything is
+written, has an id of its own, and claims the folders it writes in; a copy of a store
+is read-only until ``ExperimentStore.detach`` makes it one of its own.
 """
 
 from det_estimator.store._errors import (
@@ -18,6 +22,13 @@ from det_estimator.store._errors import (
     UnknownIdError,
 )
 from det_estimator.store._event_files import session_start
+from det_estimator.store._identity import (
+    DetachReport,
+    FolderOwnedError,
+    NothingToDetachError,
+    StoreCopyError,
+    folder_owner,
+)
 from det_estimator.store._jobs import BATCH_INFERENCE, JobRecord
 from det_estimator.store._launchers import launcher_alive, launcher_columns
 from det_estimator.store._recorder import StoreRecorder
@@ -51,6 +62,10 @@ __all__ = [
     "STORE_VARIABLE",
     "Assignment",
     "BestValidation",
+    "DetachReport",
+    "FolderOwnedError",
+    "NothingToDetachError",
+    "StoreCopyError",
     "CheckpointRecord",
     "ExperimentBusyError",
     "StoreUnusableError",
@@ -72,6 +87,7 @@ __all__ = [
     "UnknownIdError",
     "damaged_store_error",
     "default_store_path",
+    "folder_owner",
     "launcher_alive",
     "launcher_columns",
     "session_start",

@@ -9,6 +9,7 @@ import socket
 from pathlib import Path
 from typing import Optional
 
+from det_estimator._pids import process_exists
 from det_estimator.store._records import State
 
 
@@ -41,12 +42,8 @@ def launcher_alive(pid: Optional[int], host: Optional[str], started: Optional[in
     """
     if pid is None or host != socket.gethostname():
         return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+    if not process_exists(pid):
         return False
-    except PermissionError:
-        pass
     if started is not None:
         now = process_start_time(pid)
         return now is None or now == started

@@ -1,15 +1,23 @@
 """The store's tables, and the steps that bring an older store up to date.
 
-The schema version lives in SQLite's ``user_version``. Migration ``i`` (0-based)
-takes a store from version ``i`` to ``i + 1``; a store newer than
-:data:`SCHEMA_VERSION` was made by a newer det-estimator and is refused.
+The schema version lives in SQLite's ``user_version``, and from version 8 also in the
+``store_info`` table, the store's marker: the application that made it, its schema
+version and the store's id, in a table (not only in SQLite's header) so that a store in
+another database keeps them. Migration ``i`` (0-based) takes a store from version ``i``
+to ``i + 1``; a store newer than :data:`SCHEMA_VERSION` was made by a newer
+det-estimator and is refused.
 """
 
+import re
 import sqlite3
 from typing import Optional
 
 from det_estimator import _environment_variables as environment_variables
 from det_estimator.store._errors import StoreError
+
+# The marker's application name, and SQLite's header field that says the same ("detE").
+APPLICATION = "det-estimator"
+APPLICATION_ID = 0x64657445
 
 # Each step is plain statements separated by semicolons (no triggers).
 MIGRATIONS: list[str] = [
@@ -142,9 +150,34 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE jobs ADD COLUMN launcher_started INTEGER;
     """,
+    # 7 -> 8: the store's marker and identity: the application that made it (so that no
+    # other database is taken for a store), its schema version, a random id that the
+    # folders it writes record as their owner, and its home, the file it was made as
+    # (recorded on its first opening, see ExperimentStore), which tells a copy elsewhere.
+    f"""
+    CREATE TABLE store_info (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        application TEXT NOT NULL,
+        schema_version INTEGER NOT NULL,
+        store_id TEXT NOT NULL,
+        home TEXT,
+        created_at REAL NOT NULL
+    );
+    INSERT INTO store_info (id, application, schema_version, store_id, created_at)
+        VALUES (1, '{APPLICATION}', 8, lower(hex(randomblob(16))), CAST(strftime('%s', 'now') AS REAL));
+    PRAGMA application_id = {APPLICATION_ID};
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
+# The first schema version with the store_info table.
+MARKED_VERSION = 8
+
+
+def tables_of_version(version: int, migrations: Optional[list[str]] = None) -> set[str]:
+    """The tables a det-estimator store of schema ``version`` has (those its migrations create)."""
+    steps = (MIGRATIONS if migrations is None else migrations)[:version]
+    return {name for step in steps for name in re.findall(r"CREATE TABLE (\w+)", step)}
 
 
 def inserted_id(cursor: sqlite3.Cursor) -> int:
@@ -187,6 +220,8 @@ def migrate(connection: sqlite3.Connection, path: str, migrations: Optional[list
                     if statement.strip():
                         connection.execute(statement)
                 connection.execute(f"PRAGMA user_version = {version + 1}")
+                if version + 1 >= MARKED_VERSION:
+                    connection.execute("UPDATE store_info SET schema_version = ?", (version + 1,))
             connection.execute("COMMIT")
         except BaseException:
             connection.execute("ROLLBACK")

@@ -14,6 +14,7 @@ from typing import Any, Optional, Union
 
 from det_estimator import _environment_variables as environment_variables
 from det_estimator._host_list import HostSlots, format_hosts, parse_hosts
+from det_estimator.store._detach import copy_for_detach, plan_detach, store_files_dir
 from det_estimator.store._errors import (
     ExperimentBusyError,
     StoreError,
@@ -21,6 +22,21 @@ from det_estimator.store._errors import (
     StoreLockedError,
     StoreUnusableError,
     UnknownIdError,
+)
+from det_estimator.store._identity import (
+    DetachReport,
+    FolderOwnedError,
+    FolderOwner,
+    NothingToDetachError,
+    StoreCopyError,
+    StoreFileKind,
+    copy_message,
+    folder_owner,
+    foreign_database_message,
+    holds_store,
+    inspect_store_file,
+    owned_folder_message,
+    write_folder_owner,
 )
 from det_estimator.store._jobs import JobTable
 from det_estimator.store._launchers import launcher_alive, launcher_columns, state_as_seen
@@ -131,9 +147,23 @@ class ExperimentStore(JobTable):
     each trial's output log and TensorBoard event files, so that two stores in one
     folder never share them.
 
+    A store is recognised by its marker before anything is written to the file (see
+    ``_identity``): another application's database is refused and left as it is. Each
+    store has an id, and the folders it writes in record it as their owner
+    (:meth:`own_folders`). A store whose file is a copy of another store that still
+    exists (the id of both, recorded with the other's path as its home) is read-only
+    until :meth:`detach` makes it a store of its own; a store moved elsewhere (nothing of
+    its id left at its home) takes its new place as its home.
+
     Args:
         path: the database file (default :func:`default_store_path`); created, with its
             directory, if missing.
+
+    Attributes:
+        path: the database file, absolute.
+        store_id: the store's id, which the folders it writes record.
+        copy_of: the store this one is a copy of, while that one exists; None for a store
+            of its own.
 
     Raises:
         StoreError: the file is not a det-estimator store, or of a newer schema.
@@ -156,13 +186,23 @@ class ExperimentStore(JobTable):
                 f"Cannot use {self.path} as a det-estimator store: it is not a regular file. Expected a store that "
                 "det-estimator made (an SQLite database), or a path where there is none yet."
             )
+        self.copy_of: Optional[Path] = None
         try:
+            # Read before a byte is written: opening in WAL mode, or making the tables, changes the file.
+            found = inspect_store_file(self.path)
+            if found.kind == StoreFileKind.FOREIGN:
+                raise StoreUnusableError(foreign_database_message(self.path, found.tables))
             self._connection = sqlite3.connect(str(self.path), timeout=_LOCK_WAIT_SECONDS, isolation_level=None)
             self._connection.row_factory = sqlite3.Row
             _enable_wal(self._connection, deadline=time.monotonic() + _LOCK_WAIT_SECONDS)
             self._connection.execute("PRAGMA foreign_keys = ON")
             migrate(self._connection, str(self.path))
+            self.store_id = self._settle_home()
         except sqlite3.DatabaseError as error:
+            # Reading the marker reaches past the first page, where a damaged store shows.
+            damaged = damaged_store_error(self.path, error) if "malformed" in str(error) else None
+            if damaged is not None:
+                raise damaged from None
             # On a read-only file system SQLite cannot make the WAL index beside the store,
             # and says only "unable to open database file", even to read it.
             unwritable_folder = self.path.is_file() and not os.access(self.path.parent, os.W_OK)
@@ -172,15 +212,45 @@ class ExperimentStore(JobTable):
                 f"Cannot use {self.path} as a det-estimator store: {error}. Expected a store that det-estimator "
                 "made (an SQLite database), or a path where there is none yet."
             ) from None
+        except StoreUnusableError:
+            raise
         except StoreError as error:
             raise StoreUnusableError(str(error)) from None
 
-    def check_writable(self) -> None:
+    def _settle_home(self) -> str:
+        """Reads the store's id, and tells a copy of a store that still exists; returns the id.
+
+        The home recorded is the file the store was first opened as. A store found
+        elsewhere is a copy while its home still holds a store of its id (both would
+        write into the same folders), and was moved otherwise: its new place becomes its home.
+        """
+        row = self._connection.execute("SELECT store_id, home FROM store_info WHERE id = 1").fetchone()
+        store_id, home = str(row["store_id"]), row["home"]
+        if home == str(self.path):
+            return store_id
+        if home is not None and Path(home) != self.path and holds_store(Path(home), store_id):
+            self.copy_of = Path(home)
+            return store_id
+        with self._write() as db:
+            db.execute("UPDATE store_info SET home = ? WHERE id = 1", (str(self.path),))
+        return store_id
+
+    def _refuse_a_copy(self) -> None:
+        if self.copy_of is not None:
+            raise StoreCopyError(copy_message(self.path, self.copy_of, self.store_id))
+
+    def check_writable(self, detaching: bool = False) -> None:
         """Raises :class:`StoreUnusableError` unless this process can write to the store.
 
         Called before a command that writes starts anything, so that a read-only store
-        file or folder fails at once rather than after training has begun.
+        file or folder, or a copy of another store, fails at once rather than after
+        training has begun.
+
+        Args:
+            detaching: the command is ``store detach``, the one write a copy takes.
         """
+        if not detaching:
+            self._refuse_a_copy()
         try:
             self._connection.execute("BEGIN IMMEDIATE")
             version = self._connection.execute("PRAGMA user_version").fetchone()[0]
@@ -196,11 +266,120 @@ class ExperimentStore(JobTable):
     @property
     def files_dir(self) -> Path:
         """The folder of this store's own files (logs, TensorBoard event files), beside the database."""
-        return self.path.parent / f"{self.path.stem}-files"
+        return store_files_dir(self.path)
 
     def trial_dir(self, experiment_id: int, trial_id: int) -> Path:
         """Where a trial's output log and TensorBoard event files are kept."""
         return self.files_dir / "experiments" / str(experiment_id) / f"trial-{trial_id}"
+
+    # Identity: the folders this store owns, and making a copy a store of its own.
+
+    def own_folders(self, experiment_id: Optional[int], make: bool = True) -> None:
+        """Claims for this store the folders a run of the experiment writes and deletes in.
+
+        Those are the store's own files folder and each of the experiment's checkpoint
+        folders (``experiment-<id>-<tag>``). A folder that no store owns yet is claimed:
+        its owner file names this store; so is one whose owner was a store at this very
+        path, which this store has replaced. Called before a run or a job begins, before
+        retention deletes, and before leftovers are swept.
+
+        Args:
+            experiment_id: the experiment; None for the store's own files folder alone (a job's).
+            make: make a missing folder (and claim it); else a missing one is left alone.
+
+        Raises:
+            StoreCopyError: this store is a copy of a store that still exists.
+            FolderOwnedError: a folder belongs to another store.
+        """
+        self._refuse_a_copy()
+        trials = [] if experiment_id is None else self.trials(experiment_id)
+        checkpoint_folders = {Path(trial.checkpoint_dir).parent for trial in trials}
+        mine = FolderOwner(self.store_id, str(self.path))
+        for folder in [self.files_dir, *sorted(checkpoint_folders)]:
+            owner = folder_owner(folder)
+            if owner is not None and owner.store_id != self.store_id and owner.store_path == str(self.path):
+                # The store that owned it was this file, deleted and made anew since.
+                owner = write_folder_owner(folder, mine)
+            if owner is None:
+                if not make and not folder.is_dir():
+                    continue
+                try:
+                    folder.mkdir(parents=True, exist_ok=True)
+                    owner = write_folder_owner(folder, mine, replace=False)
+                except OSError as error:
+                    raise StoreUnusableError(
+                        f"Cannot record the store {self.path} as the owner of the folder {folder}: "
+                        f"{error.strerror or error}. Expected a folder this user can write."
+                    ) from None
+            if owner.store_id != self.store_id:
+                raise FolderOwnedError(owned_folder_message(folder, owner, self.path, self.store_id))
+
+    def detach(self) -> DetachReport:
+        """Makes this store one of its own: a new id, and its own copies of the folders it shares.
+
+        A copy of a store that still exists gets copies of all its experiments' checkpoint
+        folders, under a new tag (``experiment-<id>-<new tag>``), and of their logs,
+        beside itself; a store that meets folders of another store gets copies of those
+        experiments' checkpoint folders. A copy holds just the checkpoints this store
+        lists. Folders only it uses stay, and record its new id. Checkpoints it lists
+        whose files are gone are recorded as deleted; in a copy, what runs (for the
+        original) reads as interrupted once this process has ended. The folders are
+        copied first and the store changed in one transaction, so a detach that is
+        interrupted leaves the store as it was (and a partial copy, hidden).
+
+        Raises:
+            NothingToDetachError: the store is neither a copy nor meets another store's folders.
+        """
+        old_id = self.store_id
+        plan = plan_detach(self.path, old_id, self.copy_of, self.experiments(), self.trials, self.jobs())
+        if not plan.new_tags and self.copy_of is None:
+            raise NothingToDetachError(
+                f"The store {self.path} is not a copy of another store, and no folder it uses belongs to another "
+                "store: it is a store of its own already, and `store detach` has nothing to do."
+            )
+        mine = FolderOwner(secrets.token_hex(16), str(self.path))
+        listed = {checkpoint.uuid for experiment_id in plan.new_tags for checkpoint in self.checkpoints(experiment_id)}
+        copied = copy_for_detach(plan, mine, listed)
+        gone: list[str] = []
+        with self._write(detaching=True) as db:
+            db.execute("UPDATE store_info SET store_id = ?, home = ? WHERE id = 1", (mine.store_id, str(self.path)))
+            if self.copy_of is not None:
+                # What the copy shows running is run by the original's launcher, for the original:
+                # this process becomes their launcher, and once it has ended they read as interrupted.
+                for table in ("experiments", "jobs"):
+                    db.execute(
+                        f"UPDATE {table} SET launcher_pid = ?, launcher_host = ?, launcher_started = ? WHERE state = ?",
+                        (*launcher_columns(), State.ACTIVE.value),
+                    )
+            for experiment_id, tag in plan.new_tags.items():
+                db.execute("UPDATE experiments SET storage_tag = ? WHERE id = ?", (tag, experiment_id))
+            for row in db.execute("SELECT id, checkpoint_dir, log_path FROM trials").fetchall():
+                db.execute(
+                    "UPDATE trials SET checkpoint_dir = ?, log_path = ? WHERE id = ?",
+                    (plan.moved(row["checkpoint_dir"]), plan.moved(row["log_path"]), row["id"]),
+                )
+            for row in db.execute("SELECT id, log_path FROM jobs").fetchall():
+                db.execute("UPDATE jobs SET log_path = ? WHERE id = ?", (plan.moved(row["log_path"]), row["id"]))
+            for row in db.execute("SELECT uuid, path, state FROM checkpoints").fetchall():
+                path, state = plan.moved(row["path"]), row["state"]
+                if state == "COMPLETED" and not Path(path).is_dir():
+                    state = "DELETED"
+                    gone.append(row["uuid"])
+                db.execute("UPDATE checkpoints SET path = ?, state = ? WHERE uuid = ?", (path, state, row["uuid"]))
+        self.store_id, self.copy_of = mine.store_id, None
+        # Claimed once the store has its new id: a detach interrupted before leaves them as they were.
+        self.files_dir.mkdir(parents=True, exist_ok=True)
+        claimed = [self.files_dir, *plan.kept]
+        for folder in claimed:
+            write_folder_owner(folder, mine)
+        return DetachReport(
+            path=str(self.path),
+            old_id=old_id,
+            new_id=mine.store_id,
+            copied=tuple((str(source), str(target)) for source, target in copied),
+            claimed=tuple(str(folder) for folder in claimed),
+            checkpoints_gone=tuple(gone),
+        )
 
     def for_thread(self) -> "ExperimentStore":
         """A new connection to this store, for another thread: an SQLite connection serves the thread that opened it."""
@@ -216,7 +395,9 @@ class ExperimentStore(JobTable):
         self.close()
 
     @contextlib.contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
+    def _write(self, detaching: bool = False) -> Iterator[sqlite3.Connection]:
+        if not detaching:
+            self._refuse_a_copy()
         try:
             self._connection.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as error:

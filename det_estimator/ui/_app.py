@@ -409,14 +409,7 @@ def _number_text(value: Any) -> str:
 
 
 def _size(size: Optional[int]) -> str:
-    if size is None:
-        return "-"
-    amount = float(size)
-    for unit in ("B", "KB", "MB", "GB"):
-        if amount < 1024 or unit == "GB":
-            return f"{amount:.0f} {unit}" if unit == "B" else f"{amount:.1f} {unit}"
-        amount /= 1024
-    return f"{size} B"
+    return "-" if size is None else orchestration.format_size(size)
 
 
 def _query(pairs: dict[str, Union[str, int]]) -> str:

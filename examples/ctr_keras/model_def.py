@@ -3,17 +3,17 @@
 Synthetic, imbalanced click logs (about 2% positives) from a fixed logistic ground
 truth, so nothing is downloaded. The data is NumPy arrays: the harness batches them,
 gives each process its share of every global batch and of the validation set, and
-resumes at the batch where a trial stopped. ROC AUC and average precision are
-``det.keras.ReducerMetric`` metrics, computed over every process's validation
-examples, so they equal scikit-learn's; Keras' own binned AUC is reported beside them
-for comparison.
+resumes at the batch where a trial stopped. ROC AUC, average precision and log loss
+are ``det.keras.ReducerMetric`` metrics (ctr_binary's ``make_metric`` metrics),
+computed over every process's validation examples, so they equal scikit-learn's;
+Keras' own binned AUC is reported beside them for comparison.
 """
 
 import numpy as np
 import tensorflow as tf
 
 import det_estimator as det
-from det_estimator.reducers import AveragePrecision, RocAuc
+from det_estimator.reducers import AveragePrecision, LogLoss, RocAuc
 
 NUM_FEATURES = 16
 # With these feature weights an intercept of -6 gives about 2% positives.
@@ -53,6 +53,7 @@ class ClickThroughRateTrial(det.keras.TFKerasTrial):
             metrics=[
                 det.keras.ReducerMetric(RocAuc(), name="auc"),  # exact, over every process's examples
                 det.keras.ReducerMetric(AveragePrecision(), name="average_precision"),
+                det.keras.ReducerMetric(LogLoss(), name="log_loss"),  # over all examples, as ctr_binary's
                 tf.keras.metrics.AUC(num_thresholds=200, name="binned_auc"),  # Keras' own, for comparison
             ],
         )

@@ -109,9 +109,8 @@ def test_resume_refuses_an_experiment_whose_code_is_gone(tmp_path, gone):
         assert store.trial_runs(trial.id) == [] and trial.restarts == 0
 
 
-def test_json_output_writes_a_nan_metric_as_null(store_with_one_experiment, tmp_path):
-    path = tmp_path / "store.sqlite"
-    shutil.copy(store_with_one_experiment, path)
+def test_json_output_writes_a_nan_metric_as_null(tmp_path):
+    path = record_one_experiment(tmp_path)
     with ExperimentStore(path) as store:
         (trial,) = store.trials(1)
         run_id = store.start_run(trial.id)

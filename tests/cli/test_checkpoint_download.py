@@ -48,7 +48,7 @@ def test_download_copies_every_file_and_names_the_call_that_loads_the_copy(store
 
 
 def _size(path: Path) -> str:
-    from det_estimator.cli._output import format_size
+    from det_estimator.orchestration import format_size
 
     return format_size(sum(len(data) for data in files_under(path).values()))
 

@@ -362,3 +362,46 @@ def test_a_script_under_the_reference_launcher_runs_under_ours_with_one_note(det
     (trial,) = det.json("experiment", "describe", 1)["trials"]
     assert trial["state"] == "COMPLETED" and trial["runs"][-1]["state"] == "COMPLETED"
     assert trial["validations"][-1]["metrics"]["loss"] == pytest.approx(loss(0.3, BATCHES))
+
+
+def test_after_detach_a_copied_store_and_its_original_resume_independently_each_with_its_checkpoints_on_disk(
+    det, make_det, search_dir, tmp_path
+):
+    """``cp store.sqlite copy.sqlite`` of a paused experiment: the copy is refused, then detached, then both resume."""
+    # Slow enough (6 s in all) for the pause to come long before the end, on a busy machine too.
+    config = write_config(search_dir, {"name": "single"}, {"x": 0.5, "seconds_per_batch": 0.3, "checkpoint_every": 2})
+    running = det.start("experiment", "create", config, search_dir)
+    running.wait_for("checkpoint ")
+    det.ok("experiment", "pause", 1)
+    finished = running.finish()
+    assert finished.returncode == 0 and "Experiment 1 PAUSED" in finished.stdout, finished.stdout + finished.stderr
+    copy = make_det(tmp_path / "copy.sqlite")
+    shutil.copy(det.store, copy.store)
+    storage = search_dir / "checkpoints"
+
+    def files_of(folder: Path) -> dict[str, bytes]:
+        return {str(path.relative_to(folder)): path.read_bytes() for path in folder.rglob("*") if path.is_file()}
+
+    before = files_of(storage)
+    refused = copy("experiment", "resume", 1)
+    assert refused.returncode == 2 and f"The store {copy.store} is a copy of the store {det.store}" in refused.stderr
+    assert files_of(storage) == before
+
+    detached = copy.json("store", "detach")
+    assert files_of(storage).items() >= before.items()  # the original's files as they were; the copy's beside them
+    for store in (copy, det):
+        resumed = store("experiment", "resume", 1)
+        assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+
+    folders = set()
+    for store in (det, copy):
+        assert store.json("experiment", "describe", 1)["state"] == "COMPLETED"
+        listed = store.json("checkpoint", "list", 1)
+        assert listed and all(Path(checkpoint["path"]).is_dir() for checkpoint in listed)
+        (trial,) = store.json("experiment", "describe", 1)["trials"]
+        folder = Path(trial["checkpoint_dir"])
+        folders.add(folder)
+        # Each trial's folder holds just the checkpoints its own store lists (retention kept the latest).
+        assert {path.name for path in folder.iterdir()} == {Path(c["path"]).name for c in listed}
+        assert trial["validations"][-1]["batches"] == BATCHES
+    assert len(folders) == 2 and detached["new_id"] != detached["old_id"]

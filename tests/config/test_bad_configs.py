@@ -10,8 +10,9 @@ REMOVE = object()
 
 TOP_LEVEL_KEYS = (
     "checkpoint_policy, checkpoint_storage, data, description, entrypoint, entrypoint_script, environment, "
-    "hyperparameters, labels, max_restarts, min_checkpoint_period, min_validation_period, name, optimizations, "
-    "perform_initial_validation, records_per_epoch, reproducibility, resources, scheduling_unit, searcher"
+    "hang_timeout_seconds, hyperparameters, labels, max_restarts, min_checkpoint_period, min_validation_period, "
+    "name, optimizations, perform_initial_validation, records_per_epoch, reproducibility, resources, "
+    "scheduling_unit, searcher"
 )
 
 

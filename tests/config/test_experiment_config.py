@@ -101,6 +101,7 @@ def test_minimal_config_gets_every_default(monkeypatch, tmp_path):
         },
         "reproducibility": {"experiment_seed": 5},
         "max_restarts": 5,
+        "hang_timeout_seconds": 1800,
         "environment": {"environment_variables": {"cpu": [], "cuda": [], "rocm": []}},
     }
 

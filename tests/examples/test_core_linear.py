@@ -63,8 +63,9 @@ def validation(store: Path, experiment_id: int) -> dict:
     return trial["validations"][-1]
 
 
-# Two slots run under horovodrun, the default launcher of a script's entrypoint.
-@pytest.mark.parametrize("slots", [1, pytest.param(2, marks=pytest.mark.horovod)])
+# Two slots run under horovodrun, the default launcher of a script's entrypoint, or without
+# Horovod (the current stack) under the TensorFlow launcher.
+@pytest.mark.parametrize("slots", [1, 2])
 def test_the_script_reaches_the_closed_form_on_one_and_two_processes(context, tmp_path, slots):
     store = tmp_path / "store.sqlite"
     result = det(store, "experiment", "create", write_config(context, "run.yaml", 300, slots), context)
@@ -79,8 +80,9 @@ def test_the_script_reaches_the_closed_form_on_one_and_two_processes(context, tm
     assert checkpoint["batches"] == 300 and (Path(checkpoint["path"]) / "state.npz").is_file()
 
 
-# Two slots run under horovodrun, the default launcher of a script's entrypoint.
-@pytest.mark.parametrize("slots", [1, pytest.param(2, marks=pytest.mark.horovod)])
+# Two slots run under horovodrun, the default launcher of a script's entrypoint, or without
+# Horovod (the current stack) under the TensorFlow launcher.
+@pytest.mark.parametrize("slots", [1, 2])
 def test_a_paused_script_resumes_where_it_stopped(context, tmp_path, slots):
     store = tmp_path / "store.sqlite"
     stopped = _pause_a_long_run(context, store, slots)

@@ -117,6 +117,31 @@ def test_a_job_runs_its_script_with_its_data_and_records_how_it_ended(tmp_path, 
     assert "ok" in det(store, "job", "list").stdout
 
 
+def test_a_failed_job_shows_the_root_cause_without_det_estimators_frames(tmp_path, det):
+    store = tmp_path / "store.sqlite"
+    (tmp_path / "loads.py").write_text(
+        "import det_estimator as det\n"
+        "with det.keras.init() as context:\n"
+        "    context.load_checkpoint_model(trial_id=99)\n"
+    )
+    failed = det(
+        store,
+        "job",
+        "run",
+        write(tmp_path / "loads.yaml", {"entrypoint_script": "python3 loads.py", "data": {}}),
+        tmp_path,
+        check=False,
+    )
+    # As a failed trial's: det-estimator's own error is its message, without the frames that raised it.
+    assert failed.returncode == 1
+    assert f"Job 1 failed on rank 0:\nUnknownIdError: There is no trial 99 in the store {store}." in failed.stderr
+    assert "Traceback" not in failed.stderr and "det_estimator" not in failed.stderr, failed.stderr
+    (job,) = json.loads(det(store, "job", "list", "--json").stdout)
+    assert job["error"]["type"] == "UnknownIdError" and job["error"]["rank"] == 0
+    # The whole traceback stays in the job's log.
+    assert "det_estimator/store/" in det(store, "job", "logs", 1).stdout
+
+
 def test_slots_come_from_the_command_line_then_the_config():
     raw = {"entrypoint_script": "python3 job.py", "data": {}, "resources": {"slots": 3}}
     assert load_job_config(raw).slots == 3

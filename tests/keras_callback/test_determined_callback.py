@@ -135,10 +135,13 @@ def test_a_pause_stops_within_the_check_period_with_a_checkpoint_and_resumes_exa
 
     # Resumed with the same continue_id: the remaining batches only, ending where a run without a pause ends.
     counter = CountBatches()
-    resumed, _, _ = fit(4, checkpoint=paused.uuid, extra=[counter], check_preempt_every_batches=2)
+    resumed, info, _ = fit(4, checkpoint=paused.uuid, extra=[counter], check_preempt_every_batches=2)
     assert counter.batches == 4 * STEPS_PER_EPOCH - stopped
     assert counter.epochs[0] == stopped // STEPS_PER_EPOCH
     np.testing.assert_allclose(flat(resumed), plain_fit(4), rtol=1e-6, atol=1e-7)
+    # The batches are counted on from the pause's (Keras 3 numbers the resumed epoch's from 0).
+    final = read_checkpoint(latest(info).path).metadata
+    assert (final["epoch"], final["batch"], final["steps_completed"]) == (4, 0, 4 * STEPS_PER_EPOCH)
 
 
 def test_a_different_continue_id_starts_at_epoch_zero_from_the_checkpoint_weights():

@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 import yaml
 
-from det_estimator.keras._engine import _keras_compat
 from det_estimator.store import ExperimentStore
 
 from .linear_script import GLOBAL_BATCH, RECORDS, build_model, dataset
@@ -72,12 +71,6 @@ def final_checkpoint(store: Path, experiment_id: int):
         return max(opened.checkpoints(experiment_id), key=lambda c: c.batches)
 
 
-@pytest.mark.xfail(
-    _keras_compat.KERAS_3,
-    reason="open (issue 37): under Keras 3 and MultiWorkerMirroredStrategy, model.fit fails to convert the "
-    "PerReplica batch of the script's inputs to a tensor before any checkpoint",
-    strict=True,
-)
 def test_sigkilled_at_a_random_batch_it_resumes_to_the_uninterrupted_weights(context, tmp_path):
     store = tmp_path / "store.sqlite"
     kill_at, kill_rank = random.randint(2, 4 * STEPS_PER_EPOCH - 1), random.randint(0, 1)

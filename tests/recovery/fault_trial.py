@@ -19,6 +19,7 @@ The ``fault`` hyperparameter says what goes wrong, where and how often::
 
 With ``once`` (a file path) the fault happens only if that file does not exist yet, and
 creates it: a restart or a resume then runs clean. Without it the fault happens in every run.
+With ``marks`` (a file path) each strike adds its time to that file, a line each.
 """
 
 import json
@@ -49,6 +50,13 @@ def _fault_now(fault: dict) -> bool:
 _DIFFERENT_ERRORS = (RuntimeError, ValueError, OSError, KeyError, LookupError, ArithmeticError)
 
 
+def _mark(fault: dict) -> None:
+    """Adds the time of a strike to the ``marks`` file, when the fault names one."""
+    if fault.get("marks"):
+        with open(fault["marks"], "a") as marks:
+            marks.write(f"{time.time()}\n")
+
+
 def _strike(fault: dict, rank: int) -> None:
     if fault["kind"] == "raise_differently":
         counter = Path(fault["once"])
@@ -57,6 +65,7 @@ def _strike(fault: dict, rank: int) -> None:
         raise _DIFFERENT_ERRORS[runs % len(_DIFFERENT_ERRORS)](f"injected failure {runs + 1} on rank {rank}")
     if not _fault_now(fault):
         return
+    _mark(fault)
     if fault["kind"] == "raise":
         raise RuntimeError(f"injected failure on rank {rank}")
     os.kill(os.getpid(), signal.SIGKILL)
@@ -95,6 +104,7 @@ class FaultTrial(AnalyticTrial):
 
     def build_estimator(self) -> tf.estimator.Estimator:
         if self._fault().get("kind") == "raise_at_start":
+            _mark(self._fault())
             raise RuntimeError("injected failure before the first batch")
         # `record_environment: [NAME, ...]`: each rank writes what those variables are in its process.
         names = self.context.get_hparams().get("record_environment")

@@ -47,7 +47,17 @@ ACTIVE, PAUSED, COMPLETED, ERROR, INTERRUPTED = (
 )
 TRAINING, VALIDATION = MetricKind.TRAINING, MetricKind.VALIDATION
 CONFIG = {"hyperparameters": {"lr": 0.1}, "searcher": {"metric": "loss", "max_length": {"batches": 100}}}
-TABLES = ["checkpoints", "experiments", "jobs", "metrics", "sqlite_sequence", "trial_restarts", "trial_runs", "trials"]
+TABLES = [
+    "checkpoints",
+    "experiments",
+    "jobs",
+    "metrics",
+    "sqlite_sequence",
+    "store_info",
+    "trial_restarts",
+    "trial_runs",
+    "trials",
+]
 
 
 @pytest.fixture
@@ -691,6 +701,7 @@ def test_a_store_of_the_first_schema_is_migrated_with_its_records(tmp_path):
 
 def test_experiment_store_refuses_a_store_of_a_newer_schema(tmp_path):
     path = tmp_path / "future.sqlite"
+    ExperimentStore(path).close()
     with raw(path) as connection:
         connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
 

@@ -60,6 +60,27 @@ class FailingReducer(det.MetricReducer):
         return float(len(per_slot_metrics))
 
 
+class SleepingReducer(det.MetricReducer):
+    """A reducer whose cross-worker step never returns on one rank (hyperparameter ``sleeping_reducer_rank``).
+
+    That rank adds the time it wedged to ``<events_dir>/wedged-rank<N>`` first, a line per run.
+    """
+
+    def __init__(self, sleeping_rank: int, rank: int, events_dir: str):
+        self.sleeping_rank, self.rank, self.events_dir = sleeping_rank, rank, events_dir
+
+    def accumulate(self, batch):
+        return len(batch)
+
+    def cross_slot_reduce(self, per_slot_metrics):
+        if self.rank == self.sleeping_rank:
+            with open(Path(self.events_dir, f"wedged-rank{self.rank}"), "a") as wedged:
+                wedged.write(f"{time.time()}\n")
+        while self.rank == self.sleeping_rank:
+            time.sleep(1)  # wedged, as a reducer waiting on a lock or a server never answering is
+        return float(len(per_slot_metrics))
+
+
 class RecordingHook(det.RunHook):
     """Appends each RunHook call, with the rank, to a file per rank; writes a file into checkpoints."""
 
@@ -138,6 +159,15 @@ class AnalyticTrial(det.EstimatorTrial):
             x = features["x"]
             if mode == tf.estimator.ModeKeys.TRAIN and self.context.get_hparams().get("noise"):
                 x = self._noisy(x)
+            slow = self.context.get_hparams().get("seconds_per_validation_batch")
+            if mode == tf.estimator.ModeKeys.EVAL and slow:  # a long validation, step by step
+
+                def sleep(value):
+                    time.sleep(slow)
+                    return value
+
+                x = tf.compat.v1.py_func(sleep, [x], tf.float32, stateful=True)
+                x.set_shape(features["x"].shape)
             predictions = weight * x
             if mode == tf.estimator.ModeKeys.PREDICT:
                 return tf.estimator.EstimatorSpec(mode, predictions={"y": predictions})
@@ -158,6 +188,10 @@ class AnalyticTrial(det.EstimatorTrial):
             if failing_rank is not None:
                 reducer = FailingReducer(failing_rank, self.context.distributed.rank)
                 metrics["flaky"] = self.context.experimental.make_metric(features["x"], reducer, np.float64)
+            sleeping_rank = self.context.get_hparams().get("sleeping_reducer_rank")
+            if sleeping_rank is not None:
+                reducer = SleepingReducer(sleeping_rank, self.context.distributed.rank, str(events_dir))
+                metrics["wedged"] = self.context.experimental.make_metric(features["x"], reducer, np.float64)
             return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op, eval_metric_ops=metrics)
 
         return tf.estimator.Estimator(model_fn)

@@ -109,7 +109,13 @@ def _alias_bomb() -> str:
 
 
 def _newer_schema_store(directory: Path) -> None:
+    """A store marked as det-estimator's, of a schema version beyond this release's."""
     with sqlite3.connect(directory / "newer.sqlite") as connection:
+        connection.execute(
+            "CREATE TABLE store_info (id INTEGER PRIMARY KEY, application TEXT, schema_version INTEGER,"
+            " store_id TEXT, home TEXT, created_at REAL)"
+        )
+        connection.execute("INSERT INTO store_info VALUES (1, 'det-estimator', 999, 'a1b2', NULL, 0)")
         connection.execute("PRAGMA user_version = 999")
 
 
@@ -123,6 +129,22 @@ def _damaged_store(directory: Path) -> None:
     data = path.read_bytes()
     page_size = int.from_bytes(data[16:18], "big")
     path.write_bytes(data[:page_size] + b"\xa5" * (len(data) - page_size))
+
+
+def _foreign_database(directory: Path) -> None:
+    """An SQLite database another application made (a browser's history, say)."""
+    with sqlite3.connect(directory / "places.sqlite") as connection:
+        connection.execute("CREATE TABLE moz_places (id INTEGER PRIMARY KEY, url TEXT)")
+    connection.close()
+
+
+def _copied_store(directory: Path) -> None:
+    """A store, and a copy of it (``copy.sqlite``) while the original still exists."""
+    from det_estimator.store import ExperimentStore
+
+    with ExperimentStore(directory / "original.sqlite"):
+        pass
+    shutil.copy(directory / "original.sqlite", directory / "copy.sqlite")
 
 
 def _create(name: str, **files: Any) -> tuple[str, ...]:
@@ -331,6 +353,26 @@ CASES: list[BadInput] = [
         "the grid search would create 100,000,000,000,000,000,000 trials",
     ),
     _bad_config("a scheduling_unit of 0", config(scheduling_unit=0), "scheduling_unit"),
+    _bad_config(
+        "a negative hang_timeout_seconds",
+        config(hang_timeout_seconds=-1),
+        "`hang_timeout_seconds` must be a non-negative integer. Received: -1",
+    ),
+    _bad_config(
+        "a hang_timeout_seconds in words",
+        config(hang_timeout_seconds="30 minutes"),
+        "`hang_timeout_seconds` must be a non-negative integer. Received: '30 minutes'",
+    ),
+    _bad_config(
+        "a fractional hang_timeout_seconds",
+        config(hang_timeout_seconds=0.5),
+        "`hang_timeout_seconds` must be a non-negative integer. Received: 0.5",
+    ),
+    _bad_config(
+        "hang_timeout_seconds: true",
+        config(hang_timeout_seconds=True),
+        "`hang_timeout_seconds` must be a non-negative integer. Received: True",
+    ),
     _bad_config("negative records_per_epoch", config(records_per_epoch=-1), "records_per_epoch"),
     _bad_config(
         "a validation period in an unknown unit", config(min_validation_period={"days": 1}), "min_validation_period"
@@ -596,6 +638,35 @@ CASES: list[BadInput] = [
         ("--store", "{dir}/newer.sqlite", "experiment", "list"),
         "made by a newer det-estimator",
         prepare=_newer_schema_store,
+    ),
+    BadInput(
+        "another application's SQLite database as the store, to list",
+        ("--store", "{dir}/places.sqlite", "experiment", "list"),
+        "places.sqlite is an SQLite database that det-estimator did not make (its tables: moz_places)",
+        prepare=_foreign_database,
+    ),
+    BadInput(
+        "another application's SQLite database as the store, to create an experiment in",
+        ("--store", "{dir}/places.sqlite", "experiment", "create", "{ok}", "{dir}"),
+        "det-estimator leaves it as it is. Give the --store (or DET_ESTIMATOR_STORE) of a det-estimator store",
+        prepare=_foreign_database,
+    ),
+    BadInput(
+        "a copy of a store, to create an experiment in",
+        ("--store", "{dir}/copy.sqlite", "experiment", "create", "{ok}", "{dir}"),
+        "copy.sqlite store detach",
+        prepare=_copied_store,
+    ),
+    BadInput(
+        "a copy of a store, to resume an experiment",
+        ("--store", "{dir}/copy.sqlite", "experiment", "resume", "1"),
+        "is a copy of the store",
+        prepare=_copied_store,
+    ),
+    BadInput(
+        "detach a store that is no copy",
+        ("--store", "{store}", "store", "detach"),
+        "it is a store of its own already, and `store detach` has nothing to do",
     ),
     BadInput(
         "a store under /proc",

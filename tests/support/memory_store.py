@@ -161,6 +161,9 @@ class MemoryStore:
     def update_experiment(self, experiment_id: int, config: dict[str, Any], slots: int, test: bool) -> None:
         self._update_experiment(experiment_id, config=json.loads(json.dumps(config)), slots=slots, test=bool(test))
 
+    def own_folders(self, experiment_id: Optional[int], make: bool = True) -> None:
+        """Nothing to check: no other store writes in the folders of a store held in memory."""
+
     def claim(self, experiment_id: int, pid: Optional[int] = None) -> None:
         self._update_experiment(experiment_id, launcher_pid=pid or os.getpid(), pause_requested_at=None)
 

@@ -167,3 +167,16 @@ def test_the_log_is_read_from_the_store_files_only_and_followed_from_an_offset(f
         more.write("second line\n")
     followed = web.get(f"/trials/{trials[0]}/log", params={"offset": chunk["offset"]}).json()
     assert followed["text"] == "second line\n"
+
+
+def test_the_trial_page_shows_a_checkpoint_s_size_as_the_command_lists_it(filled, capsys):
+    from det_estimator.cli import main
+
+    path, search, _, trials = filled
+    with ExperimentStore(path) as store:
+        store.record_checkpoint(trials[0], "a-checkpoint", 30, str(path.parent / "ck"), 1_000_000, {})
+    assert main(["--store", str(path), "checkpoint", "list", str(search)]) == 0
+    listed = capsys.readouterr().out.splitlines()[1].split()
+    size = " ".join(listed[listed.index("a-checkpoint") + 6 : listed.index("a-checkpoint") + 8])
+    assert size == "1.0 MB"  # 1,000,000 bytes: kB and MB of 1,000
+    assert f"<td>{size}</td>" in client(path).get(f"/trials/{trials[0]}").text

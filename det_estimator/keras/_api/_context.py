@@ -1,5 +1,6 @@
 """KerasContext: what ``det.keras.init()`` returns; ``fit``, ``evaluate`` and ``predict`` around Keras' own."""
 
+import contextlib
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -7,7 +8,7 @@ from typing import Any, Optional
 
 import tensorflow as tf
 
-from det_estimator import _horovod, core
+from det_estimator import _horovod, _info, core
 from det_estimator.config import Length, LengthUnit
 from det_estimator.errors import DetEstimatorError
 from det_estimator.keras._api import _fit
@@ -15,7 +16,7 @@ from det_estimator.keras._determined_callback import DeterminedCallback
 from det_estimator.keras._engine import _format
 from det_estimator.keras._engine._metrics import GlobalMetrics, with_searcher_metric
 from det_estimator.keras._engine._sharding import ShardedSequence, Sharder, in_input_order
-from det_estimator.lifecycle import RunLifecycle
+from det_estimator.lifecycle import RunError, RunLifecycle, write_process_error
 
 logger = logging.getLogger("det_estimator.keras")
 
@@ -573,10 +574,19 @@ class KerasContext:
             if self._training is not None:
                 self._training.core.close(type(error) if error else None, error, None)
             else:
+                self._record_job_error(error)
                 self.distributed.core.close()
         finally:
             if self._owns_store:
                 self._store.close()
+
+    def _record_job_error(self, error: Optional[BaseException]) -> None:
+        """A job's process records the root cause of its failure, with the user's own frames, for ``job run``."""
+        directory = _info.run_directory()
+        recorded = None if error is None else RunError.of(error, self.distributed.rank)
+        if recorded is not None and directory is not None:
+            with contextlib.suppress(OSError):  # the launcher is gone with its folder: nobody to tell
+                write_process_error(directory, recorded)
 
     def __enter__(self) -> "KerasContext":
         return self

@@ -11,6 +11,7 @@ from typing import Any, Optional, Union
 import tensorflow as tf
 
 from det_estimator import _horovod, _info, core
+from det_estimator._stack import has_horovod
 from det_estimator.config._errors import describe
 from det_estimator.config._source import read_source
 from det_estimator.errors import DetEstimatorError, TrialHyperparameters, UndefinedHyperparameterError
@@ -205,6 +206,13 @@ def _refuse_tf_config_workers() -> None:
     if not raw or _horovod_size() > 1:
         return
     workers = json.loads(raw).get("cluster", {}).get("worker", [])
+    if len(workers) > 1 and not has_horovod():
+        raise DetEstimatorError(
+            f"det.keras.init() runs on {len(workers)} TF_CONFIG workers, and this stack has no Horovod: the new Keras "
+            "API distributes with Horovod (the estimator stack, scripts/setup.sh), not yet with tf.distribute. Run it "
+            "on one slot here, or, for several processes on this stack, use det.keras.DeterminedCallback in your own "
+            "model.fit under det.core.DistributedContext.from_tf_config()'s strategy."
+        )
     if len(workers) > 1:
         raise DetEstimatorError(
             f"det.keras.init() runs on {len(workers)} TF_CONFIG workers (det_estimator.launch.tensorflow): the new "

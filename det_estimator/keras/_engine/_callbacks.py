@@ -5,6 +5,7 @@ from typing import Any, Optional
 
 import tensorflow as tf
 
+from det_estimator import _heartbeat
 from det_estimator.errors import PermanentTrialError
 from det_estimator.keras.callbacks import Callback, EarlyStopping, ReduceLROnPlateau, TensorBoard
 
@@ -59,7 +60,7 @@ class TrialCallbacks:
         self._keras.set_params({"verbose": 0, "epochs": None, "steps": batches_per_epoch})
         # Keras' evaluate() calls every test hook on this one but on_test_end, which the
         # harness calls itself with the metrics of every process combined.
-        self.for_evaluate = _WithoutTestEnd(callbacks, add_history=False, add_progbar=False)
+        self.for_evaluate = _WithoutTestEnd([*callbacks, _Heartbeat()], add_history=False, add_progbar=False)
 
     def on_train_begin(self, batches: int) -> None:
         """Training (re)starts after ``batches`` batches; an epoch begins if epochs are counted."""
@@ -116,6 +117,13 @@ class TrialCallbacks:
         """A checkpoint is being written into ``checkpoint_dir`` (on the chief)."""
         for callback in self.stateful:
             callback.on_checkpoint_end(checkpoint_dir)
+
+
+class _Heartbeat(tf.keras.callbacks.Callback):
+    """Counts every step of an evaluation as progress, so that a long validation is not taken for a hang."""
+
+    def on_test_batch_end(self, batch: int, logs: Optional[dict[str, Any]] = None) -> None:
+        _heartbeat.beat()
 
 
 class _WithoutTestEnd(tf.keras.callbacks.CallbackList):

@@ -212,6 +212,15 @@ def set_fit_start(model: tf.keras.Model, start: Any) -> None:
     model._training_state = start
 
 
+def first_batch_index_of_resumed_epoch(batch: int) -> int:
+    """The index ``fit`` gives the first batch it trains of an epoch resumed after ``batch`` batches.
+
+    Keras 2 counts on from the batch its training state said (``batch``); Keras 3 starts
+    every epoch at 0, its resumed one too.
+    """
+    return 0 if KERAS_3 else batch
+
+
 # ----- random generators of layers -----
 
 
@@ -300,8 +309,70 @@ def log_epoch_metrics(callback: tf.keras.callbacks.TensorBoard, step: int, logs:
 
 def strategy_spans_processes(model: tf.keras.Model) -> bool:
     """Whether the model's ``tf.distribute`` strategy has replicas in other processes (its metrics are global)."""
-    extended = getattr(model.distribute_strategy, "extended", None)
-    in_multi_worker_mode = getattr(extended, "_in_multi_worker_mode", None)
+    return _spans_workers(model.distribute_strategy)
+
+
+def repair_multi_worker_fit() -> None:
+    """Keras 3: makes ``fit`` and ``evaluate`` work under a ``MultiWorkerMirroredStrategy`` of several workers.
+
+    Keras 3's TensorFlow trainer fails there twice (keras-team/keras#20585), where
+    Keras 2 does not:
+
+    - before the first step it builds the model on the first batch
+      (``_maybe_symbolic_build``), of which it keeps only the shapes and dtypes, after
+      reducing that batch of per-replica values to one over every replica; a
+      ``MultiWorkerMirroredStrategy`` of several workers cannot reduce a structure
+      (``(x, y)``) of them and tries to convert it to one tensor. Under such a strategy
+      the model is built from this worker's first replica's share of the batch instead:
+      the same shapes and dtypes, with no collective;
+    - each step averages its logs over the replicas (``reduce_per_replica``, ``"mean"``)
+      with ``strategy.reduce("MEAN", value, axis=0)``, which also reduces a log's first
+      dimension and so refuses a scalar loss. Under such a strategy the logs are
+      averaged over the replicas alone (``axis=None``), as Keras does on one worker.
+
+    Any other strategy goes Keras' own way. Installed once, on Keras 3's TensorFlow
+    trainer class and module; Keras 2: nothing to do.
+    """
+    if not KERAS_3:
+        return
+    from keras.src.backend.tensorflow import trainer
+
+    keras_build = trainer.TensorFlowTrainer.__dict__["_maybe_symbolic_build"]
+    if hasattr(keras_build, "keras_own"):
+        return  # installed already
+    keras_reduce = trainer.reduce_per_replica
+
+    def build_from_local_batch(self: Any, iterator: Any = None, data_batch: Any = None) -> None:
+        strategy: Any = getattr(self, "_distribute_strategy", None)
+        if iterator is None or data_batch is not None or not _spans_workers(strategy):
+            return keras_build(self, iterator=iterator, data_batch=data_batch)
+        local = strategy.experimental_local_results
+        for _, _, batches in iterator:
+            batch = tf.nest.map_structure(
+                lambda value: local(value)[0] if isinstance(value, tf.distribute.DistributedValues) else value,
+                next(batches),
+            )
+            return keras_build(self, data_batch=batch)
+        return keras_build(self, iterator=iterator)
+
+    def reduce_over_replicas(values: Any, strategy: Any, reduction: str) -> Any:
+        tpu = isinstance(strategy, tf.distribute.TPUStrategy)
+        if reduction in ("auto", "mean") and not tpu and _spans_workers(strategy):
+            return tf.nest.map_structure(
+                lambda value: None if value is None else strategy.reduce("MEAN", value, axis=None), values
+            )
+        return keras_reduce(values, strategy, reduction)
+
+    # Keras' own, kept for the test that checks they are still what this repair was written for.
+    build_from_local_batch.keras_own = keras_build  # type: ignore[attr-defined]
+    reduce_over_replicas.keras_own = keras_reduce  # type: ignore[attr-defined]
+    trainer.TensorFlowTrainer._maybe_symbolic_build = build_from_local_batch
+    trainer.reduce_per_replica = reduce_over_replicas
+
+
+def _spans_workers(strategy: Any) -> bool:
+    """Whether a ``tf.distribute`` strategy has replicas in other processes."""
+    in_multi_worker_mode = getattr(getattr(strategy, "extended", None), "_in_multi_worker_mode", None)
     return bool(callable(in_multi_worker_mode) and in_multi_worker_mode())
 
 

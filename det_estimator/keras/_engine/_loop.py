@@ -21,7 +21,7 @@ from typing import Any, Optional, Union
 
 import tensorflow as tf
 
-from det_estimator import core
+from det_estimator import _heartbeat, core
 from det_estimator._process_random_state import python_and_numpy_state
 from det_estimator.keras._engine import _format, _keras_compat, _random_states
 from det_estimator.keras._engine._callbacks import TrialCallbacks
@@ -76,6 +76,8 @@ class Engine(tf.keras.callbacks.Callback):
         self._steps_completed = 0  # batches trained since the start of training, over every run
         self._epoch = 0  # the epoch being trained
         self._batch = 0  # batches trained in it
+        # What to add to fit's batch index in this epoch: Keras 3 counts a resumed epoch's batches from 0.
+        self._batch_offset = 0
         self._epoch_start_steps = 0
         self._last_checkpoint_steps: Optional[int] = None
         self._last_training_report: Optional[int] = None
@@ -156,6 +158,7 @@ class Engine(tf.keras.callbacks.Callback):
         self._steps_completed = position.steps_completed
         self._last_checkpoint_steps = self._steps_completed
         self._epoch, self._batch = epoch, batch
+        self._batch_offset = batch - _keras_compat.first_batch_index_of_resumed_epoch(batch)
         self._epoch_start_steps = self._steps_completed - batch
         # The resumed epoch draws its order (and the user's own draws) as the interrupted one did:
         # Python's and NumPy's states are those of the epoch's start.
@@ -190,12 +193,12 @@ class Engine(tf.keras.callbacks.Callback):
         if self._replay is not None:
             self._replay.started(self.model)  # fit read where to start already; nothing else may see it
         if epoch != self._epoch:
-            self._epoch, self._batch = epoch, 0
+            self._epoch, self._batch, self._batch_offset = epoch, 0, 0
             self._epoch_start_steps = self._steps_completed
 
     def on_train_batch_end(self, batch: int, logs: Optional[dict[str, Any]] = None) -> None:
         before = self._steps_completed
-        self._batch = batch + 1
+        self._batch = self._batch_offset + batch + 1
         self._steps_completed = self._epoch_start_steps + self._batch
         steps, schedule = self._steps_completed, self._schedule
         if schedule.report_due(before, steps):
@@ -216,6 +219,9 @@ class Engine(tf.keras.callbacks.Callback):
 
     def _at_epoch_end(self) -> bool:
         return self._steps_per_epoch is not None and self._batch >= self._steps_per_epoch
+
+    def on_test_batch_end(self, batch: int, logs: Optional[dict[str, Any]] = None) -> None:
+        _heartbeat.beat()  # a long validation is progress, not a hang
 
     def on_test_begin(self, logs: Optional[dict[str, Any]] = None) -> None:
         if self._owns_metrics:
@@ -238,7 +244,7 @@ class Engine(tf.keras.callbacks.Callback):
         validation = {key[len("val_") :]: value for key, value in logs.items() if key.startswith("val_")}
         if validation:
             self._report_validation(validation)
-        self._epoch, self._batch = epoch + 1, 0
+        self._epoch, self._batch, self._batch_offset = epoch + 1, 0, 0
         self._epoch_start_steps = self._steps_completed
         # fit() starts reading the next epoch after the callbacks' on_epoch_end.
         self._epoch_random_state = python_and_numpy_state()

@@ -28,6 +28,7 @@ from typing import Any, Optional
 import numpy as np
 import tensorflow as tf
 
+from det_estimator import _heartbeat
 from det_estimator.core import DistributedContext
 from det_estimator.core._metrics import CombinedMetrics, RankMetrics, combine_across_ranks
 from det_estimator.keras._engine._keras_compat import strategy_spans_processes
@@ -229,6 +230,9 @@ class GlobalMetrics(tf.keras.callbacks.Callback):
 
     def on_epoch_begin(self, epoch: int, logs: Optional[dict] = None) -> None:
         self.training = self.validation = None
+
+    def on_test_batch_end(self, batch: int, logs: Optional[dict] = None) -> None:
+        _heartbeat.beat()  # context.evaluate's steps are progress, not a hang
 
     def on_test_begin(self, logs: Optional[dict] = None) -> None:
         # Inside fit the metrics still hold the epoch's training states: evaluate resets them next.

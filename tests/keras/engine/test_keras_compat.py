@@ -156,3 +156,27 @@ def test_callbacks_given_to_fit_untimed_draw_no_slow_hook_warning(caplog):
     with caplog.at_level(logging.WARNING):
         model.fit(data, steps_per_epoch=8, verbose=0, callbacks=_keras_compat.untimed_callbacks([Slow()], model))
     assert "is slow" not in caplog.text
+
+
+@pytest.mark.skipif(not _keras_compat.KERAS_3, reason="Keras 3's TensorFlow trainer; Keras 2 needs no repair")
+def test_the_multi_worker_repair_replaces_the_keras_3_internals_it_was_written_for():
+    import inspect
+
+    from keras.src.backend.tensorflow import trainer
+
+    import det_estimator.keras  # noqa: F401  (installs the repair)
+
+    build, reduce = trainer.TensorFlowTrainer._maybe_symbolic_build, trainer.reduce_per_replica
+    assert hasattr(build, "keras_own") and hasattr(reduce, "keras_own"), "importing det_estimator.keras installs it"
+    _keras_compat.repair_multi_worker_fit()  # a second time changes nothing
+    assert trainer.TensorFlowTrainer._maybe_symbolic_build is build and trainer.reduce_per_replica is reduce
+    # What the repair stands in for, as this Keras release has it: a change here needs a look at the repair.
+    keras_signatures = {
+        "_maybe_symbolic_build": list(inspect.signature(build.keras_own).parameters),
+        "reduce_per_replica": list(inspect.signature(reduce.keras_own).parameters),
+    }
+    assert keras_signatures == {
+        "_maybe_symbolic_build": ["self", "iterator", "data_batch"],
+        "reduce_per_replica": ["values", "strategy", "reduction"],
+    }, f"Keras {_keras_compat.keras_version()} changed what _keras_compat.repair_multi_worker_fit replaces"
+    assert "_maybe_symbolic_build" in inspect.getsource(trainer.TensorFlowTrainer.fit), "fit no longer builds there"

@@ -1,0 +1,31 @@
+"""A trial class on several processes where Horovod is not installed: refused before anything is recorded."""
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from det_estimator import launcher
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
+from command_in_process import run_command  # noqa: E402
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "ctr_keras"
+
+
+@pytest.fixture
+def without_horovod(monkeypatch):
+    monkeypatch.setattr(launcher, "horovod_installed", lambda: False)
+
+
+def test_the_keras_trial_on_two_slots_is_refused_with_what_runs_instead(without_horovod, tmp_path):
+    context = shutil.copytree(EXAMPLE, tmp_path / "ctr_keras")
+    store = tmp_path / "new.sqlite"
+    status, output = run_command(
+        ["--store", str(store), "experiment", "create", str(context / "distributed.yaml"), str(context)]
+    )
+    assert status == 2, output
+    assert "a trial class on several processes (resources.slots_per_trial 2) runs under Horovod" in output
+    assert "DeterminedCallback" in output and "Traceback" not in output
+    assert not store.exists() and not (tmp_path / "new-files").exists()
