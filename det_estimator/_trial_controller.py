@@ -119,13 +119,50 @@ class TrialController:
         value = (self._last_metrics or {}).get(self._config.searcher.metric)
         return value if isinstance(value, (int, float)) else None
 
-    # Validations and checkpoints.
+    # Workloads, validations and checkpoints.
+
+    @property
+    def batches(self) -> int:
+        """Batches trained in all."""
+        return self._batches
+
+    @property
+    def last_validation(self) -> int:
+        """The batches at the last validation (-1: none yet)."""
+        return self._last_validation
+
+    @property
+    def last_checkpoint(self) -> int:
+        """The batches at the last checkpoint (-1: none yet)."""
+        return self._last_checkpoint
+
+    def workload_length(self, max_batches: int) -> int:
+        """The batches of the workload that begins now: ``scheduling_unit``, or fewer (1 in test mode).
+
+        A workload ends where the operation ends (``max_batches`` in all) or where
+        ``min_validation_period`` or ``min_checkpoint_period`` falls due, as the reference
+        cuts training: periods shorter than ``scheduling_unit`` are then kept, and as the
+        periods count from the last validation and checkpoint (restored with a
+        checkpoint), a resumed trial validates at the batches an uninterrupted one would.
+        """
+        if self._test:
+            return 1
+        length = min(self._config.scheduling_unit, max_batches - self._batches)
+        for period, since in (
+            (self._config.min_validation_period, self._last_validation),
+            (self._config.min_checkpoint_period, self._last_checkpoint),
+        ):
+            if period is not None:
+                length = min(length, max(since, 0) + self._period_batches(period) - self._batches)
+        return max(1, length)
+
+    def _period_batches(self, period: Length) -> int:
+        return period.to_batches(self.context.get_global_batch_size(), self._config.records_per_epoch)
 
     def _period_elapsed(self, period: Optional[Length], since: int) -> bool:
         if period is None:
             return False
-        batches = period.to_batches(self.context.get_global_batch_size(), self._config.records_per_epoch)
-        return self._batches - max(since, 0) >= batches
+        return self._batches - max(since, 0) >= self._period_batches(period)
 
     def _validation_due(self, stopping: str) -> bool:
         """Whether to validate after a workload: at an operation's end, before a requested stop, or by period."""

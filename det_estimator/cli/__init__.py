@@ -20,7 +20,7 @@ from det_estimator.cli import _jobs as jobs
 from det_estimator.cli import _stores as stores
 from det_estimator.cli._environment import show_environment
 from det_estimator.cli._experiments import UsageError
-from det_estimator.config import ClusterKeysIgnoredWarning
+from det_estimator.config import ConfigNoteWarning
 
 if TYPE_CHECKING:
     from det_estimator.store import ExperimentStore
@@ -404,7 +404,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         ) -> None:
             # What the config says to the user, as the command's other warnings: Python's
             # format would name the det-estimator line that loaded the config instead.
-            if issubclass(category, ClusterKeysIgnoredWarning):
+            if issubclass(category, ConfigNoteWarning):
                 print(f"det-estimator: warning: {message}", file=file or sys.stderr, flush=True)
             else:
                 python_show(message, category, filename, lineno, file, line)

@@ -18,7 +18,11 @@ def config_warnings(config: ExperimentConfig) -> list[str]:
             f"process batches {per_slot} records, so every step trains on {per_slot * slots} records, not "
             f"{global_batch_size}. Use a multiple of {slots} to train on exactly the global batch size."
         )
-    if isinstance(global_batch_size, int) and config.min_validation_period is not None:
+    if (
+        isinstance(global_batch_size, int)
+        and config.min_validation_period is not None
+        and not config.searcher.length_from_script
+    ):
         try:
             period = config.min_validation_period.to_batches(global_batch_size, config.records_per_epoch)
             length = config.searcher.max_length.to_batches(global_batch_size, config.records_per_epoch)

@@ -10,12 +10,19 @@ Typical use::
 Keys that the reference format has but det-estimator does not implement yet are
 rejected with a message that says so; unknown keys are rejected too. Keys that matter
 only on a cluster (a container image, bind mounts, a workspace...) are accepted and
-ignored, with one :class:`ClusterKeysIgnoredWarning` naming them. Every
+ignored, with one :class:`ClusterKeysIgnoredWarning` naming them; a form of the reference's
+that det-estimator maps to its own is noted with a :class:`ReferenceFormMappedWarning`. Every
 error is a :class:`ConfigError` whose message names the key's dotted path.
 """
 
 from det_estimator.config._checkpoint_storage import CheckpointStorageConfig
-from det_estimator.config._environment import ClusterKeysIgnoredWarning, EnvironmentConfig, load_environment
+from det_estimator.config._environment import (
+    ClusterKeysIgnoredWarning,
+    ConfigNoteWarning,
+    EnvironmentConfig,
+    ReferenceFormMappedWarning,
+    load_environment,
+)
 from det_estimator.config._errors import ConfigError
 from det_estimator.config._experiment_config import ExperimentConfig, load_experiment_config
 from det_estimator.config._hyperparameters import (
@@ -38,6 +45,7 @@ __all__ = [
     "CheckpointStorageConfig",
     "ClusterKeysIgnoredWarning",
     "ConfigError",
+    "ConfigNoteWarning",
     "ConstHyperparameter",
     "DoubleHyperparameter",
     "EnvironmentConfig",
@@ -48,6 +56,7 @@ __all__ = [
     "LengthUnit",
     "LogHyperparameter",
     "OptimizationsConfig",
+    "ReferenceFormMappedWarning",
     "ReproducibilityConfig",
     "ResourcesConfig",
     "SearcherConfig",

@@ -11,7 +11,8 @@ from det_estimator.config._fields import MAPPING_RULE, check_keys, join, lookup,
 DEFAULT_HOST_PATH = "~/.det-estimator/checkpoints"
 SHARED_FS = "shared_fs"
 
-_KEYS = ("type", "host_path", "storage_path", "save_trial_latest", "save_trial_best", "save_experiment_best")
+_RETENTION_KEYS = ("save_trial_latest", "save_trial_best", "save_experiment_best")
+_KEYS = ("type", "host_path", "storage_path", *_RETENTION_KEYS)
 # Keys of the reference system's shared_fs storage that only matter inside its containers.
 _NOT_SUPPORTED = ("checkpoint_path", "container_path", "propagation", "tensorboard_path")
 
@@ -76,7 +77,9 @@ def _read_storage_path(section: Mapping[str, Any], path: str) -> str:
 def parse_checkpoint_storage(value: Any, path: str) -> CheckpointStorageConfig:
     """Validates the ``checkpoint_storage`` section.
 
-    When the section is absent, checkpoints go to ``~/.det-estimator/checkpoints``.
+    When the section is absent, or holds only retention keys (``save_trial_latest``,
+    ``save_trial_best``, ``save_experiment_best``: the reference's cluster filled in the
+    storage itself), checkpoints go to ``~/.det-estimator/checkpoints``.
 
     Args:
         value: The raw section, or None.
@@ -89,9 +92,11 @@ def parse_checkpoint_storage(value: Any, path: str) -> CheckpointStorageConfig:
         ConfigError: If the section is invalid or names a storage type other than ``shared_fs``.
     """
     if value is None:
-        value = {"type": SHARED_FS, "host_path": DEFAULT_HOST_PATH}
+        value = {}
     if not isinstance(value, Mapping):
         raise invalid_value(path, MAPPING_RULE, value)
+    if all(key in _RETENTION_KEYS for key in value):
+        value = {"type": SHARED_FS, "host_path": DEFAULT_HOST_PATH, **value}
     # The type decides which keys are valid, so it is checked first.
     _read_type(value, path)
     check_keys(value, path, _KEYS, _NOT_SUPPORTED)

@@ -67,8 +67,24 @@ CLUSTER_ONLY_RESOURCES = {
 _WARNED: set[str] = set()
 
 
-class ClusterKeysIgnoredWarning(UserWarning):
+class ConfigNoteWarning(UserWarning):
+    """What a config's loading tells the user about it (shown once per process, as the command's own warning)."""
+
+
+class ClusterKeysIgnoredWarning(ConfigNoteWarning):
     """A config has keys that matter only on a cluster; they are ignored."""
+
+
+class ReferenceFormMappedWarning(ConfigNoteWarning):
+    """A config uses a form of the reference system's that det-estimator maps to its own (a launcher module)."""
+
+
+def note_once(message: str, category: type[ConfigNoteWarning]) -> None:
+    """Warns ``message`` once per process: a command loads one config several times (to fill in its seed, its slots)."""
+    if message in _WARNED:
+        return
+    _WARNED.add(message)
+    warnings.warn(message, category, stacklevel=5)
 
 
 @dataclass(frozen=True)
@@ -202,13 +218,6 @@ def warn_ignored(ignored: dict[str, str], prefix: str = PREFIX) -> None:
     if not ignored:
         return
     reasons = "; ".join(f"`{path}` ({reason})" for path, reason in ignored.items())
-    message = f"{prefix}ignored {len(ignored)} key(s) that matter only on a cluster: {reasons}."
-    # A command loads one config several times (to fill in its seed, its slots): one warning.
-    if message in _WARNED:
-        return
-    _WARNED.add(message)
-    warnings.warn(
-        message,
-        ClusterKeysIgnoredWarning,
-        stacklevel=4,
+    note_once(
+        f"{prefix}ignored {len(ignored)} key(s) that matter only on a cluster: {reasons}.", ClusterKeysIgnoredWarning
     )

@@ -12,7 +12,9 @@ from typing import Any, Optional
 from det_estimator.config._checkpoint_storage import CheckpointStorageConfig, parse_checkpoint_storage
 from det_estimator.config._environment import (
     EnvironmentConfig,
+    ReferenceFormMappedWarning,
     cluster_only_keys,
+    note_once,
     parse_environment,
     parse_hang_timeout_seconds,
     parse_max_restarts,
@@ -86,6 +88,11 @@ _TOP_LEVEL_KEYS = (
 _ENTRYPOINT_RULE = '"module:TrialClass" (e.g. "model_def:MyTrial") or a command (e.g. "python3 train.py")'
 _SCRIPT_RULE = 'a command, e.g. "python3 train.py"'
 _GLOBAL_BATCH_SIZE_PATH = join("hyperparameters", GLOBAL_BATCH_SIZE)
+# The reference system's launcher modules, and det-estimator's that do the same on its slots.
+_REFERENCE_LAUNCHERS = {
+    "determined.launch.horovod": "det_estimator.launch.horovod",
+    "determined.launch.tensorflow": "det_estimator.launch.tensorflow",
+}
 
 
 @dataclass(frozen=True)
@@ -330,16 +337,47 @@ def _parse_entrypoint(raw: Mapping[str, Any]) -> tuple[str, str, tuple[str, ...]
                 f"Received: entrypoint={describe(raw['entrypoint'])}, "
                 f"entrypoint_script={describe(raw['entrypoint_script'])}"
             )
-        return "", "", _parse_command(raw["entrypoint_script"], "entrypoint_script", _SCRIPT_RULE)
+        command = _parse_command(raw["entrypoint_script"], "entrypoint_script", _SCRIPT_RULE)
+        return "", "", _own_launcher(command, raw["entrypoint_script"], "entrypoint_script")
     value = lookup(raw, "entrypoint", "", _ENTRYPOINT_RULE)
     # A command has several words ("python3 train.py"); one word must name a trial class.
     if isinstance(value, list) or (isinstance(value, str) and len(value.split()) > 1):
-        return "", "", _parse_command(value, "entrypoint", _ENTRYPOINT_RULE)
+        return "", "", _own_launcher(_parse_command(value, "entrypoint", _ENTRYPOINT_RULE), value)
     if isinstance(value, str) and value.strip().count(":") == 1:
         module, trial_class = value.strip().split(":")
         if all(_is_identifier(part) for part in module.split(".")) and _is_identifier(trial_class):
             return module, trial_class, ()
     raise invalid_value("entrypoint", _ENTRYPOINT_RULE, value)
+
+
+def _own_launcher(command: tuple[str, ...], value: Any, path: str = "entrypoint") -> tuple[str, ...]:
+    """``python3 -m determined.launch.<engine> -- ...`` as det-estimator's launcher of that engine, with a note.
+
+    The reference's launchers take options of its own cluster (``--autohorovod``,
+    ``--trial``, Horovod overrides) that det-estimator's do not: a command giving any is
+    refused now, rather than failing when the trial starts.
+    """
+    if len(command) < 3 or command[1] != "-m" or command[2] not in _REFERENCE_LAUNCHERS:
+        return command
+    ours = _REFERENCE_LAUNCHERS[command[2]]
+    rest = list(command[3:])
+    script = rest[1:] if rest[:1] == ["--"] else rest
+    if not script or script[0].startswith("-"):
+        rule = (
+            f"`python3 -m {command[2]} -- <command>` (det-estimator runs the command as "
+            f"`python3 -m {ours} -- <command>`, which takes none of {command[2]}'s options)"
+        )
+        raise invalid_value(path, rule, value)
+    note_once(
+        f"{PREFIX}`{path}` runs `{command[2]}`, the reference system's launcher: det-estimator runs "
+        f"`python3 -m {ours} -- {shlex.join(script)}` instead, which starts the command on every slot as it does.",
+        ReferenceFormMappedWarning,
+    )
+    return (command[0], "-m", ours, "--", *script)
+
+
+def _describe_entrypoint(raw: Mapping[str, Any]) -> str:
+    return describe(raw.get("entrypoint"))
 
 
 def _parse_command(value: Any, path: str, rule: str) -> tuple[str, ...]:
@@ -454,6 +492,13 @@ def _parse(raw: Mapping[Any, Any]) -> ExperimentConfig:
     if not entrypoint_command or GLOBAL_BATCH_SIZE in (raw.get("hyperparameters") or {}):
         smallest_global_batch_size = check_global_batch_size(raw["hyperparameters"], "hyperparameters")
     searcher = parse_searcher(raw.get("searcher"), "searcher")
+    if searcher.length_from_script and not entrypoint_command:
+        raise ConfigError(
+            f"{PREFIX}missing required key `searcher.max_length`: a trial class (entrypoint "
+            f"{_describe_entrypoint(raw)}) trains to it, and nothing else decides how long it trains. Give a "
+            "length such as {batches: 1000} (or max_time with time_metric). Only a script (a command entrypoint) "
+            "may go without one: it trains to a length of its own."
+        )
     config = ExperimentConfig(
         entrypoint_module=entrypoint_module,
         entrypoint_class=entrypoint_class,

@@ -1,7 +1,8 @@
 """The ``searcher`` section: which search runs, and the keys each searcher takes.
 
 Every searcher takes ``name``, ``metric``, ``smaller_is_better`` and
-``max_length``; the others are per searcher (see ``_SEARCHER_KEYS``). A key that
+``max_length`` (or the reference's ``time_metric`` with ``max_time``, read as the
+``max_length`` they mean); the others are per searcher (see ``_SEARCHER_KEYS``). A key that
 another searcher takes is rejected with a message naming the searcher; a key no
 searcher takes is an unknown key. The arithmetic of ``adaptive_asha``'s brackets
 and rungs lives here too, because validating ``bracket_rungs`` and ``max_trials``
@@ -17,6 +18,7 @@ from typing import Any, Optional, TypeVar, Union
 
 from det_estimator.config._errors import PREFIX, ConfigError, describe, invalid_value, missing_key
 from det_estimator.config._fields import (
+    INT64_MAX,
     MAPPING_RULE,
     check_int,
     check_keys,
@@ -27,7 +29,7 @@ from det_estimator.config._fields import (
     read_int,
     read_str,
 )
-from det_estimator.config._lengths import Length, parse_length
+from det_estimator.config._lengths import Length, LengthUnit, parse_length
 
 SINGLE = "single"
 RANDOM = "random"
@@ -87,7 +89,9 @@ class SearcherConfig:
         name: The searcher: "single", "random", "grid", "adaptive_asha" or "tpe".
         metric: Name of the validation metric that ranks trials and checkpoints.
         smaller_is_better: Whether a smaller ``metric`` is better.
-        max_length: How long each trial trains at most.
+        max_length: How long each trial trains at most. Without ``max_length`` in the
+            config (``length_from_script``) it is the longest length there is: the
+            script decides how long it trains.
         max_trials: Trials to create (random, adaptive_asha, tpe).
         max_concurrent_trials: Trials to run at once, 0 for no limit (all but single).
         mode: "aggressive", "standard" or "conservative" (adaptive_asha without
@@ -98,6 +102,8 @@ class SearcherConfig:
         bracket_rungs: Rungs of each bracket, replacing ``mode`` and ``max_rungs``
             (adaptive_asha, optional).
         stop_once: True for stopping-based ASHA, False for promotion-based (adaptive_asha).
+        length_from_script: the config gives no length (the reference's last release lets a
+            script decide its own): only a script with the ``single`` searcher may.
     """
 
     name: str
@@ -111,6 +117,7 @@ class SearcherConfig:
     max_rungs: Optional[int] = None
     bracket_rungs: Optional[tuple[int, ...]] = None
     stop_once: Optional[bool] = None
+    length_from_script: bool = False
 
     def improves_on(self, value: float, best: Optional[float]) -> bool:
         """Whether ``value`` of the searcher metric is better than ``best`` (None: no best yet).
@@ -127,12 +134,13 @@ class SearcherConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """Returns the section with defaults filled in, JSON-serializable; only the searcher's own keys."""
-        section = {
+        section: dict[str, Any] = {
             "name": self.name,
             "metric": self.metric,
             "smaller_is_better": self.smaller_is_better,
-            "max_length": self.max_length.to_dict(),
         }
+        if not self.length_from_script:
+            section["max_length"] = self.max_length.to_dict()
         for key in _SEARCHER_KEYS[self.name]:
             value = getattr(self, key)
             # With bracket_rungs, mode and max_rungs are None: writing them would make the section invalid.
@@ -344,6 +352,50 @@ def _read_searcher_keys(section: Mapping[str, Any], path: str, name: str) -> dic
     return values
 
 
+def _time_metric_as_max_length(section: Mapping[str, Any], path: str) -> Mapping[str, Any]:
+    """The section with the reference's ``time_metric`` (and ``max_time``) as the ``max_length`` they mean.
+
+    The reference's last release measures a trial's length by a metric its validations
+    report (``time_metric``), up to ``max_time`` of it. det-estimator counts lengths in
+    batches, records or epochs: a ``time_metric`` naming one of them is honoured (``max_time:
+    N`` with ``time_metric: batches`` is ``max_length: {batches: N}``); another metric is
+    refused, saying what to write instead.
+    """
+    if "time_metric" not in section and "max_time" not in section:
+        return section
+    units = ", ".join(unit.value for unit in LengthUnit)
+    time_metric = section.get("time_metric")
+    if time_metric is None:
+        raise ConfigError(
+            f"{PREFIX}`{join(path, 'max_time')}` needs `{join(path, 'time_metric')}`, the unit it counts in: one "
+            f"of {units}. Received: max_time={describe(section.get('max_time'))} without time_metric"
+        )
+    if time_metric not in tuple(unit.value for unit in LengthUnit):
+        raise ConfigError(
+            f"{PREFIX}`{join(path, 'time_metric')}` must be one of {units}: det-estimator measures a trial's "
+            "length in those, and not by a metric the trial reports. Give the length as `max_length` (e.g. "
+            f"{{batches: 1000}}) instead. Received: {describe(time_metric)}"
+        )
+    rest = {key: item for key, item in section.items() if key not in ("time_metric", "max_time")}
+    if "max_time" not in section:
+        max_length = section.get("max_length")
+        if isinstance(max_length, Mapping) and time_metric not in max_length:
+            raise ConfigError(
+                f"{PREFIX}`{join(path, 'time_metric')}` ({time_metric}) is not the unit of "
+                f"`{join(path, 'max_length')}`; give the length in {time_metric}, or remove time_metric. "
+                f"Received: time_metric={describe(time_metric)}, max_length={describe(max_length)}"
+            )
+        return rest
+    if "max_length" in section:
+        raise ConfigError(
+            f"{PREFIX}give either `{join(path, 'max_length')}` or `{join(path, 'max_time')}` with "
+            f"`{join(path, 'time_metric')}`, not both: each is the trials' length. "
+            f"Received: max_length={describe(section['max_length'])}, max_time={describe(section['max_time'])}"
+        )
+    max_time = check_int(section["max_time"], join(path, "max_time"), minimum=1)
+    return {**rest, "max_length": {time_metric: max_time}}
+
+
 def parse_searcher(value: Any, path: str) -> SearcherConfig:
     """Validates the ``searcher`` section.
 
@@ -364,15 +416,22 @@ def parse_searcher(value: Any, path: str) -> SearcherConfig:
         raise invalid_value(path, MAPPING_RULE, value)
     # The name decides which keys are valid, so it is checked first.
     name = _read_name(value, path)
+    value = _time_metric_as_max_length(value, path)
     _check_searcher_keys(value, path, name)
+    length_from_script = value.get("max_length") is None and name == SINGLE
+    if length_from_script:
+        # The longest length there is: the searcher's one operation never ends the script's training.
+        max_length = Length(LengthUnit.BATCHES, INT64_MAX)
+    else:
+        rule = f"a length such as {{batches: 1000}} (the {name} searcher gives each trial its length from it)"
+        max_length = parse_length(lookup(value, "max_length", path, rule), join(path, "max_length"))
     config = SearcherConfig(
         name=name,
         metric=read_str(value, "metric", path, non_empty=True),
         smaller_is_better=read_bool(value, "smaller_is_better", path, default=True),
-        max_length=parse_length(
-            lookup(value, "max_length", path, "a length such as {batches: 1000}"), join(path, "max_length")
-        ),
+        max_length=max_length,
         **_read_searcher_keys(value, path, name),
+        length_from_script=length_from_script,
     )
     if name == ADAPTIVE_ASHA:
         # Brackets that cannot be built are a config error, reported now rather than when the search starts.

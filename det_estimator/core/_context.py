@@ -417,7 +417,11 @@ def _parts(
         store=store,
         before_seal=watcher.exit_if_orphaned,
     )
-    max_batches = _length_in_batches(config, trial.hparams, searcher_config.max_length.value)
+    max_batches = (
+        None
+        if searcher_config.length_from_script
+        else _length_in_batches(config, trial.hparams, searcher_config.max_length.value)
+    )
     train = TrainContext(
         distributed,
         recorder,
@@ -446,6 +450,7 @@ def _parts(
         report_batches=report_batches,
         to_batches=lambda length: _length_in_batches(config, trial.hparams, length),
         report_target=train.report_target,
+        length_from_script=searcher_config.length_from_script,
     )
     return {
         "distributed": distributed,

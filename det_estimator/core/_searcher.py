@@ -173,6 +173,8 @@ class SearcherContext:
         to_batches: converts a length in ``units`` to batches; None when it cannot be known
             (records without a ``global_batch_size`` hyperparameter).
         report_target: records the batches an operation trains to (for the live display).
+        length_from_script: the config has no ``searcher.max_length``: the script trains to
+            a length of its own, and there is no operation to give.
     """
 
     def __init__(
@@ -183,8 +185,10 @@ class SearcherContext:
         report_batches: Callable[[int], None] = lambda batches: None,
         to_batches: Callable[[float], Optional[int]] = round,
         report_target: Callable[[int], None] = lambda batches: None,
+        length_from_script: bool = False,
     ) -> None:
         self._distributed = distributed
+        self._length_from_script = length_from_script
         self._source = source
         self._units = units
         self._report_batches = report_batches
@@ -199,6 +203,13 @@ class SearcherContext:
         With the default mode every process iterates in step (the chief shares each
         operation with the others).
         """
+        if self._length_from_script:
+            raise SearcherUsageError(
+                "The experiment config has no searcher.max_length, so the searcher gives no operation: the script "
+                "decides how long it trains. Train to the script's own length (model.fit's epochs, say) and report "
+                "validation metrics of searcher.metric (the last one ranks the trial), or set searcher.max_length "
+                "(e.g. {batches: 1000}) to train to operations."
+            )
         mode = SearcherMode(searcher_mode)
         is_chief = self._distributed.rank == 0
         if not is_chief and mode == SearcherMode.ChiefOnly:

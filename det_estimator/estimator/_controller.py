@@ -111,7 +111,7 @@ class EstimatorTrialController(TrialController):
 
     Training runs in one long-lived ``estimator.train()`` session, driven by a control
     hook placed last among the training hooks, which hands control back after every
-    workload of ``scheduling_unit`` batches, so that the controller validates (with
+    workload (``scheduling_unit`` batches, cut where a period falls due), so that the controller validates (with
     ``estimator.evaluate`` on a checkpoint of the live session) and checkpoints without
     rebuilding the graph. :func:`run_estimator_trial` builds it.
 
@@ -134,7 +134,7 @@ class EstimatorTrialController(TrialController):
         self._estimator = rebuild_estimator(built.estimator, model_dir, self._seed, self._distributed, self._recorder)
         self._control = WorkloadControlHook(
             self,
-            scheduling_unit=1 if self._test else self._config.scheduling_unit,
+            workload_length=self.workload_length,
             pause_requested=self._core.preempt.requested_locally,
             loss_accumulators=lambda: (self._recorder.loss_sum, self._recorder.loss_batches),
         )

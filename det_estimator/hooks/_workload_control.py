@@ -29,7 +29,7 @@ class WorkloadListener(Protocol):
 
 
 class WorkloadControlHook(tf.estimator.SessionRunHook):
-    """Pauses the training session every ``scheduling_unit`` batches for the controller.
+    """Pauses the training session at the end of every workload for the controller.
 
     Placed last among the training hooks, so that it sees a ``request_stop()`` from
     any other hook in the same step. Between workloads the controller validates and
@@ -48,7 +48,9 @@ class WorkloadControlHook(tf.estimator.SessionRunHook):
 
     Args:
         listener: the controller.
-        scheduling_unit: batches per workload.
+        workload_length: called as a workload begins, with the batches to train in all;
+            returns the workload's batches (``scheduling_unit``, or fewer where a period
+            falls due: the trial controller's rule).
         pause_requested: called before every step; True once a pause was asked for.
         loss_accumulators: returns ``(loss_sum, loss_batches)``, the local variables in
             which the training graph sums its loss, once the model_fn has built them;
@@ -58,12 +60,13 @@ class WorkloadControlHook(tf.estimator.SessionRunHook):
     def __init__(
         self,
         listener: WorkloadListener,
-        scheduling_unit: int,
+        workload_length: Callable[[int], int],
         pause_requested: Callable[[], bool],
         loss_accumulators: Callable[[], tuple[Optional[tf.Variable], Optional[tf.Variable]]] = lambda: (None, None),
     ):
         self._listener = listener
-        self._scheduling_unit = scheduling_unit
+        self._workload_length = workload_length
+        self._workload_end: Optional[int] = None  # the batch the workload under way ends at (None: none yet)
         self._pause_requested = pause_requested
         self._loss_accumulators = loss_accumulators
         self.batches = 0
@@ -86,6 +89,7 @@ class WorkloadControlHook(tf.estimator.SessionRunHook):
         self.batches = batches_done
         self.max_batches = max_batches
         self._restore_input_from = restore_input_from
+        self._workload_end = None
 
     def begin(self) -> None:
         # The graph is finalized after begin(): anything the hook needs is built now.
@@ -125,12 +129,15 @@ class WorkloadControlHook(tf.estimator.SessionRunHook):
             _input_state.restore_input_state(run_context.session, self.input_saver, self._restore_input_from)
             self._restore_input_from = None
         fetches = {}
+        if self._workload_end is None:
+            # Here rather than at the last workload's end: an initial validation may have run since.
+            self._workload_end = self.batches + self._workload_length(self.max_batches)
         next_batch = self.batches + 1
         paused = bool(self._pause_requested())
         # A pause ends the workload at this batch: its summaries are fetched too, or the
         # partial workload would be reported with its loss alone.
         if self._scalar_summaries is not None and (
-            next_batch % self._scheduling_unit == 0 or next_batch >= self.max_batches or paused
+            next_batch >= self._workload_end or next_batch >= self.max_batches or paused
         ):
             fetches["summaries"] = self._scalar_summaries
         if self._flags is None:
@@ -164,7 +171,8 @@ class WorkloadControlHook(tf.estimator.SessionRunHook):
             stopping = "pause"
         elif stop_requested:
             stopping = "request_stop"
-        if stopping or self.batches % self._scheduling_unit == 0:
+        if stopping or self._workload_end is not None and self.batches >= self._workload_end:
+            self._workload_end = None
             self.workload_loss = self._take_workload_loss(run_context.session)
             stop = self._listener.on_workload_end(run_context.session, self._saver, self.batches, stopping)
             self.workload_summaries = {}

@@ -176,7 +176,7 @@ class TFKerasTrialController(TrialController):
         self._saved_callback_states: Optional[list[dict[str, Any]]] = None
         self._restored: Any = None
         self._training_stream, first_iterator = self._resume(resources)
-        self._schedule = WorkloadSchedule(self, self._config, context.get_global_batch_size(), self._test)
+        self._schedule = WorkloadSchedule(self)
         self._engine = TrialEngine(self, self._schedule, self._tap, self._callbacks, self._core, first_iterator)
 
     def run(self) -> State:
@@ -267,18 +267,6 @@ class TFKerasTrialController(TrialController):
     def end_training(self) -> None:
         """Training ended (completed, paused or stopped)."""
         self._callbacks.on_train_end()
-
-    @property
-    def batches(self) -> int:
-        return self._batches
-
-    @property
-    def last_validation(self) -> int:
-        return self._last_validation
-
-    @property
-    def last_checkpoint(self) -> int:
-        return self._last_checkpoint
 
     def begin_workload(self, requested: int) -> None:
         self._callbacks.on_train_workload_begin(self._batches, requested)

@@ -18,6 +18,7 @@ from det_estimator.launcher._launch import (
     start,
     worker_command,
 )
+from det_estimator.launcher._startup_hook import has_hook as has_startup_hook
 
 __all__ = [
     "address_towards",
@@ -30,6 +31,7 @@ __all__ = [
     "exec_single",
     "format_hosts",
     "free_port",
+    "has_startup_hook",
     "horovod_installed",
     "horovodrun_command",
     "is_self_launching",

@@ -28,6 +28,7 @@ from typing import IO, Any, Callable, Optional
 
 from det_estimator._host_list import HostSlots, format_hosts
 from det_estimator.launcher._hosts import address_towards
+from det_estimator.launcher._startup_hook import hooked_command
 
 # `python`, `python3` or `python3.11` at the head of a command means this interpreter,
 # which has det-estimator and TensorFlow (the one on PATH may not).
@@ -86,19 +87,26 @@ def is_self_launching(command: list[str]) -> bool:
     return len(command) > 2 and command[1] == "-m" and command[2] in _SELF_LAUNCHING
 
 
-def process_command(command: list[str], slots: int, hosts: Optional[Sequence[HostSlots]]) -> list[str]:
+def process_command(
+    command: list[str], slots: int, hosts: Optional[Sequence[HostSlots]], startup_hook: bool = False
+) -> list[str]:
     """What to start for a run of ``command`` on ``slots`` processes.
 
     One slot on this machine runs the command itself; several (or any on other hosts)
     run it under horovodrun, unless the command is one of det-estimator's own launchers.
     Where Horovod is not installed, a script runs under the TensorFlow launcher instead
     (the worker of a trial class needs Horovod: horovodrun's absence is its error).
+    With ``startup_hook``, every process horovodrun starts (or the one process, or the
+    launcher that starts them) runs the context directory's ``startup-hook.sh`` first,
+    once per host (``_startup_hook``).
     """
+    run = hooked_command(command) if startup_hook else command
     if is_self_launching(command) or (slots == 1 and hosts is None):
-        return command
+        return run
     if not horovod_installed() and command[1:3] != worker_command()[1:3]:
-        return tensorflow_launcher_command(slots, command, hosts)
-    return horovodrun_command(slots, command, hosts)
+        launched = tensorflow_launcher_command(slots, command, hosts)
+        return hooked_command(launched) if startup_hook else launched
+    return horovodrun_command(slots, run, hosts)
 
 
 def free_port() -> int:

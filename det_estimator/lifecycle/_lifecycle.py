@@ -246,14 +246,18 @@ class RunLifecycle:
 
         A run that did not complete leaves its trial's progress at its latest checkpoint,
         where a resume continues: batches trained since are lost with the run. A run that
-        owns its experiment ends it next, with :meth:`end_experiment`.
+        failed after training all its batches (raising once its training was done) keeps
+        them: they were trained, and the trial shows so. A run that owns its experiment
+        ends it next, with :meth:`end_experiment`.
         """
         store = self._store
         trial = info.require_trial()
         state = run_state(ending, preempted=store.trial_run(trial.run_id).preempted)
         store.end_run(trial.run_id, state, ending.exit_status)
         store.set_trial_state(trial.trial_id, state)
-        if state != State.COMPLETED:
+        record = store.trial(trial.trial_id)
+        trained_all = record.max_batches is not None and record.batches_trained >= record.max_batches
+        if state != State.COMPLETED and not (state == State.ERROR and trained_all):
             kept = store.checkpoints(trial.experiment_id, trial_id=trial.trial_id)
             store.set_progress(trial.trial_id, max((checkpoint.batches for checkpoint in kept), default=0))
         return state

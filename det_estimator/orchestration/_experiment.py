@@ -213,12 +213,21 @@ class _ExperimentLoop:
         if self._search.shutdown:
             if self._search.shutdown_reason:
                 self._display.message(self._search.shutdown_reason)
-            return State.ERROR if self._search.failed else State.COMPLETED
+            return State.ERROR if self._search.failed or self._every_trial_failed() else State.COMPLETED
         if self._pausing:
             return State.PAUSED
         raise RuntimeError(  # a search method that neither shuts down nor gives work: a bug of ours
             f"The search of experiment {self._experiment.id} stopped giving trials work before it ended."
         )
+
+    def _every_trial_failed(self) -> bool:
+        """Whether every trial ended in ERROR, some after the search had what it needed of them.
+
+        A trial that completed its searcher operation and then failed (a script raising
+        after its training, say) leaves the search content; the experiment still failed.
+        """
+        trials = self._store.trials(self._experiment.id)
+        return bool(trials) and all(trial.state == State.ERROR for trial in trials)
 
     def _on_signal(self) -> None:
         """SIGINT or SIGTERM: a pause; repeated once the pause has had time, the trials' processes end at once."""
@@ -241,13 +250,23 @@ class _ExperimentLoop:
         return time.monotonic() - self._pausing_since >= _STOP_AFTER_SECONDS
 
     def _hint_at_stopping(self) -> None:
-        """Says, once, that a pause takes long, and how to stop at once."""
-        if not self._stop_hint_shown and self._pause_is_slow():
+        """Says, once, that a pause takes long (a trial has not written its checkpoint yet), and how to stop at once."""
+        if not self._stop_hint_shown and self._pause_is_slow() and not self._pause_checkpoints_written():
             self._stop_hint_shown = True
             self._display.message(
                 f"Still pausing after {_STOP_AFTER_SECONDS:.0f} s (a process may be stuck): Ctrl-C again stops the "
                 "trial at once, without a checkpoint."
             )
+
+    def _pause_checkpoints_written(self) -> bool:
+        """Whether every running trial has written its pause's checkpoint, and its processes are only exiting.
+
+        A trial acknowledges the pause once its checkpoint is written; its processes may
+        take a while yet to end (several of them, under horovodrun), which is no sign of
+        a stuck process.
+        """
+        runs = (self._store.trial_run(process.info.require_trial().run_id) for process in self._running.values())
+        return all(run.preempted for run in runs)
 
     def _request_pause(self) -> None:
         if not self._pausing:

@@ -147,7 +147,8 @@ def start_processes(
 
     The run's info is written into ``scratch`` and named by ``DET_CLUSTER_INFO`` in every
     process, with where the chief listens (``DET_CHIEF_IP``, ``DET_CHIEF_PORT``); on
-    several slots (or other hosts) the command runs under horovodrun.
+    several slots (or other hosts) the command runs under horovodrun. A ``startup-hook.sh``
+    in ``cwd`` (the context directory) runs before the command, once per host.
 
     Args:
         info: the run's info (:meth:`RunLifecycle.begin` or ``begin_job`` made it).
@@ -176,7 +177,11 @@ def start_processes(
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     # Supervised: what the run's processes start (a data-loading pool, a server) ends with
     # the run, also when this process is killed.
-    process = launcher.start(launcher.process_command(command, info.slots, hosts), env, cwd, supervised=True)
+    # The context directory's startup-hook.sh runs first, once per host, as in the reference.
+    startup_hook = launcher.has_startup_hook(cwd)
+    process = launcher.start(
+        launcher.process_command(command, info.slots, hosts, startup_hook), env, cwd, supervised=True
+    )
 
     def copy_output() -> None:
         for line in launcher.output_pipe(process):

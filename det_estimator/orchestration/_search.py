@@ -165,6 +165,12 @@ class SearchRunner:
                     "core.searcher.operations() and completes each one with "
                     "op.report_completed(searcher_metric) on the chief."
                 )
+                if self._config.searcher.length_from_script:
+                    message = (
+                        "the trial's processes exited with status 0 without a validation of searcher.metric "
+                        f"{metric!r}: with no searcher.max_length, the script trains to a length of its own "
+                        "and its last validation of the searcher metric ranks the trial."
+                    )
                 RunLifecycle(self._store).record_error(runs[-1].id, RunError(ErrorKind.INCOMPLETE, message))
             self._exit_early(trial, ExitedReason.ERRORED)
             return

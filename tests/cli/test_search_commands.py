@@ -255,10 +255,16 @@ def test_a_script_that_fails_after_completing_its_training_is_shown_as_failed(de
     result = det("experiment", "create", config, search_dir)
     assert result.returncode == 1, result.stdout + result.stderr  # not a silent success
     assert "RuntimeError: failed after reporting the training complete" in result.stderr
-    assert "Trial 1 failed: `" in result.stdout and "trial logs 1" in result.stdout
+    assert "Experiment 1 failed (ERROR)" in result.stderr and "trial logs 1" in result.stderr
     (trial,) = det.json("experiment", "describe", 1)["trials"]
     assert trial["state"] == "ERROR"
     assert trial["validations"][-1]["metrics"]["loss"] == pytest.approx(loss(0.3, BATCHES))
+    # The experiment failed with its only trial, which trained every batch before it failed.
+    assert (trial["batches_trained"], trial["max_batches"]) == (BATCHES, BATCHES)
+    (experiment,) = det.json("experiment", "list")
+    assert experiment["state"] == "ERROR"
+    (row,) = det.ok("experiment", "list").stdout.splitlines()[1:]
+    assert f" {BATCHES}/{BATCHES} " in row and " ERROR " in row
 
 
 def test_a_script_that_exits_without_completing_its_operation_is_shown_failed_saying_so(det, search_dir):
@@ -341,6 +347,21 @@ def test_a_search_killed_with_everything_resumes_to_the_same_trials_and_best(det
     expected, found, _ = _interrupted_and_uninterrupted(det, make_det, search_dir, tmp_path, kill_everything)
     assert found == expected
     assert json.dumps(found, sort_keys=True)
+
+
+@pytest.mark.parametrize("engine", ["tensorflow", "horovod"])
+def test_a_script_under_the_reference_launcher_runs_under_ours_with_one_note(det, search_dir, engine):
+    config_path = write_config(search_dir, {"name": "single"}, {"x": 0.3})
+    config = yaml.safe_load(config_path.read_text())
+    config["entrypoint"] = f"python3 -m determined.launch.{engine} -- python3 search_script.py"
+    config_path.write_text(yaml.safe_dump(config))
+    result = det.ok("experiment", "create", config_path, search_dir)
+    note = f"runs `determined.launch.{engine}`, the reference system's launcher"
+    assert (result.stdout + result.stderr).count(note) == 1
+    assert "Experiment 1 COMPLETED" in result.stdout
+    (trial,) = det.json("experiment", "describe", 1)["trials"]
+    assert trial["state"] == "COMPLETED" and trial["runs"][-1]["state"] == "COMPLETED"
+    assert trial["validations"][-1]["metrics"]["loss"] == pytest.approx(loss(0.3, BATCHES))
 
 
 def test_after_detach_a_copied_store_and_its_original_resume_independently_each_with_its_checkpoints_on_disk(

@@ -214,8 +214,8 @@ BAD = [
     ),
     (
         "unknown key with asha",
-        {**ASHA, "max_time": 100},
-        f"experiment config: unknown key `searcher.max_time`. Expected one of: {ASHA_KEYS}",
+        {**ASHA, "max_steps": 100},
+        f"experiment config: unknown key `searcher.max_steps`. Expected one of: {ASHA_KEYS}",
     ),
     (
         "unknown mode",

@@ -445,9 +445,11 @@ def test_a_resumed_run_draws_the_random_numbers_an_uninterrupted_one_would(analy
     uninterrupted = det.run_trial(analytic.AnalyticTrial, config("straight", 20))
     det.run_trial(analytic.AnalyticTrial, config("resumed", 7))
     resumed = det.run_trial(analytic.AnalyticTrial, config("resumed", 20))
-    assert [v["metrics"]["weight"] for v in resumed.validations[-2:]] == [
-        v["metrics"]["weight"] for v in uninterrupted.validations[-2:]
-    ]
+    # Compared where both validated: the resumed run's periods count from its validation at 7.
+    straight = {v["batches"]: v["metrics"]["weight"] for v in uninterrupted.validations}
+    shared = [(v["batches"], v["metrics"]["weight"]) for v in resumed.validations if v["batches"] in straight]
+    assert [batches for batches, _ in shared] == [20]
+    assert all(weight == straight[batches] for batches, weight in shared)
     # The noise really changed training, so equal weights mean equal draws.
     in_order = analytic.expected_weight(20, LEARNING_RATE, GLOBAL_BATCH)
     assert final_weight(uninterrupted) != pytest.approx(in_order, rel=1e-3)
@@ -533,3 +535,58 @@ def test_a_nan_searcher_metric_is_never_the_best_so_later_improvements_are_check
     # checkpoint_policy "best": every validation after the NaN one improved, and was checkpointed.
     assert [c["batches"] for c in outcome.checkpoints] == [10, 15, 20]
     assert checkpoints_of(tmp_path).list()[-1].metadata["best_validation_metric"] == weights[-1]
+
+
+def reference_period_batches(period: int, length: int) -> list:
+    """The batches the reference validates (or checkpoints) at: every ``period`` batches, and where training ends."""
+    return sorted(set(range(period, length + 1, period)) | {length})
+
+
+@pytest.mark.slow
+def test_periods_of_one_batch_validate_and_checkpoint_after_every_batch(analytic, tmp_path):
+    # scheduling_unit stays at its default (100), longer than the whole run.
+    config = analytic.make_config(
+        tmp_path,
+        64,
+        min_validation_period={"batches": 1},
+        min_checkpoint_period={"batches": 1},
+        checkpoint_policy="none",
+    )
+    del config["scheduling_unit"]
+    outcome = det.run_trial(analytic.AnalyticTrial, config)
+    assert [v["batches"] for v in outcome.validations] == reference_period_batches(1, 64)
+    assert events(tmp_path).count("on_checkpoint_end") == 64
+
+
+def test_a_validation_period_shorter_than_the_scheduling_unit_is_kept_through_a_pause(analytic, tmp_path):
+    class PauseAtFourth(tf.estimator.SessionRunHook):
+        def __init__(self):
+            self.batches = 0
+
+        def after_run(self, run_context, run_values):
+            self.batches += 1
+            if self.batches == 4:
+                os.kill(os.getpid(), signal.SIGTERM)  # the pause lands after the batch under way
+
+    class Paused(analytic.AnalyticTrial):
+        def build_train_spec(self):
+            spec = super().build_train_spec()
+            return tf.estimator.TrainSpec(spec.input_fn, hooks=[*spec.hooks, PauseAtFourth()])
+
+    def make_config(directory):
+        return analytic.make_config(directory, 10, scheduling_unit=100, min_validation_period={"batches": 3})
+
+    expected = reference_period_batches(3, 10)
+    assert expected == [3, 6, 9, 10]
+    uninterrupted = det.run_trial(analytic.AnalyticTrial, make_config(tmp_path / "uninterrupted"))
+    assert [v["batches"] for v in uninterrupted.validations] == expected
+
+    paused = det.run_trial(Paused, make_config(tmp_path))
+    paused_at = paused.batches_trained
+    assert paused.state == "PAUSED" and 3 < paused_at < 6, "the pause must fall between two validations"
+    assert [v["batches"] for v in paused.validations] == [3]
+    resumed = det.run_trial(analytic.AnalyticTrial, make_config(tmp_path))
+    assert resumed.state == "COMPLETED"
+    assert [v["batches"] for v in resumed.validations] == [6, 9, 10]
+    for before, after in zip(uninterrupted.validations[1:], resumed.validations):
+        assert after["metrics"]["weight"] == pytest.approx(before["metrics"]["weight"], rel=1e-6)

@@ -126,6 +126,19 @@ def test_a_run_that_did_not_complete_leaves_its_trials_progress_at_its_latest_ch
     assert [c.batches for c in store.checkpoints(experiment_id)] == [10]  # a failed experiment keeps its checkpoints
 
 
+def test_a_run_that_failed_after_training_all_its_batches_keeps_them(store, tmp_path):
+    experiment_id, trial_id = record(store, tmp_path)
+    lifecycle = RunLifecycle(store)
+    info = lifecycle.begin(experiment_id, trial_id)
+    store.set_progress(trial_id, 0, 4)
+    store.set_progress(trial_id, 4)  # all of its length, and no checkpoint: it raised once trained
+
+    assert lifecycle.end(info, Ending(exit_status=1)) == State.ERROR
+
+    trial = store.trial(trial_id)
+    assert (trial.state, trial.batches_trained, trial.max_batches) == (State.ERROR, 4, 4)
+
+
 def test_a_paused_run_is_recorded_paused_when_its_chief_acknowledged_the_pause(store, tmp_path):
     experiment_id, trial_id = record(store, tmp_path)
     lifecycle = RunLifecycle(store)

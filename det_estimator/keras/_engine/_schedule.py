@@ -11,8 +11,6 @@
 from dataclasses import dataclass
 from typing import Any, Optional, Protocol, Union
 
-from det_estimator.config import ExperimentConfig
-
 
 @dataclass(frozen=True)
 class EpochSchedule:
@@ -115,6 +113,9 @@ class TrialSteps(Protocol):
     def last_checkpoint(self) -> int:
         """The batches at the last checkpoint (-1: none yet)."""
 
+    def workload_length(self, max_batches: int) -> int:
+        """The batches of the workload that begins now, with ``max_batches`` to train in all for the operation."""
+
     def begin_training(self) -> None:
         """Training (re)starts: the trial's callbacks begin, the initial validation if due."""
 
@@ -170,17 +171,12 @@ class WorkloadSchedule:
     checkpoints at the batches an uninterrupted one would.
 
     Args:
-        trial: the trial's controller.
-        config: the experiment config.
-        global_batch_size: the batches' global size, to turn lengths into batches.
-        test: test mode: workloads of one batch.
+        trial: the trial's controller, whose ``workload_length`` is the rule shared by both
+            trial controllers (``det_estimator._trial_controller.TrialController``).
     """
 
-    def __init__(self, trial: TrialSteps, config: ExperimentConfig, global_batch_size: int, test: bool) -> None:
+    def __init__(self, trial: TrialSteps) -> None:
         self._trial = trial
-        self._config = config
-        self._global_batch_size = global_batch_size
-        self._test = test
         self._max_batches = 0  # the batches to train in all for the searcher's operation
         self._requested = 0  # batches of the workload under way (0: none)
         self._done = 0
@@ -192,18 +188,7 @@ class WorkloadSchedule:
 
     def workload_length(self) -> int:
         """``scheduling_unit`` batches, or fewer: to end where the operation ends, a validation or checkpoint is due."""
-        if self._test:
-            return 1
-        trial = self._trial
-        length = min(self._config.scheduling_unit, self._max_batches - trial.batches)
-        for period, since in (
-            (self._config.min_validation_period, trial.last_validation),
-            (self._config.min_checkpoint_period, trial.last_checkpoint),
-        ):
-            if period is not None:
-                due = period.to_batches(self._global_batch_size, self._config.records_per_epoch)
-                length = min(length, max(1, max(since, 0) + due - trial.batches))
-        return length
+        return self._trial.workload_length(self._max_batches)
 
     def batches_for_step(self, batches_per_call: int) -> int:
         """The batches the next step trains: at most ``batches_per_call``, to the workload's or the epoch's end.
