@@ -161,18 +161,3 @@ def test_a_split_never_writes_past_a_parts_room():
         kernels.split_parts(keys, bounds, out, np.array([0], np.int64), np.array([3, 5], np.int64))
     with pytest.raises(ValueError, match="^bounds must be an int64 array$"):
         kernels.count_parts(keys, bounds.astype(np.int32), np.zeros(2, np.int64))
-
-
-@pytest.mark.parametrize(
-    ("cpuinfo", "zen4"),
-    [
-        ("vendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 17\n", True),
-        ("vendor_id\t: AuthenticAMD\ncpu family\t: 26\nmodel\t\t: 2\n", False),  # Zen 5: compress-store is fast
-        ("vendor_id\t: AuthenticAMD\ncpu family\t: 251\n", False),
-        ("vendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 85\n", False),
-        ("", False),
-    ],
-)
-def test_numpy_sort_is_known_slow_on_zen4(cpuinfo, zen4):
-    # Where the kernels are not built, NumPy 1.26's AVX-512 sort on Zen 4 takes ten times its usual time.
-    assert ranking.is_zen4(cpuinfo) == zen4
