@@ -13,6 +13,8 @@ from det_estimator.reducers._base import MetricReducer
 # Batches are keyed in chunks of at least this many examples: one pass over a large
 # chunk costs far less than one per small batch.
 _CHUNK_EXAMPLES = 1 << 16
+# What the native append_batch returns when the chunk being filled has no room for the batch.
+_NO_ROOM = 4
 
 
 class _ChunkBuffer:
@@ -82,19 +84,20 @@ class _Batches:
         of the chunk being filled (an unweighted one), without NaN. Anything else, an
         invalid batch included, is left to ``add`` after the thorough checks (which word the
         error), as is a reducer's first batch. The per-batch Python here is kept to a
-        minimum, as it runs for every batch.
+        minimum, as it runs for every batch: the kernel checks the types and the room left.
         """
-        filling = self.filling
-        if filling is None or filling.weights is not None or type(metric) is not dict or len(metric) != 2:
+        filling, native = self.filling, ranking.kernels
+        if filling is None or native is None or filling.weights is not None or type(metric) is not dict:
             return False
         labels, scores = metric.get("labels"), metric.get("predictions")
-        if type(labels) is not np.ndarray or type(scores) is not np.ndarray or not 0 < scores.size <= _CHUNK_EXAMPLES:
+        if type(labels) is not np.ndarray or type(scores) is not np.ndarray or len(metric) != 2:
             return False
-        if ranking.kernels is None:
-            return False
-        filling = self._room_for(filling.scores.dtype, scores.size)
-        if ranking.kernels.append_batch(labels, scores, filling.scores, filling.is_positive, filling.size):
-            return False  # another type or size, or invalid
+        status = native.append_batch(labels, scores, filling.scores, filling.is_positive, filling.size)
+        if status == _NO_ROOM:
+            filling = self._room_for(filling.scores.dtype, scores.size)
+            status = native.append_batch(labels, scores, filling.scores, filling.is_positive, filling.size)
+        if status:
+            return False  # another type, or invalid, or larger than a chunk
         filling.size += scores.size
         return True
 

@@ -161,3 +161,32 @@ def test_a_split_never_writes_past_a_parts_room():
         kernels.split_parts(keys, bounds, out, np.array([0], np.int64), np.array([3, 5], np.int64))
     with pytest.raises(ValueError, match="^bounds must be an int64 array$"):
         kernels.count_parts(keys, bounds.astype(np.int32), np.zeros(2, np.int64))
+
+
+@needs_kernels
+@pytest.mark.parametrize("extreme", [None, 2.0, -2.0, np.inf, -np.inf, 1e10])
+def test_label_keys_are_numpys_labeled_keys_and_refuse_scores_without_a_free_bit(monkeypatch, extreme):
+    rng = np.random.default_rng(5)
+    below_two = np.nextafter(np.float32(2), np.float32(0))  # the largest key with a bit free
+    edges = [0.0, -0.0, 1e-45, -1e-45, 1e-30, below_two, -below_two, 1.0, -1.0]
+    scores = np.concatenate([rng.uniform(-1.99, 1.99, 5000), edges]).astype(np.float32)
+    if extreme is not None:
+        scores[1234] = extreme
+    is_positive = rng.random(len(scores)) < 0.3
+    keys = np.empty(len(scores), np.int32)
+    fits = kernels.label_keys(scores, is_positive, keys)
+    monkeypatch.setattr(ranking, "kernels", None)
+    expected = ranking.labeled(scores, is_positive)
+    assert fits == (expected.labels is None) == (extreme is None)
+    if fits:
+        np.testing.assert_array_equal(keys, expected.keys)
+
+
+@needs_kernels
+def test_append_batch_tells_a_full_chunk_apart_and_writes_nothing_there():
+    chunk_scores, chunk_labels = np.zeros(1000, np.float32), np.zeros(1000, bool)
+    labels, scores = np.ones(300, np.int64), np.full(300, 0.5, np.float32)
+    assert kernels.append_batch(labels, scores, chunk_scores, chunk_labels, 600) == 0
+    assert kernels.append_batch(labels, scores, chunk_scores, chunk_labels, 900) == 4  # no room
+    assert kernels.append_batch(labels, scores.astype(np.float64), chunk_scores, chunk_labels, 0) == 3  # other type
+    assert np.count_nonzero(chunk_labels) == 300 and np.count_nonzero(chunk_scores) == 300
