@@ -23,10 +23,18 @@ Prints four tables:
    process's CPU time is not shown: TensorFlow's idle pool threads spin, and an extra op
    handed to another thread adds up to a fifth of a step's CPU time without any wall time.
 4. Bytes one rank sends for each reducer's state at 1M examples.
+5. The per-batch cost of ``RocAuc.accumulate`` and ``AveragePrecision.accumulate`` for
+   batches of 1024 float32 scores with int64 and with float32 labels (goal: <= 2 us).
+6. Reducing N workers' states (N = 1, 2, 8, 32; uneven shares, each state pickled and
+   unpickled as it travels) of 1e7 examples, 1e8 with ``--large``, on 2 threads: each N's
+   median time and its ratio to N = 1, one state holding the same examples (goal: <= 1.2x);
+   then the peak memory of a rank that receives 8 workers' states as one exchange's bytes
+   and reduces them, in bytes per example.
 
-Usage: ``.venv/bin/python benchmarks/reducers.py [--quick] [--only 1,2,3,4]`` (``--quick``:
-smaller sizes, for checking that the script runs). The machine may be shared and noisy:
-variants are timed in alternation within one run, and medians are reported.
+Usage: ``.venv/bin/python benchmarks/reducers.py [--quick] [--large] [--only 1,2,3,4,5,6]``
+(``--quick``: smaller sizes, for checking that the script runs). The machine may be
+shared and noisy: variants are timed in alternation within one run, and medians are
+reported.
 """
 
 import argparse
@@ -40,6 +48,7 @@ import shutil
 import statistics
 import tempfile
 import time
+import tracemalloc
 import warnings
 from typing import Callable
 
@@ -453,10 +462,113 @@ def evaluate_overhead(num_examples: int, rounds: int) -> None:
     print(f"  the function itself took {statistics.median(record['seconds']):.3f} s (median) inside the evaluations")
 
 
+def per_batch_accumulate(batches: int, repeats: int) -> None:
+    rng = np.random.default_rng(3)
+    scores = rng.random(1024, dtype=np.float32)
+    int_labels = rng.integers(0, 2, 1024)
+    cases = {
+        (name, labels.dtype.name): (reducer_type, {"labels": labels, "predictions": scores})
+        for name, reducer_type in (("RocAuc", reducers.RocAuc), ("AveragePrecision", reducers.AveragePrecision))
+        for labels in (int_labels, int_labels.astype(np.float32))
+    }
+    timings: dict[tuple[str, str], list[float]] = {case: [] for case in cases}
+    for _ in range(repeats):  # interleaved
+        for case, (reducer_type, batch) in cases.items():
+            reducer = reducer_type()
+            reducer.accumulate(batch)  # the first batch takes the thorough checks
+            start = time.perf_counter()
+            for _ in range(batches):
+                reducer.accumulate(batch)
+            timings[case].append((time.perf_counter() - start) / batches)
+    rows = [
+        [name, labels, f"{min(values) * 1e6:.2f}", f"{statistics.median(values) * 1e6:.2f}"]
+        for (name, labels), values in timings.items()
+    ]
+    table(
+        f"5. accumulate() of a batch of 1024 float32 scores, {batches} batches per run, {repeats} interleaved runs "
+        "(goal: <= 2 us)",
+        ["reducer", "labels", "fastest us", "median us"],
+        rows,
+    )
+
+
+def worker_states(reducer_type: type, labels: np.ndarray, scores: np.ndarray, workers: int) -> list[bytes]:
+    """Each of ``workers`` uneven, contiguous shares accumulated in batches of 1024, pickled as sent."""
+    cuts = np.sort(np.random.default_rng(workers).integers(0, len(labels), workers - 1))
+    bounds = [0, *cuts.tolist(), len(labels)]
+    return [
+        pickle.dumps(accumulate_in_batches(reducer_type(), labels[start:stop], scores[start:stop]))
+        for start, stop in zip(bounds[:-1], bounds[1:])
+        if stop > start
+    ]
+
+
+def reduction_of_many_states(num_examples: int, repeats: int) -> None:
+    from det_estimator.reducers._accumulator import MetricAccumulator
+
+    labels, scores = ctr_scores(num_examples, 0.02)
+    labels = labels.astype(np.int8)
+    counts = [1, 2, 8, 32]
+    rows = []
+    peak_line = ""
+    for name, reducer_type in (("RocAuc", reducers.RocAuc), ("AveragePrecision", reducers.AveragePrecision)):
+        sent = {workers: worker_states(reducer_type, labels, scores, workers) for workers in counts}
+        timings: dict[int, list[float]] = {workers: [] for workers in counts}
+        values: dict[int, float] = {}
+        for _ in range(repeats):  # interleaved; fresh states each time, as a reduction sorts what it is given
+            for workers in counts:
+                states = [pickle.loads(state) for state in sent[workers]]
+                start = time.perf_counter()
+                values[workers] = reducer_type(num_threads=2).cross_slot_reduce(states)
+                timings[workers].append(time.perf_counter() - start)
+                del states
+        one = statistics.median(timings[1])
+        for workers in counts:
+            median = statistics.median(timings[workers])
+            rows.append(
+                [
+                    name,
+                    f"{num_examples:.0e}",
+                    str(workers),
+                    f"{median:.3f}",
+                    f"{median / one:.2f}x",
+                    f"{statistics.median(t / base for t, base in zip(timings[workers], timings[1])):.2f}x",
+                    f"{abs(values[workers] - values[1]):.1e}",
+                ]
+            )
+        if reducer_type is reducers.RocAuc:
+            # A rank's peak in the reduction of 8 workers' states: the exchange's bytes (each worker's envelope,
+            # as MetricAccumulator.encode packs it, in one buffer as an allgather gives them) held throughout,
+            # and the peak of what the reduction allocates on top (NumPy's arrays, which tracemalloc sees).
+            envelopes = [pickle.dumps(("state", pickle.loads(state))) for state in sent[8]]
+            sizes = np.array([len(envelope) for envelope in envelopes])
+            exchanged = np.frombuffer(b"".join(envelopes), np.uint8)
+            del envelopes
+            tracemalloc.start()
+            MetricAccumulator(reducers.RocAuc(num_threads=2), name="auc").reduce_encoded(exchanged, sizes)
+            peak = exchanged.nbytes + tracemalloc.get_traced_memory()[1]
+            tracemalloc.stop()
+            peak_line = (
+                f"  peak memory of a rank reducing 8 workers' {num_examples:.0e} examples (RocAuc): "
+                f"{peak / 2**20:,.0f} MiB, {peak / num_examples:.1f} bytes per example, of which the exchanged "
+                f"states {exchanged.nbytes / num_examples:.2f}"
+            )
+            del exchanged
+        del sent
+    table(
+        f"6. cross_slot_reduce of N workers' states (uneven shares, unpickled) against one state of the same "
+        f"examples, 2 threads, median of {repeats} interleaved runs (goal: <= 1.2x)",
+        ["metric", "examples", "N", "median s", "vs N = 1", "per-run ratio", "|value - N=1's|"],
+        rows,
+    )
+    print(peak_line)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="Benchmarks det-estimator's reducers.")
     parser.add_argument("--quick", action="store_true", help="small sizes, to check that the script runs")
-    parser.add_argument("--only", default="1,2,3,4", help="comma-separated tables to print")
+    parser.add_argument("--large", action="store_true", help="table 6 and the peak memory at 1e8 examples")
+    parser.add_argument("--only", default="1,2,3,4,5,6", help="comma-separated tables to print")
     args = parser.parse_args()
     only = set(args.only.split(","))
     if "1" in only:
@@ -469,6 +581,11 @@ def main() -> None:
         evaluate_overhead(100_000 if args.quick else 1_000_000, 2 if args.quick else 21)
     if "4" in only:
         state_bytes(100_000 if args.quick else 1_000_000)
+    if "5" in only:
+        per_batch_accumulate(200 if args.quick else 5000, 3 if args.quick else 11)
+    if "6" in only:
+        size = 100_000 if args.quick else 100_000_000 if args.large else 10_000_000
+        reduction_of_many_states(size, 1 if args.quick else 3 if args.large else 5)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,10 @@ from det_estimator import _horovod
 from det_estimator.core._distributed import current_context
 from det_estimator.reducers import MetricReducer
 from det_estimator.reducers._accumulator import MetricAccumulator
+from det_estimator.reducers._roc_auc import _ScoreRankingReducer
+
+# Rows a column buffer holds before it first grows (it doubles when full).
+_INITIAL_ROWS = 1 << 16
 
 
 @tf.keras.utils.register_keras_serializable(package="det_estimator")
@@ -18,7 +22,12 @@ class ReducerMetric(tf.keras.metrics.Metric):
 
     Each batch's ``{"labels": y_true, "predictions": y_pred, "weights": sample_weight}``
     (``weights`` only when there are sample weights) goes to the reducer's
-    ``accumulate`` on this process; when Keras reads the metric's value at the end of
+    ``accumulate`` on this process. For ``RocAuc`` and ``AveragePrecision``, whose state
+    is the examples themselves, the batches are instead appended to buffers inside
+    Keras' compiled step (TensorFlow variables that double when full, no Python per
+    batch) and handed to ``accumulate`` as one batch when the value is read; under a
+    ``tf.distribute`` strategy, and for other reducers, each batch calls
+    ``accumulate`` from the step. When Keras reads the metric's value at the end of
     ``model.evaluate`` (or of an epoch of ``model.fit``, or of a workload and of a
     validation in a ``TFKerasTrial``), the processes exchange their states in one
     Horovod allgather (under a ``MultiWorkerMirroredStrategy``, through the job's
@@ -77,6 +86,12 @@ class ReducerMetric(tf.keras.metrics.Metric):
         self._prototype = reducer
         self._accumulator = MetricAccumulator(reducer, name=self.name, rank=_rank())
         self._value: Optional[np.ndarray] = None
+        # What the value was computed from: (rows buffered, batches accumulated) at that time.
+        self._value_of: Optional[tuple[int, int]] = None
+        # The buffers of the batches' columns, created on the first batch, when their dtypes are
+        # known. A plain object, so that Keras tracks no variables of this metric (it would sum
+        # them across processes, and save them with the model).
+        self._buffers: Optional[_Columns] = None
         self._collective_name = "det_reducer_metric." + re.sub(r"[^A-Za-z0-9_.-]", "_", self.name)
 
     @property
@@ -84,11 +99,20 @@ class ReducerMetric(tf.keras.metrics.Metric):
         """The reducer every evaluation copies."""
         return self._prototype
 
-    def update_state(self, y_true: Any, y_pred: Any, sample_weight: Optional[Any] = None) -> tf.Tensor:
-        """Adds one batch to this process's state (an op that calls the reducer's ``accumulate``)."""
+    def update_state(self, y_true: Any, y_pred: Any, sample_weight: Optional[Any] = None) -> Any:
+        """Adds one batch to this process's state: appended to the buffers, or an op calling ``accumulate``."""
         inputs = {"labels": y_true, "predictions": y_pred}
         if sample_weight is not None:
             inputs["weights"] = sample_weight
+        if isinstance(self._prototype, _ScoreRankingReducer) and not tf.distribute.has_strategy():
+            columns = {key: tf.convert_to_tensor(value) for key, value in inputs.items()}
+            if self._buffers is None:
+                with tf.init_scope():
+                    self._buffers = _Columns({key: column.dtype for key, column in columns.items()})
+            # A tf.function creates variables on its first call only: a batch of other dtypes
+            # or columns than the first (another evaluate's labels) calls accumulate instead.
+            if self._buffers.holds(columns):
+                return self._buffers.append(columns)
         keys = sorted(inputs)
 
         def accumulate(*arrays: np.ndarray) -> np.int64:
@@ -102,14 +126,26 @@ class ReducerMetric(tf.keras.metrics.Metric):
         """The value over every process's batches since the last reset (NaN inside compiled step functions)."""
         if not tf.executing_eagerly():
             return tf.constant(np.nan, dtype=self.dtype)
+        self._take_buffered()
         if self._value is None:
             self._value = self._reduce()
         return tf.constant(self._value, dtype=self.dtype)
+
+    def _take_buffered(self) -> None:
+        """Hands the rows buffered since the last read to the reducer, as one batch."""
+        if self._buffers is None:
+            return
+        batches, columns = self._buffers.take()
+        if batches:
+            self._accumulator.accumulate(columns)
+            self._value = None
 
     def reset_state(self) -> None:
         """Starts a new evaluation: the next batches go to a fresh copy of the reducer."""
         self._accumulator = MetricAccumulator(self._prototype, name=self.name, rank=_rank())
         self._value = None
+        if self._buffers is not None:
+            self._buffers.clear()
 
     def get_config(self) -> dict[str, Any]:
         """The metric's config, with the reducer as JSON when it has a ``get_config()``.
@@ -147,6 +183,77 @@ class ReducerMetric(tf.keras.metrics.Metric):
             envelopes = distributed.allgather(self._accumulator.local_envelope())
             return combiner.reduce(envelopes, np.dtype(self.dtype))
         return combiner.reduce([self._accumulator.local_envelope()], np.dtype(self.dtype))
+
+
+class _Columns:
+    """Buffers of a batch's flattened columns (labels, predictions, weights), appended to inside a compiled step.
+
+    Each column is a 1-D variable of undefined length that doubles when a batch does not
+    fit, with a count of the rows written, so appending costs a few ops per batch and no
+    Python. Each column counts its own rows: a batch whose columns differ in size is
+    kept as it is, and the reducer's checks reject it when the rows are handed over.
+
+    Args:
+        dtypes: each column's name and dtype.
+    """
+
+    def __init__(self, dtypes: dict[str, tf.DType]) -> None:
+        self._rows = {
+            key: tf.Variable(tf.zeros([_INITIAL_ROWS], dtype), shape=tf.TensorShape([None]), trainable=False)
+            for key, dtype in dtypes.items()
+        }
+        self._sizes = {key: tf.Variable(tf.constant(0, tf.int64), trainable=False) for key in dtypes}
+        self._batches = tf.Variable(tf.constant(0, tf.int64), trainable=False)
+
+    def holds(self, columns: dict[str, tf.Tensor]) -> bool:
+        """Whether these are the columns, of the dtypes, that the buffers hold."""
+        return {key: column.dtype for key, column in columns.items()} == {
+            key: rows.dtype for key, rows in self._rows.items()
+        }
+
+    def append(self, columns: dict[str, tf.Tensor]) -> tf.Operation:
+        """The op appending a batch's columns (of the dtypes given) and counting the batch."""
+        writes = [self._append(key, column) for key, column in columns.items()]
+        with tf.control_dependencies(writes):
+            return self._batches.assign_add(1).op
+
+    def _append(self, key: str, column: tf.Tensor) -> tf.Operation:
+        rows, size = self._rows[key], self._sizes[key]
+        values = tf.reshape(column, [-1])
+        start = size.read_value()
+        stop = start + tf.size(values, out_type=tf.int64)
+
+        # The variable's shape, not its value: a read of its value still alive when the rows
+        # are written would make the write copy the whole buffer.
+        capacity = tf.raw_ops.VariableShape(input=rows.handle, out_type=tf.int64)[0]
+
+        def grow() -> tf.Operation:
+            kept = rows.read_value()[:start]
+            grown = tf.concat([kept, tf.zeros([tf.maximum(stop, 2 * capacity) - start], rows.dtype)], 0)
+            return rows.assign(grown, read_value=False)
+
+        grown = tf.cond(stop > capacity, grow, tf.no_op)
+        with tf.control_dependencies([grown]):
+            written = tf.raw_ops.ResourceStridedSliceAssign(
+                ref=rows.handle, begin=tf.reshape(start, [1]), end=tf.reshape(stop, [1]), strides=[1], value=values
+            )
+        with tf.control_dependencies([written]):
+            return size.assign(stop).op
+
+    def take(self) -> tuple[int, dict[str, np.ndarray]]:
+        """The batches appended since the last ``take`` or ``clear``, and their rows; then empties the buffers."""
+        batches = int(self._batches.numpy())
+        columns = {key: rows[: int(self._sizes[key].numpy())].numpy() for key, rows in self._rows.items()}
+        self.clear()
+        return batches, columns
+
+    def clear(self) -> None:
+        """Forgets the rows, and gives back what a large evaluation made the buffers grow to."""
+        for key, rows in self._rows.items():
+            if int(tf.raw_ops.VariableShape(input=rows.handle)[0]) != _INITIAL_ROWS:
+                rows.assign(tf.zeros([_INITIAL_ROWS], rows.dtype), read_value=False)
+            self._sizes[key].assign(0)
+        self._batches.assign(0)
 
 
 def _rank() -> int:

@@ -14,15 +14,11 @@ groups of equal scores, on every CPU; pairs across blocks are counted from their
 The common case, unweighted examples whose labels ride in the keys, is sorted and counted
 by native kernels (``_ranking_kernels.c``, built with the package): a radix sort that takes
 the same time on every CPU, and one pass per metric. Without them (a build without a C
-compiler) NumPy does the same work; where NumPy's sort is slow too (no AVX-512), sorts are
-split on threads (:func:`sort_on_threads`) and a rare class is ranked without sorting the
-other (``_rare_class``).
+compiler) NumPy does the same work, on the same path: ``np.sort`` and array passes.
 """
 
-import functools
 import math
 import os
-import re
 from collections.abc import Sequence
 from types import ModuleType
 from typing import Any, Callable, NamedTuple, Optional
@@ -138,6 +134,11 @@ def labeled(scores: np.ndarray, is_positive: np.ndarray, weights: Optional[np.nd
     the scores are copied). The labels are embedded in the keys when the keys leave a bit
     free, scores in (-2, 2), which keeps float32 probabilities in 4 bytes each.
     """
+    if kernels is not None and scores.dtype == np.float32 and is_positive.dtype == bool and scores.ndim == 1:
+        # One native pass instead of NumPy's five; False when a key leaves no bit free.
+        keys = np.empty(len(scores), np.int32)
+        if kernels.label_keys(np.ascontiguousarray(scores), np.ascontiguousarray(is_positive), keys):
+            return Examples(keys, None, weights)
     keys, low, high = _keys_and_range(scores)
     limit = 1 << (8 * keys.dtype.itemsize - 2)
     if low < -limit or high >= limit:
@@ -231,14 +232,14 @@ def sort_joined(parts: Sequence[Examples], num_threads: Optional[int] = None) ->
     from the parts into one new array, a range for each thread, and each range is then
     radix-sorted on a thread of its own. The parts are counted and split by groups, a group
     on each thread, every group writing to places of its own. Otherwise the parts are
-    joined and sorted by :func:`sort_on_threads`.
+    joined and sorted by :func:`sort`.
     """
     parts = [part for part in common_form(parts) if len(part.keys)]
     size = sum(len(part.keys) for part in parts)
     threads = resolve_threads(num_threads, size)
     native = kernels
     if native is None or threads == 1 or not parts or not all(_kernels_for(part) for part in parts):
-        return sort_on_threads(join(parts) if parts else Examples(np.empty(0, np.int32), None, None), num_threads)
+        return sort(join(parts)) if parts else Examples(np.empty(0, np.int32), None, None)
     bounds = _pivots(parts, threads).astype(np.int64) << 1  # as labeled keys
     groups = [parts[piece] for piece in slices(len(parts), min(threads, len(parts)))]
 
@@ -277,37 +278,6 @@ def available_cpus() -> int:
     return max(1, min(cpus, _MAX_THREADS))
 
 
-def sort_is_fast() -> bool:
-    """Whether keys sort in about 5 ns each for 1e7: by the native radix sort, or NumPy's AVX-512 quicksort.
-
-    NumPy 1.26 has no other vectorized sort: without either it sorts about ten times
-    slower, and ranking by lookup (``_rare_class``) wins when one class is rare. Its
-    AVX-512 sort is that slow on AMD Zen 4 too, whose compress-store is microcoded.
-    """
-    if kernels is not None:
-        return True
-    try:
-        from numpy.core._multiarray_umath import __cpu_features__
-    except ImportError:  # A NumPy without this module has vectorized sorts for other CPUs too.
-        return True
-    return bool(__cpu_features__.get("AVX512_SKX")) and not is_zen4(_cpuinfo())
-
-
-@functools.cache
-def _cpuinfo() -> str:
-    """The start of /proc/cpuinfo (its first CPU), or "" where there is none."""
-    try:
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as cpuinfo:
-            return cpuinfo.read(4096)
-    except OSError:
-        return ""
-
-
-def is_zen4(cpuinfo: str) -> bool:
-    """Whether /proc/cpuinfo text tells of an AMD CPU of family 25 (Zen 3 and Zen 4; only Zen 4 has AVX-512)."""
-    return "AuthenticAMD" in cpuinfo and re.search(r"^cpu family\s*:\s*25\s*$", cpuinfo, re.MULTILINE) is not None
-
-
 def resolve_threads(num_threads: Optional[int], size: int) -> int:
     """Threads for ``size`` examples: ``num_threads``, or the available CPUs for large inputs."""
     if num_threads is not None:
@@ -338,29 +308,6 @@ def parallel_map(
         for index, result in zip(order, pool.map(lambda index: fn(items[index]), order)):
             results[index] = result
     return results
-
-
-def sort_on_threads(examples: Examples, num_threads: Optional[int] = None) -> Examples:
-    """:func:`sort`, on several threads where NumPy's sort is slow (see :func:`sort_is_fast`).
-
-    The examples are first split at sampled scores into ranges of about equal size
-    (``np.compress``, a pass each), then each range is sorted on a thread of its own.
-    Where the sort is fast, splitting costs about what the threads save.
-    """
-    threads = resolve_threads(num_threads, len(examples.keys))
-    if threads == 1 or len(examples.keys) < threads or sort_is_fast():
-        return sort(examples)
-    parts, rest = [], examples
-    for pivot in _pivots([examples], threads):
-        below = plain_keys(rest) < pivot
-        parts.append(_compress(below, rest))
-        rest = _compress(~below, rest)
-    parts.append(rest)
-    return join(parallel_map(sort, parts, threads, cost=lambda part: len(part.keys)))
-
-
-def _compress(mask: np.ndarray, examples: Examples) -> Examples:
-    return _each_column(examples, lambda column: np.compress(mask, column))
 
 
 def _each_column(examples: Examples, take: Callable[[np.ndarray], np.ndarray]) -> Examples:

@@ -462,7 +462,7 @@ static PyObject *count_positives(PyObject *module, PyObject *keys_object) {
  * One batch copied into the chunk being filled, checked on the way: labels must be 0 or 1
  * (any integer, bool or float type), scores must not be NaN (infinities rank fine).
  */
-enum { APPENDED = 0, NOT_BINARY = 1, NAN_SCORE = 2, UNUSUAL = 3 };
+enum { APPENDED = 0, NOT_BINARY = 1, NAN_SCORE = 2, UNUSUAL = 3, NO_ROOM = 4 };
 
 /* Integer labels: x >> 1, unsigned, is nonzero for any x but 0 and 1 (negatives included). */
 #define DEFINE_COPY_LABELS(NAME, TYPE)                                                                    \
@@ -514,18 +514,21 @@ static int copy_labels(const void *labels, char code, Py_ssize_t itemsize, Py_ss
     }
 }
 
-#define DEFINE_COPY_SCORES(NAME, TYPE)                                        \
-    static int NAME(const TYPE *restrict scores, Py_ssize_t size, TYPE *restrict target) { \
-        int nan = 0;                                                          \
-        for (Py_ssize_t i = 0; i < size; i++) {                               \
-            nan |= scores[i] != scores[i];                                    \
-            target[i] = scores[i];                                            \
-        }                                                                     \
-        return nan;                                                           \
+/* NaN is checked on the bits (a magnitude above infinity's), which compilers vectorize, unlike x != x. */
+#define DEFINE_COPY_SCORES(NAME, BITS, MAGNITUDE, INFINITY_BITS)                                   \
+    static int NAME(const void *scores, Py_ssize_t size, void *target) {                          \
+        const BITS *restrict from = scores;                                                        \
+        BITS *restrict to = target;                                                                \
+        BITS nan = 0;                                                                              \
+        for (Py_ssize_t i = 0; i < size; i++) {                                                    \
+            nan |= (BITS)((from[i] & (MAGNITUDE)) > (INFINITY_BITS));                              \
+            to[i] = from[i];                                                                       \
+        }                                                                                          \
+        return nan != 0;                                                                           \
     }
 
-DEFINE_COPY_SCORES(copy_scores_float, float)
-DEFINE_COPY_SCORES(copy_scores_double, double)
+DEFINE_COPY_SCORES(copy_scores_float, uint32_t, 0x7fffffffu, 0x7f800000u)
+DEFINE_COPY_SCORES(copy_scores_double, uint64_t, 0x7fffffffffffffffull, 0x7ff0000000000000ull)
 
 /* The struct-module type code of a buffer's items: its format less a byte-order prefix. */
 static char type_code(const Py_buffer *view) {
@@ -544,10 +547,11 @@ static int append_views(Py_buffer *labels, Py_buffer *scores, Py_buffer *chunk_s
     int labels_usual = label_code != '\0' && strchr("?bBhHiIlLqQfd", label_code) != NULL;
     int chunk_usual = type_code(chunk_scores) == score_code && chunk_scores->itemsize == scores->itemsize &&
                       type_code(chunk_labels) == '?' && chunk_labels->itemsize == 1;
-    if (!scores_usual || !labels_usual || !chunk_usual || labels->len / labels->itemsize != size || offset < 0 ||
-        offset + size > chunk_scores->len / chunk_scores->itemsize ||
-        offset + size > chunk_labels->len) {
+    if (!scores_usual || !labels_usual || !chunk_usual || labels->len / labels->itemsize != size || offset < 0) {
         return UNUSUAL;
+    }
+    if (offset + size > chunk_scores->len / chunk_scores->itemsize || offset + size > chunk_labels->len) {
+        return NO_ROOM;
     }
     int status;
     RELEASE_GIL_IF_LONG(size);
@@ -555,8 +559,8 @@ static int append_views(Py_buffer *labels, Py_buffer *scores, Py_buffer *chunk_s
     status = copy_labels(labels->buf, label_code, labels->itemsize, size, is_positive);
     if (status == APPENDED) {
         int nan = score_code == 'f'
-                      ? copy_scores_float(scores->buf, size, (float *)chunk_scores->buf + offset)
-                      : copy_scores_double(scores->buf, size, (double *)chunk_scores->buf + offset);
+                      ? copy_scores_float(scores->buf, size, (uint32_t *)chunk_scores->buf + offset)
+                      : copy_scores_double(scores->buf, size, (uint64_t *)chunk_scores->buf + offset);
         status = nan ? NAN_SCORE : APPENDED;
     }
     RESTORE_GIL();
@@ -566,14 +570,19 @@ static int append_views(Py_buffer *labels, Py_buffer *scores, Py_buffer *chunk_s
 PyDoc_STRVAR(append_batch_doc,
              "append_batch(labels, scores, chunk_scores, chunk_labels, offset)\n--\n\n"
              "Copies a batch into a chunk from `offset` on, checking it; returns 0 when copied, 1 when a\n"
-             "label is not 0 or 1, 2 when a score is NaN, 3 when an array is of another type or size.\n"
+             "label is not 0 or 1, 2 when a score is NaN, 3 when an array is of another type or size, 4\n"
+             "when the chunk has no room left for the batch (nothing is copied but in case 0).\n"
              "Labels: any C-contiguous integer, bool or float array; scores: float32 or float64, of the\n"
              "chunk's scores' type, the same number of elements; chunk_labels: bool.");
 
-static PyObject *append_batch(PyObject *module, PyObject *args) {
-    PyObject *objects[4];
-    Py_ssize_t offset;
-    if (!PyArg_ParseTuple(args, "OOOOn:append_batch", &objects[0], &objects[1], &objects[2], &objects[3], &offset)) {
+/* METH_FASTCALL: it runs for every batch, and parsing a tuple of arguments costs about what copying 1024 labels does. */
+static PyObject *append_batch(PyObject *module, PyObject *const *objects, Py_ssize_t num_args) {
+    if (num_args != 5) {
+        PyErr_Format(PyExc_TypeError, "append_batch takes 5 arguments (%zd given)", num_args);
+        return NULL;
+    }
+    Py_ssize_t offset = PyLong_AsSsize_t(objects[4]);
+    if (offset == -1 && PyErr_Occurred()) {
         return NULL;
     }
     Py_buffer views[4];
@@ -598,14 +607,74 @@ static PyObject *append_batch(PyObject *module, PyObject *args) {
     return PyLong_FromLong(status);
 }
 
+PyDoc_STRVAR(label_keys_doc,
+             "label_keys(scores, is_positive, keys)\n--\n\n"
+             "Writes the labeled keys of float32 scores (see _ranking.labeled) into int32 keys, in one pass;\n"
+             "returns False, the keys unfinished, when a score's key leaves no bit free (outside (-2, 2)).\n"
+             "scores: float32 without NaN; is_positive: bool; keys: int32; all 1-D of one length.");
+
+/* The labeled keys of float32 scores; nonzero if some key is outside [-2**30, 2**30) (no bit free).
+ * Not inlined: inlined into its caller, GCC no longer vectorizes the loop (restrict is lost). */
+__attribute__((noinline)) static uint32_t label_float32(const float *restrict scores, const unsigned char *restrict is_positive,
+                              uint32_t *restrict keys, Py_ssize_t size) {
+    uint32_t out_of_range = 0;
+    for (Py_ssize_t i = 0; i < size; i++) {
+        float score = scores[i] + 0.0f; /* -0.0 becomes +0.0: equal scores, equal keys */
+        uint32_t bits;
+        memcpy(&bits, &score, sizeof bits);
+        bits ^= (uint32_t)((int32_t)bits >> 31) & 0x7fffffffu; /* negative scores: order as integers */
+        out_of_range |= (bits + 0x40000000u) >> 31;
+        keys[i] = (bits << 1) | (is_positive[i] & 1u);
+    }
+    return out_of_range;
+}
+
+static PyObject *label_keys(PyObject *module, PyObject *const *objects, Py_ssize_t num_args) {
+    if (num_args != 3) {
+        PyErr_Format(PyExc_TypeError, "label_keys takes 3 arguments (%zd given)", num_args);
+        return NULL;
+    }
+    Py_buffer scores, labels, keys;
+    int flags = PyBUF_FORMAT | PyBUF_C_CONTIGUOUS;
+    if (PyObject_GetBuffer(objects[0], &scores, flags) != 0) {
+        return NULL;
+    }
+    if (PyObject_GetBuffer(objects[1], &labels, flags) != 0) {
+        PyBuffer_Release(&scores);
+        return NULL;
+    }
+    if (!get_keys(objects[2], &keys, 1)) {
+        PyBuffer_Release(&labels);
+        PyBuffer_Release(&scores);
+        return NULL;
+    }
+    Py_ssize_t size = keys.len / keys.itemsize;
+    PyObject *result = NULL;
+    if (type_code(&scores) != 'f' || scores.itemsize != 4 || type_code(&labels) != '?' || labels.itemsize != 1 ||
+        keys.itemsize != 4 || scores.len / 4 != size || labels.len != size) {
+        PyErr_SetString(PyExc_ValueError,
+                        "label_keys: scores must be float32, is_positive bool and keys int32, all of one length");
+    } else {
+        RELEASE_GIL_IF_LONG(size);
+        uint32_t out_of_range = label_float32(scores.buf, labels.buf, keys.buf, size);
+        RESTORE_GIL();
+        result = PyBool_FromLong(!out_of_range);
+    }
+    PyBuffer_Release(&keys);
+    PyBuffer_Release(&labels);
+    PyBuffer_Release(&scores);
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"label_keys", (PyCFunction)(void (*)(void))label_keys, METH_FASTCALL, label_keys_doc},
     {"sort", sort, METH_VARARGS, sort_doc},
     {"count_parts", count_parts, METH_VARARGS, count_parts_doc},
     {"split_parts", split_parts, METH_VARARGS, split_parts_doc},
     {"auc_credit", auc_credit, METH_O, auc_credit_doc},
     {"precision_sum", precision_sum, METH_VARARGS, precision_sum_doc},
     {"count_positives", count_positives, METH_O, count_positives_doc},
-    {"append_batch", append_batch, METH_VARARGS, append_batch_doc},
+    {"append_batch", (PyCFunction)(void (*)(void))append_batch, METH_FASTCALL, append_batch_doc},
     {NULL, NULL, 0, NULL},
 };
 

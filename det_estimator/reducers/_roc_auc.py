@@ -7,13 +7,14 @@ from typing import Any, Optional
 import numpy as np
 
 from det_estimator.reducers import _ranking as ranking
-from det_estimator.reducers import _rare_class as rare_class
 from det_estimator.reducers import _validation as validation
 from det_estimator.reducers._base import MetricReducer
 
 # Batches are keyed in chunks of at least this many examples: one pass over a large
 # chunk costs far less than one per small batch.
 _CHUNK_EXAMPLES = 1 << 16
+# What the native append_batch returns when the chunk being filled has no room for the batch.
+_NO_ROOM = 4
 
 
 class _ChunkBuffer:
@@ -83,19 +84,20 @@ class _Batches:
         of the chunk being filled (an unweighted one), without NaN. Anything else, an
         invalid batch included, is left to ``add`` after the thorough checks (which word the
         error), as is a reducer's first batch. The per-batch Python here is kept to a
-        minimum, as it runs for every batch.
+        minimum, as it runs for every batch: the kernel checks the types and the room left.
         """
-        filling = self.filling
-        if filling is None or filling.weights is not None or type(metric) is not dict or len(metric) != 2:
+        filling, native = self.filling, ranking.kernels
+        if filling is None or native is None or filling.weights is not None or type(metric) is not dict:
             return False
         labels, scores = metric.get("labels"), metric.get("predictions")
-        if type(labels) is not np.ndarray or type(scores) is not np.ndarray or not 0 < scores.size <= _CHUNK_EXAMPLES:
+        if type(labels) is not np.ndarray or type(scores) is not np.ndarray or len(metric) != 2:
             return False
-        if ranking.kernels is None:
-            return False
-        filling = self._room_for(filling.scores.dtype, scores.size)
-        if ranking.kernels.append_batch(labels, scores, filling.scores, filling.is_positive, filling.size):
-            return False  # another type or size, or invalid
+        status = native.append_batch(labels, scores, filling.scores, filling.is_positive, filling.size)
+        if status == _NO_ROOM:
+            filling = self._room_for(filling.scores.dtype, scores.size)
+            status = native.append_batch(labels, scores, filling.scores, filling.is_positive, filling.size)
+        if status:
+            return False  # another type, or invalid, or larger than a chunk
         filling.size += scores.size
         return True
 
@@ -126,9 +128,10 @@ class ScoreSamples:
     (5 bytes), float64 scores take 8 or 9. Weights are kept only if some batch had
     weights; examples of weight 0 are not kept at all.
 
-    Reducers return a lightweight view of their buffers. The examples are sorted
-    once, on first access to the arrays or when the state is pickled, so each
-    worker sorts its own examples before sending them.
+    Reducers return a lightweight view of their buffers. A state travels unsorted:
+    the reduction sorts the examples of every worker at once (merging runs sorted by
+    each worker would cost a second sort), and a state's arrays are sorted on first
+    access.
 
     Args:
         positives: 1-D scores of the positive examples.
@@ -171,12 +174,12 @@ class ScoreSamples:
         return state
 
     @classmethod
-    def _from_sorted(cls, examples: ranking.Examples) -> "ScoreSamples":
-        """A state from the sorted examples another worker sent."""
+    def _from_parts(cls, parts: list[ranking.Examples]) -> "ScoreSamples":
+        """A state from the examples another worker sent, in any order."""
         state = cls.__new__(cls)
-        state._snapshot = None
+        state._snapshot = (parts, len(parts), None, 0)
         state._num_threads = None
-        state._sorted = examples
+        state._sorted = None
         return state
 
     def _examples(self) -> ranking.Examples:
@@ -187,7 +190,9 @@ class ScoreSamples:
         return ranking.join(parts) if parts else ranking.labeled(np.empty(0, np.float32), np.empty(0, bool))
 
     def _parts(self) -> list[ranking.Examples]:
-        """The examples, unsorted, as the keyed chunks and the chunk being filled hold them."""
+        """The examples as the keyed chunks and the chunk being filled hold them (or sorted, once they are)."""
+        if self._sorted is not None:
+            return [self._sorted]
         chunks, num_chunks, filling, filled = self._unsorted()
         return chunks[:num_chunks] + ([filling.examples(filled)] if filling is not None and filled else [])
 
@@ -240,18 +245,14 @@ class ScoreSamples:
         return sum(len(chunk.keys) for chunk in chunks[:num_chunks]) + filled
 
     def __reduce__(self) -> tuple[Any, tuple]:
-        # Sorting before sending spreads the sorting over the workers.
-        return _unpickle_sorted, tuple(self._sorted_examples())
+        # Unsorted, as they are: the receiver sorts every worker's examples at once.
+        return ScoreSamples._from_parts, (self._parts(),)
 
     def __repr__(self) -> str:
         examples = self._sorted_examples()
         positives = int(np.count_nonzero(ranking.labels_of(examples)))
         weighted = "weighted" if examples.weights is not None else "unweighted"
         return f"ScoreSamples({positives} positives, {len(examples.keys) - positives} negatives, {weighted})"
-
-
-def _unpickle_sorted(*columns: Any) -> ScoreSamples:
-    return ScoreSamples._from_sorted(ranking.Examples(*columns))
 
 
 class _ScoreRankingReducer(MetricReducer, abc.ABC):
@@ -314,20 +315,18 @@ class _ScoreRankingReducer(MetricReducer, abc.ABC):
         """
         name = type(self).__name__
         states = validation.gather_states(name, per_slot_metrics, ScoreSamples)
-        value = None
-        if len(states) == 1 and not ranking.sort_is_fast():
-            # Where sorting is slow, a rare class is ranked without sorting the other.
-            parts = [states[0]._examples()]
-            value = self._compute_rare(parts[0])
-        if value is None:
-            runs = ranking.common_form([state._sorted_examples() for state in states])
-            parts = ranking.ranges(runs, self.num_threads)
-            value = self._compute(parts)
-        num_examples = sum(len(part.keys) for part in parts)
+        if len(states) == 1:
+            examples = states[0]._sorted_examples()
+        else:
+            # One sort of every worker's examples: as fast as of one state holding them all.
+            parts = [part for state in states for part in state._parts()]
+            examples = ranking.sort_joined(parts, self.num_threads)
+        value = self._compute([examples])
+        num_examples = len(examples.keys)
         if num_examples == 0:
             raise validation.no_examples_error(name)
         if math.isnan(value):
-            num_positives = sum(int(np.count_nonzero(ranking.labels_of(part))) for part in parts)
+            num_positives = int(np.count_nonzero(ranking.labels_of(examples)))
             present = "positive" if num_positives else "negative"
             validation.warn_undefined(
                 f"{name}: only {present} examples occur in the whole evaluation "
@@ -339,10 +338,6 @@ class _ScoreRankingReducer(MetricReducer, abc.ABC):
     @abc.abstractmethod
     def _compute(self, sorted_ranges: list[ranking.Examples]) -> float:
         """The metric of sorted ranges of increasing scores (NaN if a class is empty)."""
-
-    @abc.abstractmethod
-    def _compute_rare(self, examples: ranking.Examples) -> Optional[float]:
-        """The metric of examples in any order if a class is rare enough for ``_rare_class``; else None."""
 
 
 class RocAuc(_ScoreRankingReducer):
@@ -376,9 +371,6 @@ class RocAuc(_ScoreRankingReducer):
     def _compute(self, sorted_ranges: list[ranking.Examples]) -> float:
         return ranking.roc_auc(sorted_ranges, self.num_threads)
 
-    def _compute_rare(self, examples: ranking.Examples) -> Optional[float]:
-        return rare_class.roc_auc(examples, self.num_threads)
-
 
 class AveragePrecision(_ScoreRankingReducer):
     """Exact average precision (area under the precision-recall curve, step-wise).
@@ -405,6 +397,3 @@ class AveragePrecision(_ScoreRankingReducer):
 
     def _compute(self, sorted_ranges: list[ranking.Examples]) -> float:
         return ranking.average_precision(sorted_ranges, self.num_threads)
-
-    def _compute_rare(self, examples: ranking.Examples) -> Optional[float]:
-        return rare_class.average_precision(examples, self.num_threads)

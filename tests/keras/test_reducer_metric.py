@@ -163,3 +163,61 @@ def test_a_reducer_of_your_own_is_copied_and_saved_through_its_get_config():
         det.keras.ReducerMetric.from_config(config)
     with tf.keras.utils.custom_object_scope({"ScaledCount": ScaledCount}):
         assert det.keras.ReducerMetric.from_config(config).reducer.scale == 2.0
+
+
+class CountingRocAuc(RocAuc):
+    """RocAuc that records how many rows each accumulate() call received (class-wide: evaluations copy it)."""
+
+    calls: list = []
+
+    def accumulate(self, metric):
+        CountingRocAuc.calls.append(np.size(metric["predictions"]))
+        return super().accumulate(metric)
+
+
+def test_ranking_reducers_get_the_batches_buffered_in_the_step_as_one_batch_per_evaluation(monkeypatch):
+    from det_estimator.keras import _reducer_metric
+
+    monkeypatch.setattr(_reducer_metric, "_INITIAL_ROWS", 16, raising=False)  # doubled many times
+    monkeypatch.setattr(CountingRocAuc, "calls", [])
+    x, y = data()
+    # Scores with ties: the rounded first feature itself (Keras 3's evaluate and predict compute a
+    # sigmoid a few ULPs apart, which splits ties differently).
+    x = np.round(x, 1)
+    scores = x[:, 0]
+    weights = np.random.default_rng(2).uniform(0, 2, ROWS).astype(np.float32)
+    weights[::7] = 0.0
+    metric = det.keras.ReducerMetric(CountingRocAuc(), name="auc")
+    model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(1)])
+    model.layers[0].set_weights([np.array([[1.0], [0.0], [0.0], [0.0]], np.float32), np.zeros(1, np.float32)])
+    model.compile("sgd", "mse", weighted_metrics=[metric])
+    for rows in (ROWS, 1000):  # the second evaluation starts from empty buffers
+        CountingRocAuc.calls.clear()
+        results = model.evaluate(x[:rows], y[:rows], sample_weight=weights[:rows], batch_size=128, verbose=0)
+        expected = roc_auc_score(y[:rows], scores[:rows], sample_weight=weights[:rows])
+        assert results[1] == pytest.approx(expected, rel=0, abs=1e-12)
+        assert CountingRocAuc.calls == [rows]
+    assert metric.variables == []  # nothing for Keras to sum across processes or to save
+
+
+def test_a_later_evaluation_with_labels_of_another_dtype_is_exact_too():
+    x, y = data()
+    model = scored_model([det.keras.ReducerMetric(AveragePrecision(), name="ap")])
+    scores = model.predict(x, verbose=0).ravel()
+    for labels in (y, y.astype(np.int64), y.astype(bool)):
+        results = model.evaluate(x, labels, batch_size=256, verbose=0, return_dict=True)
+        assert results["ap"] == pytest.approx(average_precision_score(y, scores), rel=0, abs=1e-12)
+
+
+def test_the_value_is_reduced_once_however_often_it_is_read(monkeypatch):
+    reductions = []
+    reduce = det.keras.ReducerMetric._reduce
+    monkeypatch.setattr(det.keras.ReducerMetric, "_reduce", lambda self: reductions.append(1) or reduce(self))
+    x, y = data()
+    metric = det.keras.ReducerMetric(RocAuc(), name="auc")
+    model = scored_model([metric])
+    model.evaluate(x, y, batch_size=128, verbose=0)
+    value = [float(metric.result()) for _ in range(3)]
+    assert len(reductions) == 1 and len(set(value)) == 1
+    model.evaluate(x[:100], y[:100], batch_size=128, verbose=0)
+    assert len(reductions) == 2

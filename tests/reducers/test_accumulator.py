@@ -209,3 +209,28 @@ def test_a_reducer_that_cannot_be_deep_copied_is_refused_with_the_reason():
         match=r"copy.deepcopy of the reducer, and Locked cannot be copied: cannot pickle '_thread.lock' object",
     ):
         MetricAccumulator(Locked(), "total")
+
+
+def test_reducing_the_gathered_bytes_does_not_copy_them():
+    # A rank holds the gathered bytes throughout; the reduction adds the states unpickled from them,
+    # the sorted keys and the sort's room (12 bytes per example), not another copy of every rank's bytes.
+    import tracemalloc
+
+    from sklearn.metrics import roc_auc_score
+
+    rng = np.random.default_rng(0)
+    size = 1_000_000
+    labels, scores = rng.random(size) < 0.1, rng.random(size, dtype=np.float32)
+    ranks = [MetricAccumulator(RocAuc(num_threads=2), name="auc", rank=rank) for rank in range(2)]
+    for rank, accumulator in enumerate(ranks):
+        accumulator.accumulate({"labels": labels[rank::2], "predictions": scores[rank::2]})
+    encoded = [accumulator.encode() for accumulator in ranks]
+    all_bytes, sizes = np.frombuffer(b"".join(encoded), np.uint8), np.array([len(each) for each in encoded])
+    tracemalloc.start()
+    try:
+        value = ranks[0].reduce_encoded(all_bytes, sizes)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert value == pytest.approx(roc_auc_score(labels, scores), rel=0, abs=1e-12)
+    assert peak < 14 * size

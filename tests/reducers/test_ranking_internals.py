@@ -463,24 +463,14 @@ def test_batches_of_changing_score_dtypes_in_one_reducer(monkeypatch, chunk):
         assert AveragePrecision().cross_slot_reduce([state]) == pytest.approx(expected, rel=1e-12)
 
 
-@pytest.fixture
-def slow_sort(monkeypatch):
-    """Ranks as on a CPU where NumPy's sort is slow: rare classes by lookup, sorts on threads."""
-    monkeypatch.setattr(ranking, "sort_is_fast", lambda: False)
-
-
-@pytest.mark.parametrize("sort_is_fast", [True, False])
 @pytest.mark.parametrize("positive_fraction", [0.03, 0.5, 0.97])
 @pytest.mark.parametrize("weighted", [False, True])
 @pytest.mark.parametrize("scale", [1.0, 10.0])
 @pytest.mark.parametrize(
     ("reducer_type", "reference"), [(RocAuc, roc_auc_score), (AveragePrecision, average_precision_score)]
 )
-def test_one_local_state_matches_sklearn_whatever_the_sort_speed(
-    monkeypatch, sort_is_fast, positive_fraction, weighted, scale, reducer_type, reference
-):
-    # One unpickled state, ranked on several threads; a class may be far larger than the other.
-    monkeypatch.setattr(ranking, "sort_is_fast", lambda: sort_is_fast)
+def test_one_local_state_matches_sklearn(positive_fraction, weighted, scale, reducer_type, reference):
+    # One state, ranked on several threads; a class may be far larger than the other.
     rng = np.random.default_rng(15)
     labels = rng.random(20_000) < positive_fraction
     scores = (np.round(rng.normal(size=20_000) + labels, 2) / scale).astype(np.float32)  # ties; logits at scale 1
@@ -493,44 +483,37 @@ def test_one_local_state_matches_sklearn_whatever_the_sort_speed(
         state = reducer.accumulate(batch)
     expected = reference(labels, scores, sample_weight=weights)
     assert reducer.cross_slot_reduce([state]) == pytest.approx(expected, rel=1e-12)
-    # Where sorting is slow, a rare class is ranked without sorting the state (average
-    # precision: rare positives only).
-    rare = positive_fraction == 0.03 or (positive_fraction == 0.97 and reducer_type is RocAuc)
-    assert (state._sorted is None) == (rare and not sort_is_fast)
 
 
-@pytest.mark.parametrize("threads", [2, 3, 8])
-@pytest.mark.parametrize("weighted", [False, True])
-@pytest.mark.parametrize("scale", [1.0, 10.0])
-def test_sort_on_threads_splits_at_scores_and_sorts_each_part(slow_sort, threads, weighted, scale):
-    rng = np.random.default_rng(threads)
-    scores = (np.round(rng.normal(size=5000), 2) * scale).astype(np.float32)
-    labels = rng.random(5000) < 0.4
-    weights = rng.uniform(0.1, 2, 5000) if weighted else None
-    examples = ranking.sort_on_threads(examples_of(labels, scores, weights), num_threads=threads)
-    expected = ranking.sort(examples_of(labels, scores, weights))
-    assert np.array_equal(examples.keys, expected.keys)
-    assert np.array_equal(ranking.labels_of(examples), ranking.labels_of(expected))
-    if weighted:
-        # Equal keys and labels may hold their weights in another order.
-        order = np.lexsort((examples.weights, examples.keys))
-        expected_order = np.lexsort((expected.weights, expected.keys))
-        assert np.array_equal(examples.weights[order], expected.weights[expected_order])
-
-
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("hay_size", [1, 2, 1000])
-def test_lookup_ranks_match_binary_search(dtype, hay_size):
-    from det_estimator.reducers import _rare_class as rare_class
-
-    rng = np.random.default_rng(hay_size)
-    extremes = np.array([-np.inf, -np.finfo(dtype).max, -1e-30, 0.0, 1e-30, np.finfo(dtype).max, np.inf], dtype)
-    hay = np.sort(ranking.order_keys(np.concatenate([rng.normal(size=hay_size).astype(dtype), extremes])[:hay_size]))
-    needles = ranking.order_keys(np.concatenate([rng.normal(size=5000).astype(dtype), extremes, np.repeat(hay, 3)]))
-    table = rare_class._lookup_table(hay)
-    left, right = rare_class._ranks(hay, table, needles)
-    assert np.array_equal(left, np.searchsorted(hay, needles, "left"))
-    assert np.array_equal(right, np.searchsorted(hay, needles, "right"))
+@pytest.mark.parametrize("native", [True, False])
+@pytest.mark.parametrize("workers", [2, 5])
+@pytest.mark.parametrize(
+    ("reducer_type", "reference"), [(RocAuc, roc_auc_score), (AveragePrecision, average_precision_score)]
+)
+def test_states_travel_unsorted_and_are_sorted_once_all_together(monkeypatch, native, workers, reducer_type, reference):
+    # Merging runs each worker sorted would cost a second sort of every example.
+    if not native:
+        monkeypatch.setattr(ranking, "kernels", None)
+    monkeypatch.setattr(ranking, "_PARALLEL_MIN_EXAMPLES", 1)
+    rng = np.random.default_rng(workers)
+    labels = rng.random(30_001) < 0.1
+    scores = (np.round(rng.normal(size=30_001) + labels, 2) / 4).astype(np.float32)  # ties
+    cuts = np.sort(rng.integers(0, 30_001, workers - 1))  # uneven shares
+    states = []
+    for share in np.split(np.arange(30_001), cuts):
+        reducer = reducer_type()
+        for start in range(0, len(share), 1024):
+            rows = share[start : start + 1024]
+            state = reducer.accumulate({"labels": labels[rows], "predictions": scores[rows]})
+        sent = pickle.dumps(state)
+        assert state._sorted is None  # sending did not sort it
+        states.append(pickle.loads(sent))
+    sorts = []
+    sort_joined = ranking.sort_joined
+    monkeypatch.setattr(ranking, "sort_joined", lambda parts, threads: sorts.append(1) or sort_joined(parts, threads))
+    value = reducer_type(num_threads=2).cross_slot_reduce(states)
+    assert value == pytest.approx(reference(labels, scores), rel=0, abs=1e-12)
+    assert len(sorts) == 1
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3, 8])

@@ -163,16 +163,30 @@ def test_a_split_never_writes_past_a_parts_room():
         kernels.count_parts(keys, bounds.astype(np.int32), np.zeros(2, np.int64))
 
 
-@pytest.mark.parametrize(
-    ("cpuinfo", "zen4"),
-    [
-        ("vendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 17\n", True),
-        ("vendor_id\t: AuthenticAMD\ncpu family\t: 26\nmodel\t\t: 2\n", False),  # Zen 5: compress-store is fast
-        ("vendor_id\t: AuthenticAMD\ncpu family\t: 251\n", False),
-        ("vendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 85\n", False),
-        ("", False),
-    ],
-)
-def test_numpy_sort_is_known_slow_on_zen4(cpuinfo, zen4):
-    # Where the kernels are not built, NumPy 1.26's AVX-512 sort on Zen 4 takes ten times its usual time.
-    assert ranking.is_zen4(cpuinfo) == zen4
+@needs_kernels
+@pytest.mark.parametrize("extreme", [None, 2.0, -2.0, np.inf, -np.inf, 1e10])
+def test_label_keys_are_numpys_labeled_keys_and_refuse_scores_without_a_free_bit(monkeypatch, extreme):
+    rng = np.random.default_rng(5)
+    below_two = np.nextafter(np.float32(2), np.float32(0))  # the largest key with a bit free
+    edges = [0.0, -0.0, 1e-45, -1e-45, 1e-30, below_two, -below_two, 1.0, -1.0]
+    scores = np.concatenate([rng.uniform(-1.99, 1.99, 5000), edges]).astype(np.float32)
+    if extreme is not None:
+        scores[1234] = extreme
+    is_positive = rng.random(len(scores)) < 0.3
+    keys = np.empty(len(scores), np.int32)
+    fits = kernels.label_keys(scores, is_positive, keys)
+    monkeypatch.setattr(ranking, "kernels", None)
+    expected = ranking.labeled(scores, is_positive)
+    assert fits == (expected.labels is None) == (extreme is None)
+    if fits:
+        np.testing.assert_array_equal(keys, expected.keys)
+
+
+@needs_kernels
+def test_append_batch_tells_a_full_chunk_apart_and_writes_nothing_there():
+    chunk_scores, chunk_labels = np.zeros(1000, np.float32), np.zeros(1000, bool)
+    labels, scores = np.ones(300, np.int64), np.full(300, 0.5, np.float32)
+    assert kernels.append_batch(labels, scores, chunk_scores, chunk_labels, 600) == 0
+    assert kernels.append_batch(labels, scores, chunk_scores, chunk_labels, 900) == 4  # no room
+    assert kernels.append_batch(labels, scores.astype(np.float64), chunk_scores, chunk_labels, 0) == 3  # other type
+    assert np.count_nonzero(chunk_labels) == 300 and np.count_nonzero(chunk_scores) == 300
