@@ -311,9 +311,11 @@ def _store_to_open(args: argparse.Namespace) -> Optional[str]:
     Only commands that create experiments or jobs make a new store: reading commands
     refuse a path where there is no store rather than create an empty one there.
     """
-    from det_estimator.store import default_store_path
+    from det_estimator.store import default_store_path, refuse_database_url
 
     given = args.store or os.environ.get(environment_variables.STORE)
+    if given:
+        refuse_database_url(given, "--store" if args.store else environment_variables.STORE)
     path = Path(given).expanduser() if given else default_store_path()
     if (args.command, getattr(args, "action", None)) in _CREATING_COMMANDS:
         if given:

@@ -28,6 +28,7 @@ from det_estimator.store._identity import (
     NothingToDetachError,
     StoreCopyError,
     folder_owner,
+    refuse_database_url,
 )
 from det_estimator.store._jobs import BATCH_INFERENCE, JobRecord
 from det_estimator.store._launchers import launcher_alive, launcher_columns
@@ -88,6 +89,7 @@ __all__ = [
     "damaged_store_error",
     "default_store_path",
     "folder_owner",
+    "refuse_database_url",
     "launcher_alive",
     "launcher_columns",
     "session_start",

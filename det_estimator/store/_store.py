@@ -36,6 +36,7 @@ from det_estimator.store._identity import (
     holds_store,
     inspect_store_file,
     owned_folder_message,
+    refuse_database_url,
     write_folder_owner,
 )
 from det_estimator.store._jobs import JobTable
@@ -170,6 +171,7 @@ class ExperimentStore(JobTable):
     """
 
     def __init__(self, path: Union[str, os.PathLike, None] = None) -> None:
+        refuse_database_url(path if path is not None else os.environ.get(STORE_VARIABLE, ""), "The store")
         # Absolute: the experiment's processes run in its context directory, not here.
         self.path = (Path(path).expanduser() if path is not None else default_store_path()).resolve()
         try:

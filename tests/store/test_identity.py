@@ -15,6 +15,7 @@ from det_estimator.config import load_experiment_config
 from det_estimator.lifecycle import RunLifecycle, remove_leftovers, resume_point
 from det_estimator.store import (
     SCHEMA_VERSION,
+    STORE_VARIABLE,
     ExperimentStore,
     FolderOwnedError,
     NothingToDetachError,
@@ -321,3 +322,21 @@ def test_what_the_original_runs_reads_as_interrupted_in_its_detached_copy(origin
     finally:
         launcher.kill()
         launcher.wait()
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["postgresql://bob:s3cret@db.example:5432/team", "postgres://db/team", "sqlite:///runs/store.sqlite"],
+)
+def test_a_database_url_is_refused_without_a_folder_made_or_its_password_shown(tmp_path, monkeypatch, url):
+    monkeypatch.chdir(tmp_path)
+    for given, variable in ((url, None), (None, url)):
+        if variable is None:
+            monkeypatch.delenv(STORE_VARIABLE, raising=False)
+        else:
+            monkeypatch.setenv(STORE_VARIABLE, variable)
+        with pytest.raises(StoreUnusableError, match="is a database URL") as refused:
+            ExperimentStore(given)
+        assert "s3cret" not in str(refused.value)
+    # Read as a path, the URL would have made a folder "postgresql:" (or "sqlite:") here.
+    assert list(tmp_path.iterdir()) == []

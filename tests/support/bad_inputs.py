@@ -669,6 +669,17 @@ CASES: list[BadInput] = [
         "it is a store of its own already, and `store detach` has nothing to do",
     ),
     BadInput(
+        "a PostgreSQL URL as the store, to list (its password not shown)",
+        ("--store", "postgresql://bob:s3cret@db.example:5432/team", "experiment", "list"),
+        "--store postgresql://bob:***@db.example:5432/team is a database URL (postgresql), but a det-estimator store "
+        "is an SQLite file",
+    ),
+    BadInput(
+        "a PostgreSQL URL as the store, to create an experiment in",
+        ("--store", "postgresql://bob@db.example/team", "experiment", "create", "{ok}", "{dir}"),
+        "A store on a database server is not available in this release",
+    ),
+    BadInput(
         "a store under /proc",
         ("--store", "/proc/det-estimator/store.sqlite", "experiment", "create", "{ok}", "{dir}"),
         "there is no folder /proc/det-estimator to make the store in",
