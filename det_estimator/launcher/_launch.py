@@ -91,12 +91,13 @@ def process_command(command: list[str], slots: int, hosts: Optional[Sequence[Hos
 
     One slot on this machine runs the command itself; several (or any on other hosts)
     run it under horovodrun, unless the command is one of det-estimator's own launchers.
-    Where Horovod is not installed, a script runs under the TensorFlow launcher instead
-    (the worker of a trial class needs Horovod: horovodrun's absence is its error).
+    Where Horovod is not installed, a script, or the worker of a trial class, runs under
+    the TensorFlow launcher instead (a TFKerasTrial then trains under a
+    ``MultiWorkerMirroredStrategy``).
     """
     if is_self_launching(command) or (slots == 1 and hosts is None):
         return command
-    if not horovod_installed() and command[1:3] != worker_command()[1:3]:
+    if not horovod_installed():
         return tensorflow_launcher_command(slots, command, hosts)
     return horovodrun_command(slots, command, hosts)
 
