@@ -24,12 +24,20 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "tests" / "support"))
 
 import uneven_split  # noqa: E402
 
+from det_estimator import launcher  # noqa: E402
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description="Prints each front door's metrics of one uneven split.")
     parser.add_argument("--only", action="append", choices=list(uneven_split.FRONT_DOORS), help="a front door")
     args = parser.parse_args()
-    front_doors = args.only or list(uneven_split.FRONT_DOORS)
+    # Where Horovod is installed the trial's worker runs under horovodrun: its TensorFlow door would be the same.
+    without_horovod = () if launcher.horovod_installed() else uneven_split.WITHOUT_HOROVOD_FRONT_DOORS
+    front_doors = args.only or [
+        door
+        for door in uneven_split.FRONT_DOORS
+        if door not in uneven_split.WITHOUT_HOROVOD_FRONT_DOORS or door in without_horovod
+    ]
 
     columns = {"one process, all data": uneven_split.whole_set()}
     with tempfile.TemporaryDirectory(prefix="det-metric-policy-") as scratch:

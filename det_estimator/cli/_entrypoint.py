@@ -112,6 +112,23 @@ def check_trial_entrypoint(context_dir: Path, module: str, class_name: str) -> N
         )
 
 
+def derives_from_estimator_trial(context_dir: Path, module: str, class_name: str) -> bool:
+    """Whether the entrypoint's class, as its module writes it, derives from ``EstimatorTrial`` directly.
+
+    Read without importing the module; an entrypoint :func:`check_trial_entrypoint` accepted.
+    """
+    relative = Path(*module.split("."))
+    candidates = [(context_dir / relative).with_suffix(".py"), context_dir / relative / "__init__.py"]
+    path = next((candidate for candidate in candidates if candidate.is_file()), None)
+    if path is None:
+        return False
+    tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"), filename=str(path))
+    definition = _top_level_definition(tree, class_name.split(".")[0])
+    return isinstance(definition, ast.ClassDef) and any(
+        _base_name(base) == "EstimatorTrial" for base in definition.bases
+    )
+
+
 # The methods a trial class must define, by the base it derives from directly (the abstract
 # methods of EstimatorTrial and TFKerasTrial; tests/cli/test_entrypoint_checks.py keeps the
 # two lists equal to them).

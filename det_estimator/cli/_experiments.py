@@ -16,6 +16,7 @@ from det_estimator.cli._entrypoint import (
     check_program,
     check_script_entrypoint,
     check_trial_entrypoint,
+    derives_from_estimator_trial,
 )
 from det_estimator.cli._output import format_time, print_log, print_table
 from det_estimator.config import ExperimentConfig, grid_size
@@ -87,12 +88,17 @@ def create(open_store: Callable[[], ExperimentStore], args: argparse.Namespace) 
     except EntrypointError as error:
         raise UsageError(f"{args.config}: {error}") from error
     trial_processes = config.resources.slots_per_trial
-    if not config.is_script and (trial_processes > 1 or args.hosts is not None) and not launcher.horovod_installed():
+    if (
+        not config.is_script
+        and (trial_processes > 1 or args.hosts is not None)
+        and not launcher.horovod_installed()
+        and derives_from_estimator_trial(context_dir, config.entrypoint_module, config.entrypoint_class)
+    ):
+        # A TFKerasTrial runs under the TensorFlow launcher there; an EstimatorTrial only under Horovod.
         raise UsageError(
-            f"{args.config}: a trial class on several processes (resources.slots_per_trial {trial_processes}"
-            f"{', --hosts' if args.hosts is not None else ''}) runs under Horovod, which is not installed here (the "
-            "current stack has none). Run it on one slot, or on the estimator stack (bash scripts/setup.sh); on this "
-            "stack a script with det.keras.DeterminedCallback runs on several processes under the TensorFlow launcher."
+            f"{args.config}: an EstimatorTrial on several processes (resources.slots_per_trial {trial_processes}"
+            f"{', --hosts' if args.hosts is not None else ''}) runs under Horovod, which is not installed here. Run "
+            "it on one slot, or on the estimator stack with Horovod (bash scripts/setup.sh)."
         )
     if args.hosts is not None:
         try:

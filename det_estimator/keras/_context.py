@@ -96,10 +96,12 @@ class TFKerasTrialContext(TrialContextBase):
     def wrap_optimizer(self, optimizer: Any) -> Any:
         """Returns the optimizer to use in place of ``optimizer``.
 
-        With several processes it is a Horovod ``DistributedOptimizer`` (a new optimizer
-        of a subclass of the same class and config) that averages gradients over all
-        processes as the experiment's ``optimizations`` say; its variables are saved and
-        restored with every checkpoint. With one process it is ``optimizer`` itself.
+        With several Horovod processes it is a Horovod ``DistributedOptimizer`` (a new
+        optimizer of a subclass of the same class and config) that averages gradients over
+        all processes as the experiment's ``optimizations`` say; its variables are saved and
+        restored with every checkpoint. With one process, or under the TensorFlow launcher
+        (a ``MultiWorkerMirroredStrategy``, which averages the gradients itself), it is
+        ``optimizer`` itself.
 
         Args:
             optimizer: a ``tf.keras.optimizers.Optimizer`` (or a name Keras knows, like "adam").
@@ -107,8 +109,8 @@ class TFKerasTrialContext(TrialContextBase):
         Returns:
             The optimizer to pass to ``model.compile()``.
         """
-        if self.distributed.size == 1:
-            return optimizer
+        if self.distributed.size == 1 or not _horovod.is_distributed():
+            return optimizer  # one process, or the workers of a tf.distribute strategy, which averages the gradients
         if optimizer in self._wrapped_optimizers:
             return optimizer
         optimizations = self._config.optimizations
@@ -210,7 +212,8 @@ class TFKerasTrialContext(TrialContextBase):
 
         The optimizer Keras wraps for mixed precision counts by the one inside it.
         """
-        if self.distributed.size == 1 or optimizer in self._wrapped_optimizers:
+        if self.distributed.size == 1 or not _horovod.is_distributed() or optimizer in self._wrapped_optimizers:
+            # Under a tf.distribute strategy (no Horovod) every optimizer averages over the workers.
             return True
         inner = getattr(optimizer, "inner_optimizer", None)
         return inner is not None and inner in self._wrapped_optimizers

@@ -9,7 +9,7 @@ from typing import Any, Optional
 import numpy as np
 import tensorflow as tf
 
-from det_estimator import core
+from det_estimator import _horovod, core
 from det_estimator._process_random_state import python_and_numpy_state
 from det_estimator._trial_controller import TrialController, new_trial_context
 from det_estimator.core._metrics import combine_across_ranks
@@ -28,6 +28,8 @@ from det_estimator.keras._trial import TFKerasTrial, check_model
 from det_estimator.store import State
 
 logger = logging.getLogger("det_estimator.keras")
+
+_NO_VALIDATION_EXAMPLE = "Validation saw no example on any process: check build_validation_data_loader()."
 
 
 def run_keras_trial(
@@ -169,7 +171,8 @@ class TFKerasTrialController(TrialController):
             "TFKerasTrial", saved_model=True, callbacks=True, iterators=self._train_data.saves_iterator
         )
         self._writer = _format.CheckpointWriter(self._core, self._model, options)
-        self._tap = Tap(self._model, self._distributed.size)
+        # Horovod's processes agree on stopping in the training step; a strategy's, in the engine (see TrialEngine).
+        self._tap = Tap(self._model, self._distributed.size if _horovod.is_distributed() else 1)
         # Batches of the global input stream read before this run, and this run's first batch.
         self._start_position = 0
         self._start_batches = 0
@@ -185,7 +188,7 @@ class TFKerasTrialController(TrialController):
         if max_batches is not None:
             self._schedule.start(max_batches)
             self._model.fit(
-                self._training_stream,
+                _keras_compat.per_worker(self._model, self._training_stream),
                 steps_per_epoch=FOREVER,
                 epochs=1,
                 # The trial's own callbacks are the engine's to call, at the trial's points.
@@ -330,19 +333,31 @@ class TFKerasTrialController(TrialController):
 
     def _validate(self) -> dict[str, Any]:
         self._validation.reset_count()
+        # Under a strategy of several workers each evaluates its own share (its shorter share
+        # ends in empty batches), and the model's metrics are read over every worker's.
+        spans_processes = _keras_compat.strategy_spans_processes(self._model)
         with one_step_per_execution(self._model):
+            dataset, steps = self._validation.dataset, self._validation.steps
+            if steps is None and spans_processes:
+                # Keras 2 evaluates a distributed dataset only for a number of steps: the pass ends first.
+                steps = FOREVER
             local = self._model.evaluate(
-                self._validation.dataset,
-                steps=self._validation.steps,
+                _keras_compat.per_worker(self._model, dataset, like=self._validation.first_batch),
+                steps=steps,
                 callbacks=self._callbacks.for_evaluate,
                 verbose=0,
                 return_dict=True,
             )
-        mine = local_metrics(self._model, local, self._validation.examples)
-        combined = combine_across_ranks(mine, self._distributed)
-        if combined.examples == 0:
-            raise TrialLifecycleError("Validation saw no example on any process: check build_validation_data_loader().")
-        logs = _to_json(read_combined(self._model, combined))
+        if spans_processes:
+            if not sum(self._distributed.allgather(self._validation.examples)):
+                raise TrialLifecycleError(_NO_VALIDATION_EXAMPLE)
+            logs = _to_json(global_metrics(self._model, self._distributed, local))
+        else:
+            mine = local_metrics(self._model, local, self._validation.examples)
+            combined = combine_across_ranks(mine, self._distributed)
+            if combined.examples == 0:
+                raise TrialLifecycleError(_NO_VALIDATION_EXAMPLE)
+            logs = _to_json(read_combined(self._model, combined))
         metrics = {f"val_{name}": value for name, value in logs.items()}
         self._record_validation(metrics)
         self._callbacks.on_test_end(logs)

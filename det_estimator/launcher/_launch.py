@@ -94,16 +94,16 @@ def process_command(
 
     One slot on this machine runs the command itself; several (or any on other hosts)
     run it under horovodrun, unless the command is one of det-estimator's own launchers.
-    Where Horovod is not installed, a script runs under the TensorFlow launcher instead
-    (the worker of a trial class needs Horovod: horovodrun's absence is its error).
-    With ``startup_hook``, every process horovodrun starts (or the one process, or the
-    launcher that starts them) runs the context directory's ``startup-hook.sh`` first,
-    once per host (``_startup_hook``).
+    Where Horovod is not installed, a script, or the worker of a trial class, runs under
+    the TensorFlow launcher instead (a TFKerasTrial then trains under a
+    ``MultiWorkerMirroredStrategy``). With ``startup_hook``, every process horovodrun
+    starts (or the one process, or the launcher that starts them) runs the context
+    directory's ``startup-hook.sh`` first, once per host (``_startup_hook``).
     """
     run = hooked_command(command) if startup_hook else command
     if is_self_launching(command) or (slots == 1 and hosts is None):
         return run
-    if not horovod_installed() and command[1:3] != worker_command()[1:3]:
+    if not horovod_installed():
         launched = tensorflow_launcher_command(slots, command, hosts)
         return hooked_command(launched) if startup_hook else launched
     return horovodrun_command(slots, run, hosts)

@@ -1,4 +1,4 @@
-"""One launched process of a trial: ``python -m det_estimator.worker`` (under horovodrun on several slots).
+"""One launched process of a trial: ``python -m det_estimator.worker`` (several slots: horovodrun, or TF_CONFIG).
 
 Reads the run's info named by ``DET_CLUSTER_INFO``, joins the job, and runs the trial
 class with the controller of its type. An exception is recorded in the store as the
@@ -6,7 +6,11 @@ run's error (with this process's rank) and ends the process with a non-zero stat
 upon which horovodrun ends the others.
 """
 
+import contextlib
+import os
 import sys
+from contextlib import AbstractContextManager
+from typing import Any
 
 from det_estimator import _environment_variables as environment_variables
 from det_estimator import _info
@@ -34,11 +38,12 @@ def main() -> int:
         lifecycle = RunLifecycle(store)
         run_id = info.require_trial().run_id
         try:
-            distributed = _join_job(info)
+            distributed, strategy = _join_job(info)
             rank = distributed.rank
             trial_class = info.trial_class.load()
             _disable_v2_behavior_for_estimators(trial_class)
-            with core.build_context(info, distributed, store=store) as core_context:
+            # Under TF_CONFIG the trial builds its model in the strategy's scope, and fit runs there.
+            with core.build_context(info, distributed, store=store) as core_context, strategy:
                 run_trial_class(trial_class, core_context)
         except InvalidHP as error:
             # Not a failure: the search replaces the trial. Recorded for the launcher to see.
@@ -51,15 +56,23 @@ def main() -> int:
     return 0
 
 
-def _join_job(info: _info.ClusterInfo):
-    """This process's DistributedContext: Horovod's ranks on several slots (for the gradients too)."""
+def _join_job(info: _info.ClusterInfo) -> tuple[Any, AbstractContextManager[Any]]:
+    """This process's DistributedContext, and the scope the trial runs in.
+
+    On several slots: the workers of a ``MultiWorkerMirroredStrategy`` under the
+    TensorFlow launcher (``TF_CONFIG``), which averages the gradients, its scope
+    entered for the whole trial; otherwise Horovod's ranks (for the gradients too).
+    """
     from det_estimator import core
 
     if info.slots == 1:
-        return core.DummyDistributedContext()
+        return core.DummyDistributedContext(), contextlib.nullcontext()
+    if os.environ.get("TF_CONFIG"):
+        distributed, strategy = core.DistributedContext.from_tf_config()
+        return distributed, strategy.scope()
     from det_estimator import _horovod
 
-    return core.DistributedContext.from_horovod(_horovod.init())
+    return core.DistributedContext.from_horovod(_horovod.init()), contextlib.nullcontext()
 
 
 def _disable_v2_behavior_for_estimators(trial_class: type) -> None:

@@ -56,9 +56,23 @@ def test_without_horovod_a_script_on_several_slots_runs_under_the_tensorflow_lau
     assert launcher.process_command(own, 2, None) == own
 
 
-def test_without_horovod_the_worker_of_a_trial_class_is_refused_as_it_needs_horovod(without_horovod):
-    with pytest.raises(FileNotFoundError, match="horovodrun was not found"):
-        launcher.process_command(launcher.worker_command(), 2, None)
+def test_without_horovod_the_worker_of_a_trial_class_runs_under_the_tensorflow_launcher(without_horovod):
+    tensorflow = [sys.executable, "-m", "det_estimator.launch.tensorflow"]
+    worker = launcher.worker_command()
+    assert launcher.process_command(worker, 2, None) == [*tensorflow, "--slots", "2", "--", *worker]
+
+
+def test_the_worker_of_a_trial_class_runs_under_horovodrun_where_horovod_is(with_horovod):
+    worker = launcher.worker_command()
+    assert launcher.process_command(worker, 2, None) == [
+        str(with_horovod),
+        "-np",
+        "2",
+        "-H",
+        "localhost:2",
+        "--gloo",
+        *worker,
+    ]
 
 
 def test_horovodrun_is_looked_for_beside_the_interpreter():

@@ -8,7 +8,8 @@ positives), so that an average of the shares' values is visibly not the value of
 whole set.
 
 The front doors (each a :data:`FRONT_DOORS` entry: an experiment config's entrypoint
-and searcher) are the trial class :class:`UnevenSplitTrial`, and ``uneven_split_script.py``
+and searcher) are the trial class :class:`UnevenSplitTrial` (under Horovod, and under the
+TensorFlow launcher where Horovod is not installed), and ``uneven_split_script.py``
 run as a DeterminedCallback script under the Horovod and the TensorFlow launchers and
 as a ``det.keras.init()`` script.
 """
@@ -132,6 +133,11 @@ FRONT_DOORS: dict[str, dict[str, Any]] = {
         {"entrypoint": "uneven_split:UnevenSplitTrial"},
         {"batches": math.ceil(TRAINING_RECORDS / (2 * BATCH_SIZE))},
     ),
+    # The same trial class: its worker runs under the TensorFlow launcher where Horovod is not installed.
+    "TFKerasTrial, TensorFlow": _experiment(
+        {"entrypoint": "uneven_split:UnevenSplitTrial"},
+        {"batches": math.ceil(TRAINING_RECORDS / (2 * BATCH_SIZE))},
+    ),
     "DeterminedCallback, Horovod": _experiment(
         {"entrypoint": "python3 -m det_estimator.launch.horovod -- python3 uneven_split_script.py callback"},
         {"epochs": 1},
@@ -144,6 +150,9 @@ FRONT_DOORS: dict[str, dict[str, Any]] = {
         {"entrypoint_script": "python3 uneven_split_script.py keras_api"}, {"epochs": 1}
     ),
 }
+# The front doors that distribute with Horovod, and the one that is TensorFlow's only where Horovod is not installed.
+HOROVOD_FRONT_DOORS = ("TFKerasTrial", "DeterminedCallback, Horovod", "det.keras.init, context.fit")
+WITHOUT_HOROVOD_FRONT_DOORS = ("TFKerasTrial, TensorFlow",)
 
 
 def experiment_config(front_door: str, checkpoints: Path) -> dict[str, Any]:

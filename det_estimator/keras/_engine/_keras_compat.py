@@ -386,6 +386,31 @@ def repair_multi_worker_fit() -> None:
     trainer.reduce_per_replica = reduce_over_replicas
 
 
+def per_worker(model: tf.keras.Model, dataset: Any, like: Optional[Any] = None) -> Any:
+    """``dataset`` as this worker's own batches under a strategy spanning processes: not sharded, not rebatched.
+
+    ``fit`` and ``evaluate`` would otherwise shard a process's share once more and split
+    its batches over the replicas. A worker whose share ends first goes on with empty
+    batches, made from the dataset's element spec: ``like``, a batch of the data, gives
+    their other dimensions where the spec leaves them unknown (a Sequence's batches).
+    Any other strategy (one process): ``dataset`` itself.
+    """
+    strategy = model.distribute_strategy
+    if not isinstance(dataset, tf.data.Dataset) or not _spans_workers(strategy):
+        return dataset
+    if like is not None:
+        shapes = tf.nest.map_structure(
+            lambda leaf: tf.TensorShape([None]).concatenate(tf.convert_to_tensor(leaf).shape[1:]), tuple(like)
+        )
+
+        def with_known_dimensions(*batch: Any) -> Any:
+            batch = tf.nest.map_structure(tf.ensure_shape, batch, shapes[: len(batch)])
+            return batch if len(batch) > 1 else batch[0]
+
+        dataset = dataset.map(with_known_dimensions)
+    return strategy.distribute_datasets_from_function(lambda _: dataset)
+
+
 def _spans_workers(strategy: Any) -> bool:
     """Whether a ``tf.distribute`` strategy has replicas in other processes."""
     in_multi_worker_mode = getattr(getattr(strategy, "extended", None), "_in_multi_worker_mode", None)

@@ -375,8 +375,9 @@ class TrialEngine(tf.keras.callbacks.Callback):
     The trial's ``fit`` runs one epoch of :data:`FOREVER` batches with this engine as its
     only callback. Before each step the engine asks the schedule how many batches the
     step trains (a workload's or an epoch of ``records_per_epoch``'s end cuts an
-    execution short); the step trains them through the tap, which on several processes
-    also agrees on pausing and stopping; after it the engine counts them, calls the
+    execution short); the step trains them through the tap, which on several Horovod
+    processes also agrees on pausing and stopping (the workers of a ``tf.distribute``
+    strategy agree after the step, through the core's exchange); after it the engine counts them, calls the
     trial's callbacks with its own batch numbers (Keras' are meaningless here) and hands
     the schedule the step, which says whether training goes on. Keras stops after the
     step the processes agreed on: the engine writes the agreed ``model.stop_training``
@@ -446,6 +447,13 @@ class TrialEngine(tf.keras.callbacks.Callback):
         pause, stop = self._agreed
         if self._core.distributed.size == 1:  # no agreement to wait for: what the callbacks just did counts
             pause, stop = self._core.preempt.requested_locally(), bool(model.stop_training)
+        elif not self._tap.agrees:
+            # The workers of a tf.distribute strategy agree as a script's DeterminedCallback
+            # does there: through the core's own exchange, here after every step.
+            flags = self._core.distributed.allgather(
+                (self._core.preempt.requested_locally(), bool(model.stop_training))
+            )
+            pause, stop = any(asked for asked, _ in flags), any(stopped for _, stopped in flags)
         going = self._schedule.after_step(self._batches, pause, stop)
         # Last: Keras stops where every process agreed to; a request of this process's waits for the next step.
         self._stop_asked = bool(model.stop_training) and going

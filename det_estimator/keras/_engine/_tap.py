@@ -53,6 +53,11 @@ class Tap:
             self._agreeing = train_and_agree if model.run_eagerly else tf.function(train_and_agree)
         self._fit_function: Optional[Callable[[Any], Any]] = None
 
+    @property
+    def agrees(self) -> bool:
+        """Whether the processes agree on their flags in the training step (Horovod's)."""
+        return self._agreeing is not None
+
     def trace(self, dataset: tf.data.Dataset) -> None:
         """Traces the step for iterators of ``dataset``, not running it, which creates every variable it uses.
 
