@@ -53,7 +53,7 @@ def load_model_from_checkpoint_path(
             model = det.keras.load_model_from_checkpoint_path(checkpoint_path)
             predictions = model(samples)
     """
-    from det_estimator.keras._engine import _format
+    from det_estimator.keras._engine import _format, _inference
 
     refuse_other_kind(path, CheckpointKind.KERAS_TRIAL, *_KERAS_KINDS)
     checkpoint = _the_checkpoint(Path(path))
@@ -65,7 +65,7 @@ def load_model_from_checkpoint_path(
             tags,
             str(checkpoint / _format.SAVED_MODEL),
         )
-    return _format.load_model(checkpoint, model=model, custom_objects=custom_objects)
+    return _inference.load_model(checkpoint, model=model, custom_objects=custom_objects)
 
 
 def _the_checkpoint(path: Path) -> Path:

@@ -12,7 +12,7 @@ import tensorflow as tf
 import yaml
 from sklearn.datasets import load_digits
 
-from det_estimator.keras._engine._format import load_model
+from det_estimator.keras._engine._inference import load_model
 from det_estimator.store import ExperimentStore
 
 from .conftest import COMMAND

@@ -13,7 +13,7 @@ import pytest
 import tensorflow as tf
 import yaml
 
-from det_estimator.keras._engine._format import load_model
+from det_estimator.keras._engine._inference import load_model
 from det_estimator.store import ExperimentStore, State
 
 from .conftest import WORKERS, det_command

@@ -13,7 +13,7 @@ from det_estimator.config import Length, LengthUnit
 from det_estimator.errors import DetEstimatorError
 from det_estimator.keras._api import _fit
 from det_estimator.keras._determined_callback import DeterminedCallback
-from det_estimator.keras._engine import _format
+from det_estimator.keras._engine import _inference
 from det_estimator.keras._engine._metrics import GlobalMetrics, with_searcher_metric
 from det_estimator.keras._engine._sharding import ShardedSequence, Sharder, in_input_order
 from det_estimator.lifecycle import RunError, RunLifecycle, write_process_error
@@ -554,7 +554,7 @@ class KerasContext:
             path = Path(self._store.checkpoint(checkpoint_uuid).path)
         elif trial_id is not None:  # one of them is given, as checked above
             path = _trial_checkpoint(self._store, int(trial_id), best)
-        return _format.load_model(path, model=model, custom_objects=custom_objects)
+        return _inference.load_model(path, model=model, custom_objects=custom_objects)
 
     # ----- end -----
 
