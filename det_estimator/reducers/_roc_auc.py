@@ -2,7 +2,7 @@
 
 import abc
 import math
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import numpy as np
 
@@ -13,8 +13,11 @@ from det_estimator.reducers._base import MetricReducer
 # Batches are keyed in chunks of at least this many examples: one pass over a large
 # chunk costs far less than one per small batch.
 _CHUNK_EXAMPLES = 1 << 16
-# What the native append_batch returns when the chunk being filled has no room for the batch.
+# What the native append_batch and key_batch return: the batch was added, the chunk being
+# filled has no room for it, its scores leave no bit free for the labels (key_batch only).
+_ADDED = 0
 _NO_ROOM = 4
+_NO_FREE_BIT = 5
 
 
 class _ChunkBuffer:
@@ -54,8 +57,27 @@ class _ChunkBuffer:
         return ranking.labeled(self.scores[:size], self.is_positive[:size], weights)
 
 
+class _KeyedChunk:
+    """The next chunk's examples as labeled int32 keys, written by the native ``key_batch``.
+
+    The common batch, unweighted float32 scores in (-2, 2), is keyed as it arrives: the keys
+    are the state itself. Like a :class:`_ChunkBuffer`, it is only appended to.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.keys = np.empty(capacity, np.int32)
+        self.size = 0
+
+    def is_full(self) -> bool:
+        return self.size == len(self.keys)
+
+    def examples(self, size: int) -> ranking.Examples:
+        """Its first ``size`` examples (a view)."""
+        return ranking.Examples(self.keys[:size], None, None)
+
+
 # (keyed chunks, how many of them, the chunk being filled, how many of its examples)
-_Snapshot = tuple[list[ranking.Examples], int, Optional[_ChunkBuffer], int]
+_Snapshot = tuple[list[ranking.Examples], int, Optional[Union[_ChunkBuffer, _KeyedChunk]], int]
 
 
 class _Batches:
@@ -67,7 +89,10 @@ class _Batches:
 
     def __init__(self) -> None:
         self.chunks: list[ranking.Examples] = []
-        self.filling: Optional[_ChunkBuffer] = None
+        self.filling: Optional[Union[_ChunkBuffer, _KeyedChunk]] = None
+        # Until a batch's scores leave no bit free for the labels (logits, say): from then
+        # on batches are copied and keyed a chunk at a time, not keyed one by one.
+        self.keyable = True
 
     def add(self, scores: np.ndarray, is_positive: np.ndarray, weights: Optional[np.ndarray]) -> None:
         """Copies one batch in (converting its scores to ``ranking.score_dtype``)."""
@@ -77,41 +102,75 @@ class _Batches:
             self._key(filling)
 
     def add_if_valid(self, metric: Any) -> bool:
-        """Checks and copies in a batch of the usual form in one native pass; False if it is not one.
+        """Checks and adds a batch of the usual form in one native pass; False if it is not one.
 
-        The usual form: ``{"labels", "predictions"}`` as NumPy arrays of one size (at most a
-        chunk), labels 0 and 1 of any integer, bool or float type, scores of the float type
-        of the chunk being filled (an unweighted one), without NaN. Anything else, an
-        invalid batch included, is left to ``add`` after the thorough checks (which word the
-        error), as is a reducer's first batch. The per-batch Python here is kept to a
-        minimum, as it runs for every batch: the kernel checks the types and the room left.
+        The usual form: ``{"labels", "predictions"}`` as NumPy arrays of one size, labels 0
+        and 1 of any integer, bool or float type, scores without NaN: float32 in (-2, 2),
+        keyed straight into a :class:`_KeyedChunk`, or of the float type of an unweighted
+        :class:`_ChunkBuffer` being filled, copied in. Anything else, an invalid batch
+        included, is left to ``add`` after the thorough checks (which word the error). The
+        per-batch Python here is kept to a minimum, as it runs for every batch: the kernel
+        checks the types and the room left.
         """
-        filling, native = self.filling, ranking.kernels
-        if filling is None or native is None or filling.weights is not None or type(metric) is not dict:
+        native = ranking.kernels
+        if native is None or type(metric) is not dict:
             return False
         labels, scores = metric.get("labels"), metric.get("predictions")
         if type(labels) is not np.ndarray or type(scores) is not np.ndarray or len(metric) != 2:
+            return False
+        filling = self.filling
+        if type(filling) is _KeyedChunk:
+            if native.key_batch(labels, scores, filling.keys, filling.size) == _ADDED:  # the common case, inline
+                filling.size += scores.size
+                return True
+            return self._key_in(native, labels, scores, filling)
+        if filling is None and self.keyable:
+            return self._key_in(native, labels, scores, filling)
+        if not isinstance(filling, _ChunkBuffer) or filling.weights is not None:
             return False
         status = native.append_batch(labels, scores, filling.scores, filling.is_positive, filling.size)
         if status == _NO_ROOM:
             filling = self._room_for(filling.scores.dtype, scores.size)
             status = native.append_batch(labels, scores, filling.scores, filling.is_positive, filling.size)
-        if status:
+        if status != _ADDED:
             return False  # another type, or invalid, or larger than a chunk
         filling.size += scores.size
         return True
 
-    def _room_for(self, score_dtype: np.dtype, size: int) -> "_ChunkBuffer":
-        """The chunk being filled, a new one if the current one cannot take ``size`` scores of ``score_dtype``."""
-        if self.filling is not None and not self.filling.has_room(score_dtype, size):
-            self._key(self.filling)
-        if self.filling is None:
-            self.filling = _ChunkBuffer(score_dtype, max(_CHUNK_EXAMPLES, size))
+    def _key_in(self, native: Any, labels: np.ndarray, scores: np.ndarray, filling: Optional[_KeyedChunk]) -> bool:
+        """Keys a batch into the keyed chunk being filled (a new one if none or full); False if it cannot."""
+        if filling is None:
+            filling = self._new_keyed_chunk(scores.size)
+        status = native.key_batch(labels, scores, filling.keys, filling.size)
+        if status == _NO_ROOM and filling.size:
+            self._key(filling)
+            filling = self._new_keyed_chunk(scores.size)
+            status = native.key_batch(labels, scores, filling.keys, filling.size)
+        if status == _NO_FREE_BIT:
+            self.keyable = False
+        if status != _ADDED:
+            return False
+        filling.size += scores.size
+        return True
+
+    def _new_keyed_chunk(self, size: int) -> _KeyedChunk:
+        self.filling = _KeyedChunk(max(_CHUNK_EXAMPLES, size))
         return self.filling
 
-    def _key(self, filling: _ChunkBuffer) -> None:
+    def _room_for(self, score_dtype: np.dtype, size: int) -> "_ChunkBuffer":
+        """The chunk being copied into, a new one if the current one cannot take ``size`` scores of ``score_dtype``."""
+        filling = self.filling
+        if filling is not None and not (isinstance(filling, _ChunkBuffer) and filling.has_room(score_dtype, size)):
+            self._key(filling)
+            filling = None
+        if filling is None:
+            filling = self.filling = _ChunkBuffer(score_dtype, max(_CHUNK_EXAMPLES, size))
+        return filling
+
+    def _key(self, filling: Union[_ChunkBuffer, _KeyedChunk]) -> None:
         """Keys the chunk being filled (``filling``) into ``chunks``; the next batch starts a new one."""
-        self.chunks.append(filling.examples(filling.size))
+        if filling.size:
+            self.chunks.append(filling.examples(filling.size))
         self.filling = None
 
     def snapshot(self) -> _Snapshot:
@@ -140,7 +199,7 @@ class ScoreSamples:
         negative_weights: Weights of the negatives, or None.
     """
 
-    __slots__ = ("_snapshot", "_num_threads", "_sorted")
+    __slots__ = ("_snapshot", "_num_threads", "_sorted", "_shares_chunks")
 
     def __init__(
         self,
@@ -163,6 +222,7 @@ class ScoreSamples:
         self._snapshot: Optional[_Snapshot] = ([examples], 1, None, 0)
         self._num_threads: Optional[int] = None
         self._sorted: Optional[ranking.Examples] = None
+        self._shares_chunks = False
 
     @classmethod
     def _view(cls, batches: _Batches, num_threads: Optional[int]) -> "ScoreSamples":
@@ -171,6 +231,7 @@ class ScoreSamples:
         state._snapshot = batches.snapshot()
         state._num_threads = num_threads
         state._sorted = None
+        state._shares_chunks = True
         return state
 
     @classmethod
@@ -180,6 +241,7 @@ class ScoreSamples:
         state._snapshot = (parts, len(parts), None, 0)
         state._num_threads = None
         state._sorted = None
+        state._shares_chunks = False
         return state
 
     def _examples(self) -> ranking.Examples:
@@ -204,9 +266,15 @@ class ScoreSamples:
     def _sorted_examples(self) -> ranking.Examples:
         """The examples in increasing order of score (sorted on first use)."""
         if self._sorted is None:
-            # A small state of a single chunk is sorted in place: its order means nothing to
-            # anyone. A large state is split into a new array, a range per thread.
-            self._sorted = ranking.sort_joined(self._parts(), self._num_threads)
+            # A state of a single array is sorted in place: its order means nothing to anyone.
+            # But keys a reducer keyed as batches arrived are a view of a chunk that other
+            # states (earlier ones: a prefix; later ones: all of it) see too: sorted in place
+            # they would hand those states some other examples. A large state is split into a
+            # new array anyway, a range per thread.
+            parts = self._parts()
+            if self._shares_chunks and len(parts) == 1 and parts[0].keys.base is not None:
+                parts = [parts[0]._replace(keys=parts[0].keys.copy())]
+            self._sorted = ranking.sort_joined(parts, self._num_threads)
             self._snapshot = None
         return self._sorted
 

@@ -530,3 +530,93 @@ def test_sort_joined_equals_sorting_the_joined_parts(monkeypatch, threads, scale
     joined = ranking.sort_joined(parts, threads)
     np.testing.assert_array_equal(ranking.plain_keys(joined), ranking.plain_keys(expected))
     np.testing.assert_array_equal(ranking.labels_of(joined), ranking.labels_of(expected))
+
+
+def test_usual_float32_batches_are_keyed_without_the_python_checks(monkeypatch, ranking_kernels):
+    checked = []
+    parse = validation.parse_binary_batch
+    monkeypatch.setattr(
+        validation, "parse_binary_batch", lambda *args, **kwargs: checked.append(1) or parse(*args, **kwargs)
+    )
+    reducer, rng = RocAuc(), np.random.default_rng(4)
+    labels = rng.integers(0, 2, 100_000)
+    scores = rng.random(100_000, dtype=np.float32)
+    for start in range(0, 100_000, 1000):  # over a chunk's end
+        state = reducer.accumulate(
+            {"labels": labels[start : start + 1000], "predictions": scores[start : start + 1000]}
+        )
+    # The native kernels key every batch, the first included; NumPy's path checks each one.
+    assert len(checked) == (0 if ranking_kernels == "native" else 100)
+    assert reducer.cross_slot_reduce([state]) == pytest.approx(roc_auc_score(labels, scores), rel=1e-12)
+
+
+@pytest.mark.parametrize("chunk", [5, 1 << 16])
+def test_states_of_keyed_batches_stay_snapshots_whichever_is_sorted_first(monkeypatch, chunk):
+    # Keyed batches share their chunk's keys with every state: sorting one state must not
+    # reorder what another holds, earlier or later, in the same chunk or after it closed.
+    from det_estimator.reducers import _roc_auc
+
+    monkeypatch.setattr(_roc_auc, "_CHUNK_EXAMPLES", chunk)
+    rng = np.random.default_rng(21)
+    reducer, states = AveragePrecision(), []
+    labels = rng.integers(0, 2, 24)
+    scores = np.round(rng.random(24), 1).astype(np.float32)
+    for start in range(0, 24, 3):
+        states.append(
+            reducer.accumulate({"labels": labels[start : start + 3], "predictions": scores[start : start + 3]})
+        )
+    for index in [3, 7, 0, 5, 1, 6, 2, 4, 3, 0]:  # each read, re-read, in no particular order
+        size = 3 * (index + 1)
+        expected = average_precision_score(labels[:size], scores[:size])
+        assert reducer.cross_slot_reduce([states[index]]) == pytest.approx(expected, rel=1e-12), index
+        np.testing.assert_array_equal(states[index].positives, np.sort(scores[:size][labels[:size] == 1]))
+
+
+@pytest.mark.parametrize("chunk", [4, 1 << 16])
+@pytest.mark.parametrize(
+    ("reducer_type", "reference"), [(RocAuc, roc_auc_score), (AveragePrecision, average_precision_score)]
+)
+def test_keyed_then_logits_then_weighted_batches_give_the_sklearn_value(monkeypatch, chunk, reducer_type, reference):
+    # Batches keyed as they arrive, then scores without a free bit for the label (copied and
+    # keyed a chunk at a time from then on), weighted batches, float64 and empty batches.
+    from det_estimator.reducers import _roc_auc
+
+    monkeypatch.setattr(_roc_auc, "_CHUNK_EXAMPLES", chunk)
+    rng = np.random.default_rng(22)
+    reducer, all_labels, all_scores, all_weights, snapshots = reducer_type(), [], [], [], []
+    plan = ["probabilities"] * 4 + ["empty", "logits", "probabilities", "weighted", "probabilities", "float64"]
+    for kind in plan + ["probabilities"] * 3:
+        size = 0 if kind == "empty" else int(rng.integers(1, 9))
+        labels = rng.integers(0, 2, size)
+        scores = np.round(rng.random(size), 1)
+        if kind == "logits":
+            scores = np.round(rng.normal(size=size) * 4, 1)
+        batch = {"labels": labels, "predictions": scores.astype(np.float64 if kind == "float64" else np.float32)}
+        weights = np.ones(size)
+        if kind == "weighted":
+            weights = np.round(rng.uniform(0, 2, size), 1)
+            batch["weights"] = weights
+        state = reducer.accumulate(batch)
+        (
+            all_labels.append(labels),
+            all_scores.append(batch["predictions"].astype(np.float64)),
+            all_weights.append(weights),
+        )
+        snapshots.append((state, *(np.concatenate(column) for column in (all_labels, all_scores, all_weights))))
+    for state, labels, scores, weights in snapshots[::-1]:
+        expected = reference(labels, scores, sample_weight=weights)
+        assert reducer.cross_slot_reduce([state]) == pytest.approx(expected, rel=1e-12)
+
+
+def test_a_refused_batch_leaves_the_keyed_chunk_as_it_was(ranking_kernels):
+    reducer = RocAuc()
+    reducer.accumulate({"labels": np.array([0, 1]), "predictions": np.array([0.2, 0.7], np.float32)})
+    for labels, scores, message in (
+        (np.array([0, 1, 1]), np.array([0.3, np.nan, 0.1], np.float32), "NaN"),
+        (np.array([0, 2, 1]), np.array([0.3, 0.4, 0.1], np.float32), "must be binary"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            reducer.accumulate({"labels": labels, "predictions": scores})
+    state = reducer.accumulate({"labels": np.array([1, 0]), "predictions": np.array([0.1, 0.9], np.float32)})
+    assert state.num_examples == 4
+    assert reducer.cross_slot_reduce([state]) == pytest.approx(roc_auc_score([0, 1, 1, 0], [0.2, 0.7, 0.1, 0.9]))

@@ -190,3 +190,69 @@ def test_append_batch_tells_a_full_chunk_apart_and_writes_nothing_there():
     assert kernels.append_batch(labels, scores, chunk_scores, chunk_labels, 900) == 4  # no room
     assert kernels.append_batch(labels, scores.astype(np.float64), chunk_scores, chunk_labels, 0) == 3  # other type
     assert np.count_nonzero(chunk_labels) == 300 and np.count_nonzero(chunk_scores) == 300
+
+
+KEY_BATCH_LABEL_DTYPES = [bool, np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64]
+KEY_BATCH_LABEL_DTYPES += [np.float32, np.float64]
+
+
+@needs_kernels
+@pytest.mark.parametrize("label_dtype", KEY_BATCH_LABEL_DTYPES)
+@pytest.mark.parametrize("size", [0, 1, 7, 1024, 3001])
+def test_key_batch_writes_numpys_labeled_keys_for_every_label_type(monkeypatch, label_dtype, size):
+    rng = np.random.default_rng(size)
+    below_two = np.nextafter(np.float32(2), np.float32(0))
+    scores = rng.uniform(-1.99, 1.99, size).astype(np.float32)
+    scores[: min(size, 4)] = [0.0, -0.0, below_two, -below_two][: min(size, 4)]
+    is_positive = rng.random(size) < 0.4
+    keys = np.full(size + 20, -7, np.int32)
+    assert kernels.key_batch(is_positive.astype(label_dtype), scores, keys, 10) == 0
+    monkeypatch.setattr(ranking, "kernels", None)
+    expected = ranking.labeled(scores, is_positive)
+    assert expected.labels is None
+    np.testing.assert_array_equal(keys[10 : 10 + size], expected.keys)
+    assert (keys[:10] == -7).all() and (keys[10 + size :] == -7).all()  # nothing outside the batch's place
+
+
+@needs_kernels
+@pytest.mark.parametrize("label_dtype", KEY_BATCH_LABEL_DTYPES)
+def test_key_batch_refuses_labels_nan_and_scores_without_a_free_bit(label_dtype):
+    rng = np.random.default_rng(1)
+    labels, scores = (rng.random(1000) < 0.5).astype(label_dtype), rng.random(1000, dtype=np.float32)
+    keys = np.empty(1000, np.int32)
+    for position in (0, 517, 999):  # the vectorized loop's body and its tail
+        for bad_score, status in ((np.nan, 2), (-np.nan, 2), (np.inf, 5), (-np.inf, 5), (2.0, 5), (-2.5, 5)):
+            bad = scores.copy()
+            bad[position] = bad_score
+            assert kernels.key_batch(labels, bad, keys, 0) == status, (position, bad_score)
+        if label_dtype is not bool:
+            for bad_label in {"f": [2, 0.5, -1], "i": [2, -1], "u": [2, 255]}[np.dtype(label_dtype).kind]:
+                bad = labels.copy()
+                bad[position] = bad_label
+                assert kernels.key_batch(bad, scores, keys, 0) == 1, (position, bad_label)
+    both = scores.copy()
+    both[3] = np.nan
+    if label_dtype is not bool:
+        wrong = labels.copy()
+        wrong[5] = 3
+        assert kernels.key_batch(wrong, both, keys, 0) == 1  # labels first, as the thorough check words it
+    if np.dtype(label_dtype).kind == "f":
+        nan_labels = labels.copy()
+        nan_labels[9] = np.nan
+        assert kernels.key_batch(nan_labels, scores, keys, 0) == 1
+
+
+@needs_kernels
+def test_key_batch_leaves_other_arrays_and_a_full_chunk_to_its_caller():
+    labels, scores, keys = np.ones(300, np.int64), np.full(300, 0.5, np.float32), np.zeros(1000, np.int32)
+    assert kernels.key_batch(labels, scores, keys, 700) == 0
+    assert kernels.key_batch(labels, scores, keys, 701) == 4  # no room
+    assert kernels.key_batch(labels, scores.astype(np.float64), keys, 0) == 3  # float64 scores
+    assert kernels.key_batch(labels.astype(np.float16), scores, keys, 0) == 3  # a label type it does not read
+    assert kernels.key_batch(labels[:299], scores, keys, 0) == 3  # sizes differ
+    assert kernels.key_batch(labels, scores, keys.astype(np.int64), 0) == 3  # int64 keys
+    assert kernels.key_batch(labels[::2], scores[::2], keys, 0) == 3  # not contiguous
+    assert kernels.key_batch(labels, scores, keys, -1) == 3
+    assert np.count_nonzero(keys) == 300
+    with pytest.raises(TypeError, match="4 arguments"):
+        kernels.key_batch(labels, scores, keys)
