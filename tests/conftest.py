@@ -102,9 +102,15 @@ def pytest_runtest_setup(item):
             pytest.skip(_NEEDS[marker][1])
 
 
-@pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(config, items):
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items):
+    # First: pytest's `-m` deselects in its own hook of this name, which must see these markers.
     _mark_needs(items)
+
+
+@pytest.hookimpl(trylast=True, specname="pytest_collection_modifyitems")
+def pytest_collection_modifyitems_last(config, items):
+    # Last: after pytest-xdist has written each test's group into its node id.
     _group_by_xdist_group(config, items)
 
 
