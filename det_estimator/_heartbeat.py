@@ -182,19 +182,26 @@ class HeartbeatWriter:
         with contextlib.suppress(ValueError, OSError, RuntimeError):  # stderr without a file descriptor
             if signal.getsignal(DUMP_SIGNAL) in (signal.SIG_DFL, None):
                 faulthandler.register(DUMP_SIGNAL, file=sys.stderr, all_threads=True)
+        # Now, not at the watcher thread's first tick: a process whose code takes the
+        # interpreter lock for good before that tick is still known by its pid, to be signalled.
+        # (Its time left at 0: the first change after it is written at the next tick, as before.)
+        self._write(_beats, 0.0)
 
     def tick(self) -> None:
         """Writes the progress count if it changed; dumps the stacks once, when the launcher asks."""
         now = time.monotonic()
         count = _beats
         if count != self._written and now - self._written_at >= _WRITE_INTERVAL_SECONDS:
-            with contextlib.suppress(OSError):  # the run's directory is gone: the run is ending
-                record = Heartbeat(self._rank, count, os.getpid(), socket.gethostname())
-                _write_json(heartbeat_path(self._directory, self._rank), asdict(record))
-                self._written, self._written_at = count, now
+            self._write(count, now)
         if not self._dumped and (self._directory / DUMP_REQUEST).exists():
             self._dumped = True
             self.dump_stacks()
+
+    def _write(self, count: int, now: float) -> None:
+        with contextlib.suppress(OSError):  # the run's directory is gone: the run is ending
+            record = Heartbeat(self._rank, count, os.getpid(), socket.gethostname())
+            _write_json(heartbeat_path(self._directory, self._rank), asdict(record))
+            self._written, self._written_at = count, now
 
     def dump_stacks(self) -> None:
         """Dumps every thread's Python stack to stderr and writes where this process is stuck."""

@@ -1,6 +1,7 @@
 """The hang watch's decisions, on a fake clock and fake progress counts; a process's heartbeat, in this process."""
 
 import json
+import os
 import threading
 
 import pytest
@@ -229,3 +230,11 @@ def test_files_of_another_format_in_the_runs_folder_are_no_progress_and_no_answe
     _heartbeat.stuck_path(tmp_path, 0).write_text(json.dumps({"rank": 0, "place": {"file": "x"}}))
     assert _heartbeat.read_beats(tmp_path) == {}
     assert _heartbeat.read_stuck(tmp_path) == {}
+
+
+def test_a_process_is_known_by_its_pid_from_the_start_before_any_tick(tmp_path):
+    # A process that takes the interpreter lock for good before its watcher thread's first
+    # tick can only be signalled for its stacks if its pid was written when it started.
+    _heartbeat.HeartbeatWriter(tmp_path, rank=1)
+    (found,) = _heartbeat.read_heartbeats(tmp_path).values()
+    assert found.rank == 1 and found.pid == os.getpid() and found.beats == _heartbeat.beats()
