@@ -87,6 +87,15 @@ def create(open_store: Callable[[], ExperimentStore], args: argparse.Namespace) 
             check_trial_entrypoint(context_dir, config.entrypoint_module, config.entrypoint_class)
     except EntrypointError as error:
         raise UsageError(f"{args.config}: {error}") from error
+    if args.hosts is not None:
+        try:
+            launcher.check_hosts(args.hosts)
+        except ValueError as error:
+            raise UsageError(f"--hosts: {error}") from None
+        here = launcher.slots_on_this_machine(args.hosts)
+        asked = f"--hosts {launcher.format_hosts(args.hosts)} gives this machine {here} slots"
+        check_slots_fit_this_machine(here, "resources.slots_per_trial", hosts_option=False, asked=asked)
+    # After the hosts: a host that cannot be reached is wrong on any stack.
     trial_processes = config.resources.slots_per_trial
     if (
         not config.is_script
@@ -100,14 +109,6 @@ def create(open_store: Callable[[], ExperimentStore], args: argparse.Namespace) 
             f"{', --hosts' if args.hosts is not None else ''}) runs under Horovod, which is not installed here. Run "
             "it on one slot, or on the estimator stack with Horovod (bash scripts/setup.sh)."
         )
-    if args.hosts is not None:
-        try:
-            launcher.check_hosts(args.hosts)
-        except ValueError as error:
-            raise UsageError(f"--hosts: {error}") from None
-        here = launcher.slots_on_this_machine(args.hosts)
-        asked = f"--hosts {launcher.format_hosts(args.hosts)} gives this machine {here} slots"
-        check_slots_fit_this_machine(here, "resources.slots_per_trial", hosts_option=False, asked=asked)
     storage = orchestration.checkpoint_storage_root(config, str(context_dir))
     made = outermost_missing(storage)
     _check_checkpoint_storage(storage, args.config)

@@ -338,8 +338,10 @@ class TFKerasTrialController(TrialController):
         spans_processes = _keras_compat.strategy_spans_processes(self._model)
         with one_step_per_execution(self._model):
             dataset, steps = self._validation.dataset, self._validation.steps
-            if steps is None and spans_processes:
-                # Keras 2 evaluates a distributed dataset only for a number of steps: the pass ends first.
+            if spans_processes:
+                # Each step is a collective: every worker runs until the longest share ends, not
+                # its own share's count of batches. Keras 2 evaluates a distributed dataset only
+                # for a number of steps: the pass ends first.
                 steps = FOREVER
             local = self._model.evaluate(
                 _keras_compat.per_worker(self._model, dataset, like=self._validation.first_batch),
