@@ -25,6 +25,13 @@ class EntrypointError(DetEstimatorError, ValueError):
     """The config's entrypoint cannot be run; the message says why and what is expected."""
 
 
+def _module_file(context_dir: Path, module: str) -> Optional[Path]:
+    """The file of ``module`` in ``context_dir`` (``a/b.py`` or ``a/b/__init__.py``), None if neither is there."""
+    relative = Path(*module.split("."))
+    candidates = [relative.with_suffix(".py"), relative / "__init__.py"]
+    return next((context_dir / c for c in candidates if (context_dir / c).is_file()), None)
+
+
 def check_trial_entrypoint(context_dir: Path, module: str, class_name: str) -> None:
     """Refuses an entrypoint ``module:Class`` whose module is not in ``context_dir`` or does not define a trial class.
 
@@ -36,8 +43,7 @@ def check_trial_entrypoint(context_dir: Path, module: str, class_name: str) -> N
             ``class_name`` as something else than a trial class, or not at all.
     """
     relative = Path(*module.split("."))
-    candidates = [(context_dir / relative).with_suffix(".py"), context_dir / relative / "__init__.py"]
-    path = next((candidate for candidate in candidates if candidate.is_file()), None)
+    path = _module_file(context_dir, module)
     if path is None:
         raise EntrypointError(
             f"The config's entrypoint module {module!r} is not in CONTEXT_DIR {context_dir}: expected "
@@ -117,9 +123,7 @@ def derives_from_estimator_trial(context_dir: Path, module: str, class_name: str
 
     Read without importing the module; an entrypoint :func:`check_trial_entrypoint` accepted.
     """
-    relative = Path(*module.split("."))
-    candidates = [(context_dir / relative).with_suffix(".py"), context_dir / relative / "__init__.py"]
-    path = next((candidate for candidate in candidates if candidate.is_file()), None)
+    path = _module_file(context_dir, module)
     if path is None:
         return False
     tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"), filename=str(path))
