@@ -3,6 +3,7 @@
 import contextlib
 import importlib.util
 import io
+import itertools
 import json
 import os
 import random
@@ -151,6 +152,33 @@ def load_module(path: Path):
 def module_loader():
     """:func:`load_module`, for conftests below this one."""
     return load_module
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """A throwaway PostgreSQL cluster for this test process (tests/support/postgres.py), stopped at the end.
+
+    Skips where no server can run here, saying why; under CI (CI=true) that fails instead,
+    since the set-up installs one.
+    """
+    postgres = load_module(SUPPORT / "postgres.py")
+    why = postgres.missing()
+    if why:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"the PostgreSQL tests cannot run in CI: {why}", pytrace=False)
+        pytest.skip(why)
+    server = postgres.start_server()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def postgres_url(postgres_server, request) -> str:
+    """The URL (password included) of a new, empty database on the tests' PostgreSQL server."""
+    return postgres_server.new_database(f"test_{os.getpid()}_{next(_database_numbers)}")
+
+
+_database_numbers = itertools.count(1)
 
 
 @pytest.fixture(autouse=True)

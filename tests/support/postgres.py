@@ -1,0 +1,207 @@
+"""A throwaway PostgreSQL server for the tests: one cluster per test process, a fresh database per test.
+
+The server is Debian's (scripts/setup_system.sh installs it): ``initdb`` makes a
+cluster in a temporary folder and ``pg_ctl`` starts it on a free port of 127.0.0.1, with
+password authentication over TCP, so that tests see what a team's server does. PostgreSQL
+refuses to run as root: as root, the cluster belongs to the ``postgres`` user the package
+made (or ``nobody``), and every server command runs as that user.
+
+The cluster trades durability for speed (no fsync); :meth:`PostgresServer.kill` and
+:meth:`PostgresServer.start` let a test take the server away and bring it back.
+"""
+
+import glob
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+SUPERUSER = "det_test"
+PASSWORD = "det-test-secret"
+_SERVER_USERS = ("postgres", "nobody")
+# What the tests ask of the server: no durability, little memory, quick to start and stop.
+_SERVER_SETTINGS = (
+    "-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c shared_buffers=16MB "
+    "-c max_connections=200 -c listen_addresses=127.0.0.1"
+)
+
+
+def server_bin_dir() -> Optional[Path]:
+    """The folder of the newest installed server's programs (``initdb``, ``pg_ctl``), or None."""
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: int(Path(p).parent.parent.name))
+    if found:
+        return Path(found[-1]).parent
+    initdb = shutil.which("initdb")
+    return Path(initdb).parent if initdb else None
+
+
+def missing() -> str:
+    """Why no server can be started here, or "" if one can."""
+    if server_bin_dir() is None:
+        return "no PostgreSQL server (initdb): scripts/setup_system.sh installs Debian's postgresql as root"
+    if os.geteuid() == 0 and not any(_user_exists(name) for name in _SERVER_USERS):
+        return "running as root and no unprivileged user (postgres, nobody) to run PostgreSQL as"
+    return ""
+
+
+def _user_exists(name: str) -> bool:
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        return False
+    return True
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@dataclass
+class PostgresServer:
+    """A running cluster of the tests' own: its programs, folder, port and superuser."""
+
+    bin_dir: Path
+    root: Path
+    port: int
+    run_as: Optional[pwd.struct_passwd]
+
+    @property
+    def data_dir(self) -> Path:
+        return self.root / "data"
+
+    @property
+    def log_file(self) -> Path:
+        return self.root / "server.log"
+
+    def url(self, database: str, password: Optional[str] = PASSWORD, user: str = SUPERUSER) -> str:
+        """``postgresql://user:password@127.0.0.1:port/database``; ``password=None`` leaves it out."""
+        credentials = user if password is None else f"{user}:{password}"
+        return f"postgresql://{credentials}@127.0.0.1:{self.port}/{database}"
+
+    def new_database(self, name: str) -> str:
+        """Makes an empty database ``name`` and returns its URL (with the password)."""
+        self._client("createdb", name)
+        return self.url(name)
+
+    def sql(self, database: str, statement: str) -> str:
+        """Runs one statement with ``psql`` as the superuser; returns what it printed (unaligned, no headers)."""
+        return self._client("psql", "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-d", database, "-c", statement)
+
+    def start(self) -> None:
+        """Starts the server (again, after :meth:`kill`) and waits until it takes connections."""
+        self._server(
+            "pg_ctl",
+            "-D",
+            str(self.data_dir),
+            "-l",
+            str(self.log_file),
+            "-o",
+            f"-p {self.port} -k {self.root} {_SERVER_SETTINGS}",
+            "-w",
+            "-t",
+            "60",
+            "start",
+        )
+
+    def kill(self) -> None:
+        """Ends the server at once, as a crash would (SIGKILL to the postmaster; its children follow)."""
+        pid_file = self.data_dir / "postmaster.pid"
+        pid = int(pid_file.read_text().split()[0])
+        os.kill(pid, 9)
+        deadline = time.monotonic() + 30
+        while _process_exists(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        # Its backends end when they see the postmaster gone; a new postmaster waits for them
+        # through the shared memory lock, so wait here until they have.
+        while _port_open(self.port) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        """Stops the server (immediately: the tests' data is thrown away) and removes its folder."""
+        if (self.data_dir / "postmaster.pid").exists():
+            self._server("pg_ctl", "-D", str(self.data_dir), "-m", "immediate", "-w", "stop", check=False)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def _client(self, program: str, *args: str) -> str:
+        environment = {**os.environ, "PGPASSWORD": PASSWORD}
+        command = [str(self.bin_dir / program), "-h", "127.0.0.1", "-p", str(self.port), "-U", SUPERUSER, *args]
+        done = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=60)
+        if done.returncode != 0:
+            raise RuntimeError(f"{' '.join(command)} failed ({done.returncode}): {done.stderr.strip()}")
+        return done.stdout
+
+    def _server(self, program: str, *args: str, check: bool = True) -> None:
+        run_as = {} if self.run_as is None else {"user": self.run_as.pw_uid, "group": self.run_as.pw_gid}
+        done = subprocess.run(
+            [str(self.bin_dir / program), *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=self.root,
+            extra_groups=[] if self.run_as is not None else None,
+            **run_as,
+        )
+        if check and done.returncode != 0:
+            log = self.log_file.read_text(errors="replace")[-2000:] if self.log_file.exists() else ""
+            raise RuntimeError(f"{program} {' '.join(args)} failed ({done.returncode}): {done.stderr.strip()}\n{log}")
+
+
+def start_server() -> PostgresServer:
+    """Makes a cluster in a new temporary folder and starts it; the caller stops it."""
+    bin_dir = server_bin_dir()
+    if bin_dir is None:
+        raise RuntimeError(missing())
+    run_as = None
+    if os.geteuid() == 0:
+        run_as = next(pwd.getpwnam(name) for name in _SERVER_USERS if _user_exists(name))
+    root = Path(tempfile.mkdtemp(prefix="det-estimator-postgres-"))
+    if run_as is not None:
+        os.chown(root, run_as.pw_uid, run_as.pw_gid)
+    server = PostgresServer(bin_dir=bin_dir, root=root, port=_free_port(), run_as=run_as)
+    try:
+        password_file = root / "password"
+        password_file.write_text(PASSWORD + "\n")
+        if run_as is not None:
+            os.chown(password_file, run_as.pw_uid, run_as.pw_gid)
+        server._server(
+            "initdb",
+            "-D",
+            str(server.data_dir),
+            "-U",
+            SUPERUSER,
+            f"--pwfile={password_file}",
+            "--auth-local=trust",
+            "--auth-host=scram-sha-256",
+            "--encoding=UTF8",
+            "--locale=C",
+            "--no-sync",
+        )
+        server.start()
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as probe:
+        probe.settimeout(0.2)
+        return probe.connect_ex(("127.0.0.1", port)) == 0
