@@ -13,7 +13,7 @@ from det_estimator.config import Length, LengthUnit
 from det_estimator.errors import DetEstimatorError
 from det_estimator.keras._api import _fit
 from det_estimator.keras._determined_callback import DeterminedCallback
-from det_estimator.keras._engine import _inference
+from det_estimator.keras._engine import _inference, _keras_compat
 from det_estimator.keras._engine._metrics import GlobalMetrics, with_searcher_metric
 from det_estimator.keras._engine._sharding import ShardedSequence, Sharder, in_input_order
 from det_estimator.lifecycle import RunError, RunLifecycle, write_process_error
@@ -305,6 +305,13 @@ class KerasContext:
         if training.launched:
             _fit.require_validation(fit_kwargs.get("validation_data"), fit_kwargs.get("validation_split", 0.0))
         x, y, fit_kwargs = self._prepare_inputs(model, x, y, fit_kwargs)
+        # This process's batches per epoch and batch size, known before the inputs become a strategy's.
+        batch_size = fit_kwargs.get("batch_size") or _fit.KERAS_DEFAULT_BATCH_SIZE
+        steps_per_epoch = fit_kwargs.get("steps_per_epoch") or _fit.local_steps(x, batch_size)
+        if self.distributed.size > 1 and _keras_compat.strategy_spans_processes(model):
+            # The workers of a MultiWorkerMirroredStrategy (the TensorFlow launcher): each its own share.
+            x, fit_kwargs = _fit.per_worker_inputs(model, self.distributed.core, x, y, fit_kwargs, self.seed)
+            y = None
         user_callbacks = list(callbacks or [])
         options = {
             "checkpoint_every_epochs": checkpoint_every_epochs,
@@ -312,15 +319,15 @@ class KerasContext:
             "check_preempt_every_batches": check_preempt_every_batches,
         }
         if not training.launched:
-            self._record_epochs_by_hand(x, fit_kwargs)
+            self._record_epochs_by_hand(int(fit_kwargs.get("epochs", 1)), steps_per_epoch, batch_size)
             callbacks = self._callbacks(model, user_callbacks, checkpoint=None, options=options)
             history = model.fit(x, y, callbacks=callbacks, **fit_kwargs)
             if training.core.preempt.acknowledged:  # Ctrl-C: `experiment resume` goes on from the checkpoint
                 self._end_paused_process()
             return history
-        return self._fit_operations(model, x, y, user_callbacks, options, fit_kwargs)
+        return self._fit_operations(model, x, y, user_callbacks, options, fit_kwargs, (steps_per_epoch, batch_size))
 
-    def _record_epochs_by_hand(self, x: Any, fit_kwargs: dict[str, Any]) -> None:
+    def _record_epochs_by_hand(self, epochs: int, steps_per_epoch: Optional[int], batch_size: int) -> None:
         """Makes the recorded run's length the ``epochs`` this run by hand trains, for ``experiment resume``.
 
         A run by hand honours ``fit``'s ``epochs``, not the config's ``searcher.max_length``
@@ -330,9 +337,7 @@ class KerasContext:
         """
         if self.distributed.rank != 0:
             return
-        epochs = int(fit_kwargs.get("epochs", 1))
-        steps = fit_kwargs.get("steps_per_epoch") or _fit.local_steps(x, fit_kwargs.get("batch_size"))
-        batch_size = fit_kwargs.get("batch_size") or _fit.KERAS_DEFAULT_BATCH_SIZE
+        steps = steps_per_epoch
         training = self.training
         config = training.core.config.with_overrides(
             max_length=Length(LengthUnit.EPOCHS, epochs),
@@ -398,8 +403,12 @@ class KerasContext:
         user_callbacks: list[tf.keras.callbacks.Callback],
         options: dict[str, Any],
         fit_kwargs: dict[str, Any],
+        batches: tuple[Optional[int], int],
     ) -> Optional[tf.keras.callbacks.History]:
-        """One ``model.fit`` per searcher operation, each continuing from the last checkpoint."""
+        """One ``model.fit`` per searcher operation, each continuing from the last checkpoint.
+
+        ``batches``: this process's batches per epoch (when known) and batch size.
+        """
         training = self.training
         core_context = training.core
         for ignored in ("epochs", "initial_epoch"):
@@ -410,9 +419,8 @@ class KerasContext:
             fit_kwargs.update(steps_per_epoch=1, validation_steps=1)
         lengths = _fit.Lengths(
             core_context.searcher.get_configured_units() or core.Unit.EPOCHS,
-            fit_kwargs.get("steps_per_epoch") or _fit.local_steps(x, fit_kwargs.get("batch_size")),
-            training.hparams.get("global_batch_size")
-            or (fit_kwargs.get("batch_size") or _fit.KERAS_DEFAULT_BATCH_SIZE) * self.distributed.size,
+            fit_kwargs.get("steps_per_epoch") or batches[0],
+            training.hparams.get("global_batch_size") or batches[1] * self.distributed.size,
         )
         checkpoint = training.latest_checkpoint
         histories = []

@@ -411,6 +411,43 @@ def per_worker(model: tf.keras.Model, dataset: Any, like: Optional[Any] = None) 
     return strategy.distribute_datasets_from_function(lambda _: dataset)
 
 
+def per_worker_epochs(
+    model: tf.keras.Model, dataset: tf.data.Dataset, steps: Optional[int]
+) -> tuple[Any, Optional[int]]:
+    """A worker's own training batches for ``fit``'s epochs: ``(data, steps_per_epoch)`` to give ``fit``.
+
+    Under a strategy spanning processes, ``dataset`` (one pass of ``steps`` batches, as
+    many on every worker) becomes this worker's own batches (:func:`per_worker`). Keras 3
+    reads a distributed dataset of known length afresh each epoch: it is given as it is.
+    Keras 2 runs a distributed dataset only for a number of steps, through one iterator
+    over every epoch: it is repeated, each epoch one pass. Any other strategy: ``dataset``
+    as it is, and no steps.
+    """
+    if not _spans_workers(model.distribute_strategy):
+        return dataset, None
+    if KERAS_3:
+        return per_worker(model, dataset), None
+    return per_worker(model, dataset.repeat()), steps
+
+
+def per_worker_passes(model: tf.keras.Model, dataset: tf.data.Dataset, longest: int) -> tuple[Any, Optional[int]]:
+    """A worker's own validation batches: ``(data, steps)`` to give ``fit`` (``validation_steps``) or ``evaluate``.
+
+    Under a strategy spanning processes every step is a collective: every worker runs
+    until the longest share (``longest`` batches) ends, a worker whose share ended first
+    going on with empty batches (see :func:`per_worker`). Keras 3 is given a length it
+    cannot know, and so reads each pass to its end, the longest share's (told a known
+    length, it would stop each worker at its own share's). Keras 2 runs a distributed
+    dataset only for a number of steps: the longest share's. Any other strategy:
+    ``dataset`` as it is, and no steps.
+    """
+    if not _spans_workers(model.distribute_strategy):
+        return dataset, None
+    if KERAS_3:
+        return per_worker(model, dataset.filter(lambda *batch: True)), None
+    return per_worker(model, dataset), longest
+
+
 def _spans_workers(strategy: Any) -> bool:
     """Whether a ``tf.distribute`` strategy has replicas in other processes."""
     in_multi_worker_mode = getattr(getattr(strategy, "extended", None), "_in_multi_worker_mode", None)
