@@ -308,7 +308,7 @@ class KerasContext:
         # This process's batches per epoch and batch size, known before the inputs become a strategy's.
         batch_size = fit_kwargs.get("batch_size") or _fit.KERAS_DEFAULT_BATCH_SIZE
         steps_per_epoch = fit_kwargs.get("steps_per_epoch") or _fit.local_steps(x, batch_size)
-        if self.distributed.size > 1 and _keras_compat.strategy_spans_processes(model):
+        if self._spans_processes(model):
             # The workers of a MultiWorkerMirroredStrategy (the TensorFlow launcher): each its own share.
             x, fit_kwargs = _fit.per_worker_inputs(model, self.distributed.core, x, y, fit_kwargs, self.seed)
             y = None
@@ -371,6 +371,10 @@ class KerasContext:
             if steps is not None:
                 fit_kwargs["steps_per_epoch"] = steps
         return x, y, fit_kwargs
+
+    def _spans_processes(self, model: tf.keras.Model) -> bool:
+        """Whether the processes are the workers of the model's strategy (the TensorFlow launcher's)."""
+        return self.distributed.size > 1 and _keras_compat.strategy_spans_processes(model)
 
     def _trains_with_wrapped_optimizer(self, model: tf.keras.Model) -> bool:
         """Whether the model's optimizer, or one it holds as an attribute, went through :meth:`wrap_optimizer`.
@@ -490,6 +494,16 @@ class KerasContext:
         """
         return_dict = evaluate_kwargs.pop("return_dict", False)
         callbacks = [GlobalMetrics(self.distributed.core), *(evaluate_kwargs.pop("callbacks", None) or [])]
+        if self._spans_processes(model):
+            # Each worker of the strategy evaluates its own share, until the longest share ends.
+            batch_size = evaluate_kwargs.pop("batch_size", None) or _fit.KERAS_DEFAULT_BATCH_SIZE
+            parts = (x, y, evaluate_kwargs.pop("sample_weight", None))
+            x, steps = _fit.per_worker_validation(
+                model, self.distributed.core, parts, batch_size, evaluate_kwargs.get("steps")
+            )
+            y = None
+            if steps is not None:
+                evaluate_kwargs["steps"] = steps
         local = model.evaluate(x, y, callbacks=callbacks, return_dict=True, **evaluate_kwargs)
         metrics = dict(callbacks[0].validation or local) if self.distributed.size > 1 else local
         if self._training is not None and self._training.launched:
@@ -519,7 +533,11 @@ class KerasContext:
         Returns:
             The predictions, as ``model.predict`` returns them.
         """
-        predictions = model.predict(x, **predict_kwargs)
+        if self._spans_processes(model):
+            # Keras would shard the share once more and gather every worker's: each predicts its own.
+            predictions = _keras_compat.predict_locally(model, x, predict_kwargs.get("batch_size"))
+        else:
+            predictions = model.predict(x, **predict_kwargs)
         share = self._sharder.share_of(x)
         if self.distributed.size == 1 or share is None:
             return predictions

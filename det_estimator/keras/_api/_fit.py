@@ -184,20 +184,44 @@ def per_worker_inputs(
     if validation_data is None:
         return x, fit_kwargs
     parts = tuple(validation_data) if isinstance(validation_data, (tuple, list)) else (validation_data,)
-    validation = _as_batches(parts, validation_batch_size, "validation_data", None)
-    given = fit_kwargs.get("validation_steps")
-    every = distributed.allgather(local_steps(validation, None) if given is None else given)
-    if not _keras_compat.KERAS_3 and any(steps is None for steps in every):
-        raise FitError(
-            "On several workers of a tf.distribute strategy under tf-keras, context.fit() needs the batches of every "
-            "process's validation data, and a tf.data.Dataset here has an unknown length: pass validation_steps= "
-            "(the batches of the longest share)."
-        )
-    longest = max((steps for steps in every if steps is not None), default=0)
-    fit_kwargs["validation_data"], validation_steps = _keras_compat.per_worker_passes(model, validation, longest)
+    fit_kwargs["validation_data"], validation_steps = per_worker_validation(
+        model, distributed, parts, validation_batch_size, fit_kwargs.get("validation_steps")
+    )
     if validation_steps is not None:
         fit_kwargs["validation_steps"] = validation_steps
     return x, fit_kwargs
+
+
+def per_worker_validation(
+    model: tf.keras.Model, distributed: DistributedContext, parts: tuple, batch_size: int, steps: Optional[int]
+) -> tuple[Any, Optional[int]]:
+    """This worker's validation share as its own batches, evaluated until the longest share ends (a collective).
+
+    Args:
+        model: the model, whose strategy's workers are the processes.
+        distributed: the processes.
+        parts: ``(x, y[, sample_weight])`` arrays, or ``(dataset,)`` of batches.
+        batch_size: the batch size of arrays.
+        steps: the batches to evaluate, if the caller gave them.
+
+    Returns:
+        The data and the steps to give ``fit`` (``validation_data``, ``validation_steps``)
+        or ``evaluate`` (``x``, ``steps``); steps None: Keras reads to the end.
+
+    Raises:
+        FitError: data given as a Sequence or a generator, or (tf-keras) a dataset of unknown
+            length without ``steps``.
+    """
+    validation = _as_batches(parts, batch_size, "validation data", None)
+    every = distributed.allgather(local_steps(validation, None) if steps is None else steps)
+    if not _keras_compat.KERAS_3 and any(count is None for count in every):
+        raise FitError(
+            "On several workers of a tf.distribute strategy under tf-keras, the batches of every process's "
+            "validation data must be known, and a tf.data.Dataset here has an unknown length: pass the batches of "
+            "the longest share (validation_steps= to context.fit, steps= to context.evaluate)."
+        )
+    longest = max((count for count in every if count is not None), default=0)
+    return _keras_compat.per_worker_passes(model, validation, longest)
 
 
 def _as_batches(parts: tuple, batch_size: int, which: str, shuffle_seed: Optional[int]) -> tf.data.Dataset:

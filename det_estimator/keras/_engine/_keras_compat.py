@@ -11,6 +11,7 @@ import importlib
 from collections.abc import Callable
 from typing import Any, Optional
 
+import numpy as np
 import tensorflow as tf
 
 # Keras 3 alone has a __version__ on tf.keras (Keras 2's is on the keras or tf_keras package).
@@ -446,6 +447,23 @@ def per_worker_passes(model: tf.keras.Model, dataset: tf.data.Dataset, longest: 
     if KERAS_3:
         return per_worker(model, dataset.filter(lambda *batch: True)), None
     return per_worker(model, dataset), longest
+
+
+def predict_locally(model: tf.keras.Model, x: Any, batch_size: Optional[int] = None) -> Any:
+    """This worker's predictions of ``x`` alone, under a strategy spanning processes: no collective.
+
+    ``predict`` there would shard ``x`` over the workers once more and gather every
+    worker's outputs. The model is called on each batch of ``x`` (arrays, in batches of
+    ``batch_size``, Keras' default 32; or a dataset of batches, whose first element is
+    the input), reading its variables as this worker holds them, and the outputs are
+    concatenated as ``predict`` concatenates them.
+    """
+    if isinstance(x, tf.data.Dataset):
+        batches = x.map(lambda *element: element[0]) if isinstance(x.element_spec, tuple) else x
+    else:
+        batches = tf.data.Dataset.from_tensor_slices(x).batch(batch_size or 32)
+    outputs = [tf.nest.map_structure(lambda tensor: tensor.numpy(), model(batch, training=False)) for batch in batches]
+    return tf.nest.map_structure(lambda *parts: np.concatenate(parts), *outputs)
 
 
 def _spans_workers(strategy: Any) -> bool:
