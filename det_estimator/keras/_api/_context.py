@@ -206,8 +206,10 @@ class KerasContext:
     def wrap_optimizer(self, optimizer: Any) -> Any:
         """The optimizer to compile the model with: its state is checkpointed, its gradients averaged.
 
-        On one process it is ``optimizer`` itself. Under Horovod (an experiment on
-        several slots) it is Horovod's ``DistributedOptimizer`` around it, configured
+        On one process, and on the workers of a ``MultiWorkerMirroredStrategy`` (the
+        TensorFlow launcher, whose strategy averages the gradients), it is ``optimizer``
+        itself. Under Horovod (an experiment on several slots where Horovod is installed)
+        it is Horovod's ``DistributedOptimizer`` around it, configured
         by the config's ``optimizations`` (``aggregation_frequency``,
         ``average_aggregated_gradients``, ``gradient_compression``). Its variables are in
         every checkpoint ``fit`` writes, and restored on resume. Wrap each optimizer
@@ -293,8 +295,9 @@ class KerasContext:
 
         Raises:
             FitError: no validation data in an experiment; on several processes, an
-                optimizer that did not go through :meth:`wrap_optimizer`, or an input
-                whose length is unknown without ``steps_per_epoch``.
+                optimizer that did not go through :meth:`wrap_optimizer` (Horovod), an
+                input whose length is unknown without ``steps_per_epoch``, or (the
+                TensorFlow launcher) data given as a ``Sequence``.
         """
         training = self.training
         if x_val is not None or y_val is not None:
