@@ -333,6 +333,11 @@ def _machine_placement(rank: int, size: int) -> tuple[int, int, int, int]:
     return local_rank, local_size, cross_rank, cross_size
 
 
+def tf_config_workers() -> int:
+    """How many workers ``TF_CONFIG`` lists (0 without it); read without joining them."""
+    return len(_tf_config_workers()[0])
+
+
 def _tf_config_workers() -> tuple[list[str], int]:
     """The worker addresses of ``TF_CONFIG`` and this process's index among them (none: ``([], 0)``).
 

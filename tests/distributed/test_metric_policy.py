@@ -14,6 +14,7 @@ import pytest
 from sklearn.metrics import roc_auc_score
 
 from det_estimator import launcher
+from det_estimator.keras._engine import _keras_compat
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "support"))
 import uneven_split  # noqa: E402
@@ -40,10 +41,13 @@ def _marked(front_door: str):
         # Where Horovod is installed the trial's worker runs under horovodrun: that is the "TFKerasTrial" door.
         reason = "the trial's worker runs under the TensorFlow launcher only where Horovod is not installed"
         return pytest.param(front_door, marks=pytest.mark.skipif(launcher.horovod_installed(), reason=reason))
+    if front_door in uneven_split.TF_KERAS_FRONT_DOORS:
+        reason = "tf.keras is Keras 2 here: the front door without tf-keras runs it already"
+        return pytest.param(front_door, marks=pytest.mark.skipif(not _keras_compat.KERAS_3, reason=reason))
     return front_door
 
 
-# A DeterminedCallback script under the TensorFlow launcher runs on every stack.
+# A DeterminedCallback or det.keras.init() script under the TensorFlow launcher runs on every stack.
 @pytest.mark.parametrize("front_door", [_marked(door) for door in uneven_split.FRONT_DOORS])
 def test_every_front_door_reports_the_metrics_of_the_whole_validation_set(front_door, whole_set, tmp_path):
     try:

@@ -4,6 +4,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +13,7 @@ import tensorflow as tf
 import yaml
 from sklearn.datasets import load_digits
 
+from det_estimator.keras._engine import _keras_compat
 from det_estimator.keras._engine._inference import load_model
 from det_estimator.store import ExperimentStore
 
@@ -59,6 +61,59 @@ def test_the_example_runs_in_test_mode_and_its_job_predicts_every_digit(example,
     probabilities = np.load(tmp_path / "predictions.npy")
     assert probabilities.shape == (1797, 10)
     np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-5)
+
+
+# One process's evaluation of a checkpoint over the whole validation set, in a Python of the
+# Keras that wrote it: the example's model, built as in training, with the checkpoint's weights.
+_EVALUATE_CHECKPOINT = """
+import json, sys
+import train
+from det_estimator.keras._engine import _keras_compat
+from det_estimator.keras._engine._inference import load_model
+hparams = json.loads(sys.argv[2])
+model = load_model(sys.argv[1], model=train.build_model(hparams))
+model.compile(loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+_, (x_val, y_val) = train.load_data()
+print(json.dumps(model.evaluate(x_val, y_val, batch_size=64, return_dict=True, verbose=0)))
+"""
+
+
+# On two processes the example validates as one process does on the whole validation set:
+# under Horovod, or (where it is missing) as the workers of a MultiWorkerMirroredStrategy.
+@pytest.mark.parametrize("keras", ["tf.keras", "tf-keras"])
+def test_on_two_processes_it_completes_and_validates_as_one_process_on_all_the_data(example, tmp_path, det, keras):
+    if keras == "tf-keras" and not _keras_compat.KERAS_3:
+        pytest.skip("tf.keras is Keras 2 here: the tf.keras case runs it already")
+    raw = yaml.safe_load((example / "distributed.yaml").read_text())
+    raw["searcher"]["max_length"] = {"epochs": 2}
+    variables = {"TF_USE_LEGACY_KERAS": "1"} if keras == "tf-keras" else {}
+    raw["environment"] = {"environment_variables": [f"{name}={value}" for name, value in variables.items()]}
+    config = example / "short.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    store = tmp_path / "store.sqlite"
+    result = det(store, "experiment", "create", config, example, timeout=400)
+    assert f"Experiment 1 COMPLETED after {2 * BATCHES_PER_EPOCH} batches." in result.stdout, result.stdout[-3000:]
+    summary = described(det, store)
+    assert summary["slots"] == 2
+    validations = summary["trials"][0]["validations"]
+    assert [v["batches"] for v in validations] == [BATCHES_PER_EPOCH, 2 * BATCHES_PER_EPOCH]
+
+    with ExperimentStore(store) as opened:
+        last = max(opened.checkpoints(1), key=lambda checkpoint: checkpoint.batches)
+    assert last.batches == 2 * BATCHES_PER_EPOCH
+    evaluated = subprocess.run(
+        [sys.executable, "-c", _EVALUATE_CHECKPOINT, last.path, json.dumps(raw["hyperparameters"])],
+        capture_output=True,
+        text=True,
+        cwd=example,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **variables),
+        timeout=120,
+    )
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    one_process = json.loads(evaluated.stdout.strip().splitlines()[-1])
+    reported = validations[-1]["metrics"]
+    assert reported["val_accuracy"] == reported["accuracy"] == pytest.approx(one_process["accuracy"], abs=1e-7)
+    assert reported["loss"] == pytest.approx(one_process["loss"], rel=1e-5)
 
 
 # The example paused by the command and resumed, as an uninterrupted run: three runs of the

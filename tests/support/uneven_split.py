@@ -11,7 +11,8 @@ The front doors (each a :data:`FRONT_DOORS` entry: an experiment config's entryp
 and searcher) are the trial class :class:`UnevenSplitTrial` (under Horovod, and under the
 TensorFlow launcher where Horovod is not installed), and ``uneven_split_script.py``
 run as a DeterminedCallback script under the Horovod and the TensorFlow launchers and
-as a ``det.keras.init()`` script.
+as a ``det.keras.init()`` script under both launchers (under the TensorFlow launcher
+with Keras 3 and with tf-keras).
 """
 
 import math
@@ -127,6 +128,9 @@ def _experiment(entrypoint: dict[str, Any], length: dict[str, int]) -> dict[str,
     return {**entrypoint, "searcher": {"name": "single", "metric": "val_loss", "max_length": length}}
 
 
+# det.keras.init()'s script under the TensorFlow launcher, on any stack.
+_KERAS_API_UNDER_TENSORFLOW = "python3 -m det_estimator.launch.tensorflow -- python3 uneven_split_script.py keras_api"
+
 # Each front door: the part of its experiment config that makes it that front door.
 FRONT_DOORS: dict[str, dict[str, Any]] = {
     "TFKerasTrial": _experiment(
@@ -149,10 +153,25 @@ FRONT_DOORS: dict[str, dict[str, Any]] = {
     "det.keras.init, context.fit": _experiment(
         {"entrypoint_script": "python3 uneven_split_script.py keras_api"}, {"epochs": 1}
     ),
+    # The same script under the TensorFlow launcher: the workers of a MultiWorkerMirroredStrategy.
+    "det.keras.init, TensorFlow": _experiment(
+        {"entrypoint_script": _KERAS_API_UNDER_TENSORFLOW},
+        {"epochs": 1},
+    ),
+    # And with tf-keras, where tf.keras is Keras 3 unless told otherwise.
+    "det.keras.init, TensorFlow, tf-keras": _experiment(
+        {
+            "entrypoint_script": _KERAS_API_UNDER_TENSORFLOW,
+            "environment": {"environment_variables": ["TF_USE_LEGACY_KERAS=1"]},
+        },
+        {"epochs": 1},
+    ),
 }
 # The front doors that distribute with Horovod, and the one that is TensorFlow's only where Horovod is not installed.
 HOROVOD_FRONT_DOORS = ("TFKerasTrial", "DeterminedCallback, Horovod", "det.keras.init, context.fit")
 WITHOUT_HOROVOD_FRONT_DOORS = ("TFKerasTrial, TensorFlow",)
+# The front doors that run tf-keras where tf.keras is Keras 3 (elsewhere they repeat the Keras 2 one).
+TF_KERAS_FRONT_DOORS = ("det.keras.init, TensorFlow, tf-keras",)
 
 
 def experiment_config(front_door: str, checkpoints: Path) -> dict[str, Any]:

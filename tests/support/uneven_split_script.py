@@ -1,7 +1,8 @@
 """The uneven split's model trained by a script: ``callback`` (DeterminedCallback in model.fit) or ``keras_api``.
 
-``callback`` runs under either launcher: under horovodrun (``HOROVOD_SIZE`` is set) with
-Horovod initialized, else with the ``MultiWorkerMirroredStrategy`` of its ``TF_CONFIG``.
+Both run under either launcher: under horovodrun (``HOROVOD_SIZE`` is set) with Horovod
+initialized, else with the ``MultiWorkerMirroredStrategy`` of its ``TF_CONFIG`` (which
+``det.keras.init()`` joins itself).
 Every process validates on its own share of :mod:`uneven_split`'s validation set.
 """
 

@@ -13,7 +13,7 @@ from det_estimator.config import Length, LengthUnit
 from det_estimator.errors import DetEstimatorError
 from det_estimator.keras._api import _fit
 from det_estimator.keras._determined_callback import DeterminedCallback
-from det_estimator.keras._engine import _inference
+from det_estimator.keras._engine import _inference, _keras_compat
 from det_estimator.keras._engine._metrics import GlobalMetrics, with_searcher_metric
 from det_estimator.keras._engine._sharding import ShardedSequence, Sharder, in_input_order
 from det_estimator.lifecycle import RunError, RunLifecycle, write_process_error
@@ -206,8 +206,10 @@ class KerasContext:
     def wrap_optimizer(self, optimizer: Any) -> Any:
         """The optimizer to compile the model with: its state is checkpointed, its gradients averaged.
 
-        On one process it is ``optimizer`` itself. Under Horovod (an experiment on
-        several slots) it is Horovod's ``DistributedOptimizer`` around it, configured
+        On one process, and on the workers of a ``MultiWorkerMirroredStrategy`` (the
+        TensorFlow launcher, whose strategy averages the gradients), it is ``optimizer``
+        itself. Under Horovod (an experiment on several slots where Horovod is installed)
+        it is Horovod's ``DistributedOptimizer`` around it, configured
         by the config's ``optimizations`` (``aggregation_frequency``,
         ``average_aggregated_gradients``, ``gradient_compression``). Its variables are in
         every checkpoint ``fit`` writes, and restored on resume. Wrap each optimizer
@@ -293,8 +295,9 @@ class KerasContext:
 
         Raises:
             FitError: no validation data in an experiment; on several processes, an
-                optimizer that did not go through :meth:`wrap_optimizer`, or an input
-                whose length is unknown without ``steps_per_epoch``.
+                optimizer that did not go through :meth:`wrap_optimizer` (Horovod), an
+                input whose length is unknown without ``steps_per_epoch``, or (the
+                TensorFlow launcher) data given as a ``Sequence``.
         """
         training = self.training
         if x_val is not None or y_val is not None:
@@ -305,6 +308,13 @@ class KerasContext:
         if training.launched:
             _fit.require_validation(fit_kwargs.get("validation_data"), fit_kwargs.get("validation_split", 0.0))
         x, y, fit_kwargs = self._prepare_inputs(model, x, y, fit_kwargs)
+        # This process's batches per epoch and batch size, known before the inputs become a strategy's.
+        batch_size = fit_kwargs.get("batch_size") or _fit.KERAS_DEFAULT_BATCH_SIZE
+        steps_per_epoch = fit_kwargs.get("steps_per_epoch") or _fit.local_steps(x, batch_size)
+        if self._spans_processes(model):
+            # The workers of a MultiWorkerMirroredStrategy (the TensorFlow launcher): each its own share.
+            x, fit_kwargs = _fit.per_worker_inputs(model, self.distributed.core, x, y, fit_kwargs, self.seed)
+            y = None
         user_callbacks = list(callbacks or [])
         options = {
             "checkpoint_every_epochs": checkpoint_every_epochs,
@@ -312,15 +322,15 @@ class KerasContext:
             "check_preempt_every_batches": check_preempt_every_batches,
         }
         if not training.launched:
-            self._record_epochs_by_hand(x, fit_kwargs)
+            self._record_epochs_by_hand(int(fit_kwargs.get("epochs", 1)), steps_per_epoch, batch_size)
             callbacks = self._callbacks(model, user_callbacks, checkpoint=None, options=options)
             history = model.fit(x, y, callbacks=callbacks, **fit_kwargs)
             if training.core.preempt.acknowledged:  # Ctrl-C: `experiment resume` goes on from the checkpoint
                 self._end_paused_process()
             return history
-        return self._fit_operations(model, x, y, user_callbacks, options, fit_kwargs)
+        return self._fit_operations(model, x, y, user_callbacks, options, fit_kwargs, (steps_per_epoch, batch_size))
 
-    def _record_epochs_by_hand(self, x: Any, fit_kwargs: dict[str, Any]) -> None:
+    def _record_epochs_by_hand(self, epochs: int, steps_per_epoch: Optional[int], batch_size: int) -> None:
         """Makes the recorded run's length the ``epochs`` this run by hand trains, for ``experiment resume``.
 
         A run by hand honours ``fit``'s ``epochs``, not the config's ``searcher.max_length``
@@ -330,9 +340,7 @@ class KerasContext:
         """
         if self.distributed.rank != 0:
             return
-        epochs = int(fit_kwargs.get("epochs", 1))
-        steps = fit_kwargs.get("steps_per_epoch") or _fit.local_steps(x, fit_kwargs.get("batch_size"))
-        batch_size = fit_kwargs.get("batch_size") or _fit.KERAS_DEFAULT_BATCH_SIZE
+        steps = steps_per_epoch
         training = self.training
         config = training.core.config.with_overrides(
             max_length=Length(LengthUnit.EPOCHS, epochs),
@@ -367,6 +375,10 @@ class KerasContext:
                 fit_kwargs["steps_per_epoch"] = steps
         return x, y, fit_kwargs
 
+    def _spans_processes(self, model: tf.keras.Model) -> bool:
+        """Whether the processes are the workers of the model's strategy (the TensorFlow launcher's)."""
+        return self.distributed.size > 1 and _keras_compat.strategy_spans_processes(model)
+
     def _trains_with_wrapped_optimizer(self, model: tf.keras.Model) -> bool:
         """Whether the model's optimizer, or one it holds as an attribute, went through :meth:`wrap_optimizer`.
 
@@ -398,8 +410,12 @@ class KerasContext:
         user_callbacks: list[tf.keras.callbacks.Callback],
         options: dict[str, Any],
         fit_kwargs: dict[str, Any],
+        batches: tuple[Optional[int], int],
     ) -> Optional[tf.keras.callbacks.History]:
-        """One ``model.fit`` per searcher operation, each continuing from the last checkpoint."""
+        """One ``model.fit`` per searcher operation, each continuing from the last checkpoint.
+
+        ``batches``: this process's batches per epoch (when known) and batch size.
+        """
         training = self.training
         core_context = training.core
         for ignored in ("epochs", "initial_epoch"):
@@ -410,9 +426,8 @@ class KerasContext:
             fit_kwargs.update(steps_per_epoch=1, validation_steps=1)
         lengths = _fit.Lengths(
             core_context.searcher.get_configured_units() or core.Unit.EPOCHS,
-            fit_kwargs.get("steps_per_epoch") or _fit.local_steps(x, fit_kwargs.get("batch_size")),
-            training.hparams.get("global_batch_size")
-            or (fit_kwargs.get("batch_size") or _fit.KERAS_DEFAULT_BATCH_SIZE) * self.distributed.size,
+            fit_kwargs.get("steps_per_epoch") or batches[0],
+            training.hparams.get("global_batch_size") or batches[1] * self.distributed.size,
         )
         checkpoint = training.latest_checkpoint
         histories = []
@@ -482,6 +497,16 @@ class KerasContext:
         """
         return_dict = evaluate_kwargs.pop("return_dict", False)
         callbacks = [GlobalMetrics(self.distributed.core), *(evaluate_kwargs.pop("callbacks", None) or [])]
+        if self._spans_processes(model):
+            # Each worker of the strategy evaluates its own share, until the longest share ends.
+            batch_size = evaluate_kwargs.pop("batch_size", None) or _fit.KERAS_DEFAULT_BATCH_SIZE
+            parts = (x, y, evaluate_kwargs.pop("sample_weight", None))
+            x, steps = _fit.per_worker_validation(
+                model, self.distributed.core, parts, batch_size, evaluate_kwargs.get("steps")
+            )
+            y = None
+            if steps is not None:
+                evaluate_kwargs["steps"] = steps
         local = model.evaluate(x, y, callbacks=callbacks, return_dict=True, **evaluate_kwargs)
         metrics = dict(callbacks[0].validation or local) if self.distributed.size > 1 else local
         if self._training is not None and self._training.launched:
@@ -511,7 +536,11 @@ class KerasContext:
         Returns:
             The predictions, as ``model.predict`` returns them.
         """
-        predictions = model.predict(x, **predict_kwargs)
+        if self._spans_processes(model):
+            # Keras would shard the share once more and gather every worker's: each predicts its own.
+            predictions = _keras_compat.predict_locally(model, x, predict_kwargs.get("batch_size"))
+        else:
+            predictions = model.predict(x, **predict_kwargs)
         share = self._sharder.share_of(x)
         if self.distributed.size == 1 or share is None:
             return predictions

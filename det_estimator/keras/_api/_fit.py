@@ -5,9 +5,13 @@
   in epochs), or of batches or records rounded up to whole epochs; a resumed trial
   starts where its checkpoint stopped. Run by hand they are the caller's.
 - **Equal steps.** Every process must train the same number of batches per epoch
-  (Horovod averages gradients at every batch): the shares of arrays are cut to the
-  number of full-or-partial batches every process has, Sequences and datasets are
-  run for the smallest number of batches any process has.
+  (Horovod, or the strategy, averages gradients at every batch): the shares of arrays
+  are cut to the number of full-or-partial batches every process has, Sequences and
+  datasets are run for the smallest number of batches any process has.
+- **Each worker its own share.** Under the ``MultiWorkerMirroredStrategy`` of the
+  TensorFlow launcher, ``model.fit`` would shard a process's share once more and split
+  its batches over the workers: each worker is given its own share as its own batches
+  instead (:func:`per_worker_inputs`), as a ``TFKerasTrial``'s workers are.
 """
 
 import copy
@@ -21,6 +25,7 @@ import tensorflow as tf
 
 from det_estimator.core import DistributedContext, Unit
 from det_estimator.errors import PermanentTrialError
+from det_estimator.keras._engine import _keras_compat
 
 logger = logging.getLogger("det_estimator.keras")
 
@@ -142,6 +147,106 @@ def equal_steps(
         return None if structure is None else tf.nest.map_structure(lambda leaf: leaf[:records], structure)
 
     return cut(x), cut(y), cut(sample_weight), None
+
+
+def per_worker_inputs(
+    model: tf.keras.Model, distributed: DistributedContext, x: Any, y: Any, fit_kwargs: dict[str, Any], seed: int
+) -> tuple[Any, dict[str, Any]]:
+    """Each worker's share as its own batches, under a strategy whose workers are the processes (a collective).
+
+    The training share (arrays cut by :func:`equal_steps`, or a batched dataset) becomes
+    this process's batches of ``batch_size`` records (Keras' default 32), shuffled each
+    epoch from ``seed`` when ``shuffle`` (as ``model.fit`` shuffles arrays); the strategy
+    averages the gradients of each step over the workers, so that a step trains the
+    records of one global batch. Every worker evaluates its validation share, in batches
+    of ``validation_batch_size`` (else ``batch_size``), until the longest share ends; the
+    strategy sums the metrics' states over the workers.
+
+    Returns:
+        ``(x, fit_kwargs)`` for ``model.fit(x, **fit_kwargs)``: ``y``, ``sample_weight``,
+        ``batch_size``, ``shuffle`` and ``validation_batch_size`` are in the data now.
+
+    Raises:
+        FitError: data given as a Sequence or a generator, or (tf-keras) a validation
+            dataset of unknown length without ``validation_steps``.
+    """
+    fit_kwargs = dict(fit_kwargs)
+    batch_size = fit_kwargs.pop("batch_size", None) or KERAS_DEFAULT_BATCH_SIZE
+    shuffle_seed = seed if fit_kwargs.pop("shuffle", True) else None
+    steps = fit_kwargs.get("steps_per_epoch") or local_steps(x, batch_size)
+    training = _as_batches((x, y, fit_kwargs.pop("sample_weight", None)), batch_size, "x", shuffle_seed)
+    x, steps_per_epoch = _keras_compat.per_worker_epochs(model, training, steps)
+    fit_kwargs["shuffle"] = False  # shuffled above, if at all: Keras shuffles no dataset
+    if fit_kwargs.get("steps_per_epoch") is None and steps_per_epoch is not None:
+        fit_kwargs["steps_per_epoch"] = steps_per_epoch
+    validation_data = fit_kwargs.get("validation_data")
+    validation_batch_size = fit_kwargs.pop("validation_batch_size", None) or batch_size
+    if validation_data is None:
+        return x, fit_kwargs
+    parts = tuple(validation_data) if isinstance(validation_data, (tuple, list)) else (validation_data,)
+    fit_kwargs["validation_data"], validation_steps = per_worker_validation(
+        model, distributed, parts, validation_batch_size, fit_kwargs.get("validation_steps")
+    )
+    if validation_steps is not None:
+        fit_kwargs["validation_steps"] = validation_steps
+    return x, fit_kwargs
+
+
+def per_worker_validation(
+    model: tf.keras.Model, distributed: DistributedContext, parts: tuple, batch_size: int, steps: Optional[int]
+) -> tuple[Any, Optional[int]]:
+    """This worker's validation share as its own batches, evaluated until the longest share ends (a collective).
+
+    Args:
+        model: the model, whose strategy's workers are the processes.
+        distributed: the processes.
+        parts: ``(x, y[, sample_weight])`` arrays, or ``(dataset,)`` of batches.
+        batch_size: the batch size of arrays.
+        steps: the batches to evaluate, if the caller gave them.
+
+    Returns:
+        The data and the steps to give ``fit`` (``validation_data``, ``validation_steps``)
+        or ``evaluate`` (``x``, ``steps``); steps None: Keras reads to the end.
+
+    Raises:
+        FitError: data given as a Sequence or a generator, or (tf-keras) a dataset of unknown
+            length without ``steps``.
+    """
+    validation = _as_batches(parts, batch_size, "validation data", None)
+    every = distributed.allgather(local_steps(validation, None) if steps is None else steps)
+    if not _keras_compat.KERAS_3 and any(count is None for count in every):
+        raise FitError(
+            "On several workers of a tf.distribute strategy under tf-keras, the batches of every process's "
+            "validation data must be known, and a tf.data.Dataset here has an unknown length: pass the batches of "
+            "the longest share (validation_steps= to context.fit, steps= to context.evaluate)."
+        )
+    longest = max((count for count in every if count is not None), default=0)
+    return _keras_compat.per_worker_passes(model, validation, longest)
+
+
+def _as_batches(parts: tuple, batch_size: int, which: str, shuffle_seed: Optional[int]) -> tf.data.Dataset:
+    """``(x, y, sample_weight)`` arrays as a dataset of batches of ``batch_size``; a dataset (batched) as it is.
+
+    Raises:
+        FitError: a Sequence, a generator or anything else ``Dataset.from_tensor_slices`` does not take.
+    """
+    if isinstance(parts[0], tf.data.Dataset):
+        return parts[0]
+    arrays = tuple(part for part in parts if part is not None)
+    try:
+        if isinstance(parts[0], tf.keras.utils.Sequence):
+            raise TypeError(type(parts[0]).__name__)
+        dataset = tf.data.Dataset.from_tensor_slices(arrays)
+    except (TypeError, ValueError) as error:
+        raise FitError(
+            f"On several workers of a tf.distribute strategy (the TensorFlow launcher), context.fit() takes {which} "
+            f"as arrays or a batched tf.data.Dataset, each process's share (context.wrap_data). Received: "
+            f"{type(parts[0]).__name__} ({error})"
+        ) from None
+    if shuffle_seed is not None:
+        records = len(tf.nest.flatten(arrays)[0])
+        dataset = dataset.shuffle(records, seed=shuffle_seed, reshuffle_each_iteration=True)
+    return dataset.batch(batch_size)
 
 
 def split_validation(x: Any, y: Any, sample_weight: Any, validation_split: float) -> tuple[Any, Any]:

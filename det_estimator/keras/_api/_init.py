@@ -1,7 +1,6 @@
 """``det.keras.init()``: the new Keras API's entry point, on the Core API."""
 
 import atexit
-import json
 import logging
 import numbers
 import os
@@ -11,10 +10,10 @@ from typing import Any, Optional, Union
 import tensorflow as tf
 
 from det_estimator import _horovod, _info, core
-from det_estimator._stack import has_horovod
 from det_estimator.config._errors import describe
 from det_estimator.config._source import read_source
-from det_estimator.errors import DetEstimatorError, TrialHyperparameters, UndefinedHyperparameterError
+from det_estimator.core._distributed import tf_config_workers
+from det_estimator.errors import TrialHyperparameters, UndefinedHyperparameterError
 from det_estimator.keras._api._context import KerasContext, Optimizations, TrainingContext
 from det_estimator.keras._devices import pin_local_gpu
 from det_estimator.keras._engine import _random_states
@@ -38,10 +37,14 @@ def init(
     was started:
 
     - **By an experiment** (``det-estimator experiment create`` of a config whose
-      ``entrypoint_script`` is ``python3 train.py``, on one slot or several under
-      Horovod): the context is the trial's; the seed is the trial's seed, the
-      hyperparameters are the trial's, and :meth:`KerasContext.fit` trains as the
-      searcher says, checkpoints, pauses and resumes.
+      ``entrypoint_script`` is ``python3 train.py``, on one slot or several): the
+      context is the trial's; the seed is the trial's seed, the hyperparameters are
+      the trial's, and :meth:`KerasContext.fit` trains as the searcher says,
+      checkpoints, pauses and resumes. Several slots run under Horovod, or, where it
+      is missing, under the TensorFlow launcher: every process is then a worker of a
+      ``MultiWorkerMirroredStrategy`` (``TF_CONFIG``), which ``init()`` makes the
+      script's strategy, so that the model and optimizer built after it are the
+      strategy's, and the strategy averages the gradients.
     - **By a job** (``det-estimator job run``): ``context.config_data`` is the job
       config's ``data``; there is no ``context.training``.
     - **By hand** (``python3 train.py``): the run is recorded as a new experiment of one
@@ -63,13 +66,8 @@ def init(
 
     Returns:
         The context.
-
-    Raises:
-        DetEstimatorError: started by ``det_estimator.launch.tensorflow`` on several
-            processes (the new Keras API distributes with Horovod; see the message).
     """
     _check_arguments(seed, checkpoint_storage)
-    _refuse_tf_config_workers()
     info = _info.get_cluster_info()
     if _horovod_size() > 1:
         hvd = _horovod.init()
@@ -77,7 +75,7 @@ def init(
     if info is not None and info.task_type == BATCH_INFERENCE:
         context = _job_context(info, seed)
     else:
-        context = _trial_context(info, seed, config, checkpoint_storage)
+        context = _trial_context(info, seed, config, checkpoint_storage, _join_tf_config_workers())
     _close_at_exit(context)
     return context
 
@@ -103,12 +101,15 @@ def _trial_context(
     seed: Optional[int],
     config: Union[dict[str, Any], str, os.PathLike, None],
     checkpoint_storage: Optional[Union[str, os.PathLike]],
+    distributed: Optional[core.DistributedContext],
 ) -> KerasContext:
     launched = info is not None
     by_hand_without_config = not launched and config is None
     # A launched trial has its experiment's config; the one given here is for a run by hand.
     recorded_config = None if launched else _by_hand_config(config, seed)
-    core_context = core.init(config=recorded_config, checkpoint_storage=checkpoint_storage).start()
+    core_context = core.init(
+        distributed=distributed, config=recorded_config, checkpoint_storage=checkpoint_storage
+    ).start()
     run_info = core_context.info
     trial = run_info.require_trial()
     if launched and seed is not None and seed != trial.trial_seed:
@@ -201,25 +202,21 @@ def _horovod_size() -> int:
     return int(os.environ.get("HOROVOD_SIZE", "1"))
 
 
-def _refuse_tf_config_workers() -> None:
-    raw = os.environ.get("TF_CONFIG")
-    if not raw or _horovod_size() > 1:
-        return
-    workers = json.loads(raw).get("cluster", {}).get("worker", [])
-    if len(workers) > 1 and not has_horovod():
-        raise DetEstimatorError(
-            f"det.keras.init() runs on {len(workers)} TF_CONFIG workers, and this stack has no Horovod: the new Keras "
-            "API distributes with Horovod (the estimator stack, scripts/setup.sh), not yet with tf.distribute. Run it "
-            "on one slot here, or, for several processes on this stack, use det.keras.DeterminedCallback in your own "
-            "model.fit under det.core.DistributedContext.from_tf_config()'s strategy."
-        )
-    if len(workers) > 1:
-        raise DetEstimatorError(
-            f"det.keras.init() runs on {len(workers)} TF_CONFIG workers (det_estimator.launch.tensorflow): the new "
-            "Keras API distributes with Horovod, which needs no strategy scope in the script. Make the entrypoint "
-            "`python3 train.py` (run under horovodrun on several slots) or `python3 -m det_estimator.launch.horovod "
-            "-- python3 train.py`; for tf.distribute, use det.keras.DeterminedCallback in your own model.fit."
-        )
+def _join_tf_config_workers() -> Optional[core.DistributedContext]:
+    """Under the TensorFlow launcher on several slots: this process's place, its strategy made the script's.
+
+    Every process is a worker of the ``MultiWorkerMirroredStrategy`` of its ``TF_CONFIG``
+    (made before any other TensorFlow work, as TensorFlow requires). The strategy is set
+    as the script's own, as the worker of a ``TFKerasTrial`` enters its scope for the
+    whole trial: the model and optimizer the script builds after ``init()`` are then
+    the strategy's, and the strategy averages the gradients. None elsewhere (one
+    process, or Horovod's processes, which need no strategy).
+    """
+    if _horovod_size() > 1 or tf_config_workers() < 2:
+        return None
+    distributed, strategy = core.DistributedContext.from_tf_config()
+    tf.distribute.experimental_set_strategy(strategy)
+    return distributed
 
 
 def _close_at_exit(context: KerasContext) -> None:

@@ -11,6 +11,7 @@ import importlib
 from collections.abc import Callable
 from typing import Any, Optional
 
+import numpy as np
 import tensorflow as tf
 
 # Keras 3 alone has a __version__ on tf.keras (Keras 2's is on the keras or tf_keras package).
@@ -409,6 +410,60 @@ def per_worker(model: tf.keras.Model, dataset: Any, like: Optional[Any] = None) 
 
         dataset = dataset.map(with_known_dimensions)
     return strategy.distribute_datasets_from_function(lambda _: dataset)
+
+
+def per_worker_epochs(
+    model: tf.keras.Model, dataset: tf.data.Dataset, steps: Optional[int]
+) -> tuple[Any, Optional[int]]:
+    """A worker's own training batches for ``fit``'s epochs: ``(data, steps_per_epoch)`` to give ``fit``.
+
+    Under a strategy spanning processes, ``dataset`` (one pass of ``steps`` batches, as
+    many on every worker) becomes this worker's own batches (:func:`per_worker`). Keras 3
+    reads a distributed dataset of known length afresh each epoch: it is given as it is.
+    Keras 2 runs a distributed dataset only for a number of steps, through one iterator
+    over every epoch: it is repeated, each epoch one pass. Any other strategy: ``dataset``
+    as it is, and no steps.
+    """
+    if not _spans_workers(model.distribute_strategy):
+        return dataset, None
+    if KERAS_3:
+        return per_worker(model, dataset), None
+    return per_worker(model, dataset.repeat()), steps
+
+
+def per_worker_passes(model: tf.keras.Model, dataset: tf.data.Dataset, longest: int) -> tuple[Any, Optional[int]]:
+    """A worker's own validation batches: ``(data, steps)`` to give ``fit`` (``validation_steps``) or ``evaluate``.
+
+    Under a strategy spanning processes every step is a collective: every worker runs
+    until the longest share (``longest`` batches) ends, a worker whose share ended first
+    going on with empty batches (see :func:`per_worker`). Keras 3 is given a length it
+    cannot know, and so reads each pass to its end, the longest share's (told a known
+    length, it would stop each worker at its own share's). Keras 2 runs a distributed
+    dataset only for a number of steps: the longest share's. Any other strategy:
+    ``dataset`` as it is, and no steps.
+    """
+    if not _spans_workers(model.distribute_strategy):
+        return dataset, None
+    if KERAS_3:
+        return per_worker(model, dataset.filter(lambda *batch: True)), None
+    return per_worker(model, dataset), longest
+
+
+def predict_locally(model: tf.keras.Model, x: Any, batch_size: Optional[int] = None) -> Any:
+    """This worker's predictions of ``x`` alone, under a strategy spanning processes: no collective.
+
+    ``predict`` there would shard ``x`` over the workers once more and gather every
+    worker's outputs. The model is called on each batch of ``x`` (arrays, in batches of
+    ``batch_size``, Keras' default 32; or a dataset of batches, whose first element is
+    the input), reading its variables as this worker holds them, and the outputs are
+    concatenated as ``predict`` concatenates them.
+    """
+    if isinstance(x, tf.data.Dataset):
+        batches = x.map(lambda *element: element[0]) if isinstance(x.element_spec, tuple) else x
+    else:
+        batches = tf.data.Dataset.from_tensor_slices(x).batch(batch_size or 32)
+    outputs = [tf.nest.map_structure(lambda tensor: tensor.numpy(), model(batch, training=False)) for batch in batches]
+    return tf.nest.map_structure(lambda *parts: np.concatenate(parts), *outputs)
 
 
 def _spans_workers(strategy: Any) -> bool:

@@ -115,11 +115,13 @@ class Tap:
     ) -> None:
         """Makes fit's next step read ``iterator_of(fit's iterator)``, and the steps after it too, to the epoch's end.
 
-        When ``iterator_of`` returns fit's own iterator, fit's train function is put back at once.
         ``calls``: the steps the epoch has left, when known; the one after them ends the epoch
         as the data's end does, without running (a step that reads past the end still runs
         what does not wait for the read: Keras 3's seed generators draw once more), after
-        calling ``on_end``.
+        calling ``on_end``. Fit's own iterator too (a distributed dataset's, or the first
+        epoch's) is read through the count then: Keras 3 starts the resumed epoch at its first
+        step, and would otherwise read past the end. When ``iterator_of`` returns fit's own
+        iterator and the steps are not known, fit's train function is put back at once.
         """
         model = self._model
         function = model.train_function
@@ -136,7 +138,7 @@ class Tap:
 
         def first_step(iterator: Any) -> Any:
             substitute = self._undone_if_raising(iterator_of, iterator)
-            if substitute is iterator:
+            if substitute is iterator and calls is None:
                 self.end_epoch()
                 return self._undone_if_raising(function, substitute)
             # Keras hands over its own iterator at every step of the epoch: read this one instead.
