@@ -30,6 +30,7 @@ def pg_det(make_det, postgres_url):
         running.kill()
 
 
+@pytest.mark.estimator  # the analytic trial is an EstimatorTrial
 def test_an_experiment_on_postgresql_runs_pauses_resumes_once_and_reads_back_without_its_password(
     pg_det, context, tmp_path
 ):
