@@ -38,6 +38,9 @@ def test_a_path_is_an_sqlite_file_and_a_postgresql_url_a_database(tmp_path, monk
         assert location.passed_on == url  # the processes of a run get the password they need
         assert location.sqlalchemy_url().drivername == "postgresql+psycopg"
         assert "s3cret" not in repr(location) and "s3cret" not in str(location)
+        # A command to paste, or one run by the web page, names it without; its environment gives it.
+        assert location.without_password == "postgresql://bob@db.example:5433/team"
+        assert location.environment() == {"PGPASSWORD": "s3cret"}
 
 
 def test_a_postgresql_url_without_a_database_is_refused_naming_the_forms_accepted():
