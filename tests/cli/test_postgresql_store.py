@@ -1,10 +1,14 @@
 """The command on a store in a PostgreSQL database: an experiment run, paused and resumed, read back, and the errors."""
 
 import re
+import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 
+SUPPORT = Path(__file__).parents[1] / "support"
+BATCHES = 10
 SLOW_BATCHES = 30
 SLOW = {"seconds_per_batch": 0.2, "resumed_at_full_speed": True}
 PASSWORD = "det-test-secret"  # tests/support/postgres.py's
@@ -114,3 +118,49 @@ def test_a_store_that_cannot_be_reached_is_a_clear_error_with_nothing_recorded(
         assert "Traceback" not in result.stderr
     tables = "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'public'"
     assert postgres_server.sql(database, tables).strip() == "0"
+
+
+def _shape(value):
+    """The JSON value's keys and kinds, recursively: what two stores' views of one search must share."""
+    if isinstance(value, dict):
+        return {key: _shape(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_shape(item) for item in value]
+    return type(value).__name__ if value is not None else None
+
+
+def test_a_search_records_the_same_on_postgresql_as_on_sqlite(make_det, postgres_url, tmp_path):
+    # A NumPy-free script of the Core API: it runs on either stack.
+    search = tmp_path / "search"
+    search.mkdir()
+    shutil.copy(SUPPORT / "search_script.py", search / "search_script.py")
+    config = {
+        "name": "search",
+        "entrypoint": "python3 search_script.py",
+        "hyperparameters": {"x": {"type": "double", "minval": 0.0, "maxval": 1.0}, "seconds_per_batch": 0.02},
+        "searcher": {"name": "random", "metric": "loss", "max_trials": 3, "max_length": {"batches": BATCHES}},
+        "checkpoint_storage": {"type": "shared_fs", "host_path": "checkpoints", "save_trial_latest": 1},
+        "reproducibility": {"experiment_seed": 11},
+        "max_restarts": 0,
+    }
+    (search / "search.yaml").write_text(yaml.safe_dump(config))
+
+    described = {}
+    # The SQLite store's files beside it, apart from the PostgreSQL store's (DET_ESTIMATOR_STORE_FILES).
+    (tmp_path / "sqlite").mkdir()
+    for name, store in [("sqlite", tmp_path / "sqlite" / "store.sqlite"), ("postgresql", postgres_url)]:
+        det = make_det(store)
+        det.ok("experiment", "create", search / "search.yaml", search, "--slots", "2")
+        described[name] = det.json("experiment", "describe", 1)
+
+    on_sqlite, on_postgresql = described["sqlite"], described["postgresql"]
+    assert on_postgresql["state"] == "COMPLETED"
+    for trial in on_postgresql["trials"]:
+        x = trial["hparams"]["x"]
+        assert trial["validations"][-1]["metrics"]["loss"] == pytest.approx((x - 0.3) ** 2 + 1.0 / BATCHES)
+    # The same seed, the same search: the same trials and validations, and the same shape of record.
+    assert [t["hparams"] for t in on_postgresql["trials"]] == [t["hparams"] for t in on_sqlite["trials"]]
+    assert [[v["metrics"] for v in t["validations"]] for t in on_postgresql["trials"]] == [
+        [v["metrics"] for v in t["validations"]] for t in on_sqlite["trials"]
+    ]
+    assert _shape(on_postgresql) == _shape(on_sqlite)
