@@ -85,6 +85,11 @@ setup(
         "uvicorn>=0.29",
         "jinja2>=3.1",
         "plotly>=5.20",
+        # The experiment store speaks SQL through one layer, SQLAlchemy Core 2, to either of its
+        # databases: SQLite (Python's own driver) or PostgreSQL, through psycopg 3, the driver
+        # SQLAlchemy 2 supports natively (the binary build brings its own libpq).
+        "sqlalchemy>=2.0",
+        "psycopg[binary]>=3.1",
     ],
     extras_require={
         "estimator": [f"tensorflow{TENSORFLOW_RANGE}", *ESTIMATOR_STACK],

@@ -10,6 +10,10 @@ and the command included.
 # set by the user, read by the command and by every process that opens the default store.
 STORE = "DET_ESTIMATOR_STORE"
 
+# The folder of a new PostgreSQL store's own files (trial logs, TensorBoard event files),
+# recorded in the store when it is made (else one per database under $XDG_DATA_HOME/det-estimator).
+STORE_FILES = "DET_ESTIMATOR_STORE_FILES"
+
 # The token `det-estimator ui` requires on a non-loopback address, given through the
 # environment rather than the command line, which other users can read in the process list.
 UI_TOKEN = "DET_ESTIMATOR_UI_TOKEN"

@@ -184,8 +184,14 @@ class ClusterInfo:
         )
 
     def write(self, path: Path) -> None:
-        """Writes the info to ``path`` (for the ``DET_CLUSTER_INFO`` variable of launched processes)."""
-        path.write_text(self.to_json(), encoding="utf-8")
+        """Writes the info to ``path`` (for the ``DET_CLUSTER_INFO`` variable of launched processes).
+
+        Readable by this user alone: the store it names may be a database URL with its password.
+        """
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(descriptor, 0o600)
+        with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+            file.write(self.to_json())
 
 
 # The info of a trial run in this very process (run_trial on one slot, det.init(local=True)).

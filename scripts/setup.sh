@@ -154,6 +154,9 @@ if ! "$VENV/bin/python" -c 'import det_estimator.reducers._ranking_kernels' 2>/d
     step "warning: the native ranking kernels did not build (is a C compiler installed?); \
 RocAuc and AveragePrecision use NumPy instead, several times slower"
 fi
+if ! "$VENV/bin/python" -c 'import sqlalchemy, psycopg' 2>/dev/null; then
+    die "the store's SQL layer (sqlalchemy) or its PostgreSQL driver (psycopg) does not import in $VENV"
+fi
 if ! stack_is_ready; then
     "$VENV/bin/horovodrun" --check-build >&2 || true
     die "horovodrun --check-build does not list both TensorFlow and Gloo"

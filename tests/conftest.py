@@ -183,9 +183,13 @@ _database_numbers = itertools.count(1)
 
 @pytest.fixture(autouse=True)
 def own_store(tmp_path, monkeypatch):
-    """Every test records its runs in a store of its own (run_trial and det.init use the default store)."""
+    """Every test records its runs in a store of its own (run_trial and det.init use the default store).
+
+    A PostgreSQL store a test makes keeps its files in the test's folder too, not in the user's.
+    """
     path = tmp_path / "default-store" / "store.sqlite"
     monkeypatch.setenv("DET_ESTIMATOR_STORE", str(path))
+    monkeypatch.setenv("DET_ESTIMATOR_STORE_FILES", str(tmp_path / "store-files"))
     return path
 
 

@@ -1,11 +1,11 @@
 """The ``det-estimator`` command: run and track experiments on one or many processes."""
 
 import argparse
+import contextlib
 import functools
 import math
 import os
 import shlex
-import sqlite3
 import sys
 import warnings
 from pathlib import Path
@@ -23,7 +23,7 @@ from det_estimator.cli._experiments import UsageError
 from det_estimator.config import ConfigNoteWarning
 
 if TYPE_CHECKING:
-    from det_estimator.store import ExperimentStore
+    from det_estimator.store import ExperimentStore, StoreLocation
 
 
 def _positive_int(text: str) -> int:
@@ -280,15 +280,32 @@ def _token(text: str) -> str:
 
 def _serve_ui(args: argparse.Namespace) -> int:
     """``det-estimator ui``: the web page, over the store whether it exists yet or not (its pages say which)."""
-    from det_estimator.store import default_store_path
+    from det_estimator.store import StoreUnusableError
     from det_estimator.ui import serve
 
-    given = args.store or os.environ.get(environment_variables.STORE)
-    path = Path(given).expanduser() if given else default_store_path()
     try:
-        return serve(path, host=args.host, port=args.port, token=args.token, refresh_seconds=args.refresh)
+        location = _named_store(args)
+    except StoreUnusableError as error:
+        print(f"det-estimator: error: {error}", file=sys.stderr)
+        return 2
+    try:
+        return serve(location, host=args.host, port=args.port, token=args.token, refresh_seconds=args.refresh)
     except KeyboardInterrupt:
         return 0
+
+
+def _named_store(args: argparse.Namespace) -> "StoreLocation":
+    """The store ``--store`` names, else ``DET_ESTIMATOR_STORE``, else the default SQLite file.
+
+    Raises:
+        StoreUnusableError: a URL that names no store (see ``parse_store_location``).
+    """
+    from det_estimator.store import StoreLocation, default_store_path, parse_store_location
+
+    given = args.store or os.environ.get(environment_variables.STORE)
+    if not given:
+        return StoreLocation(path=default_store_path().resolve())
+    return parse_store_location(given, "--store" if args.store else environment_variables.STORE)
 
 
 # Commands that may make a new store; every other one reads an existing store.
@@ -305,22 +322,25 @@ _WRITING_COMMANDS = (
 _LISTING_EVERYTHING = {("experiment", "list"), ("e", "list"), ("job", "list"), ("j", "list")}
 
 
-def _store_to_open(args: argparse.Namespace) -> Optional[str]:
-    """The store file a command uses; None when there is none and the command has nothing to show.
+def _store_to_open(args: argparse.Namespace) -> Optional["StoreLocation"]:
+    """The store a command uses; None when there is none and the command has nothing to show.
 
     Only commands that create experiments or jobs make a new store: reading commands
-    refuse a path where there is no store rather than create an empty one there.
+    refuse a path where there is no store rather than create an empty one there (and
+    a database without a store, see :func:`_open_store`).
     """
-    from det_estimator.store import default_store_path, refuse_database_url
+    from det_estimator.store import default_store_path
 
     given = args.store or os.environ.get(environment_variables.STORE)
-    if given:
-        refuse_database_url(given, "--store" if args.store else environment_variables.STORE)
+    named_by = "--store" if args.store else environment_variables.STORE
+    location = _named_store(args)
+    if location.path is None:
+        return location
     path = Path(given).expanduser() if given else default_store_path()
     if (args.command, getattr(args, "action", None)) in _CREATING_COMMANDS:
         if given:
-            _check_store_folder(path, "--store" if args.store else environment_variables.STORE)
-        return str(path)
+            _check_store_folder(path, named_by)
+        return location
     if path.is_file() and path.stat().st_size == 0:
         # SQLite would take an empty file for an empty database, and opening it makes a store there.
         raise UsageError(
@@ -328,7 +348,7 @@ def _store_to_open(args: argparse.Namespace) -> Optional[str]:
             f"{environment_variables.STORE}) of an existing store; `det-estimator experiment create` makes one."
         )
     if path.exists():
-        return str(path)
+        return location
     # Listing every experiment or job of the default store, before the first: an empty
     # list. `trial list ID` and `checkpoint list ID` name an experiment, which cannot be there.
     if (args.command, args.action) in _LISTING_EVERYTHING and not given:
@@ -367,15 +387,17 @@ def _check_store_folder(path: Path, named_by: str) -> None:
         )
 
 
-def _open_store(path: str, writing: bool, detaching: bool = False) -> "ExperimentStore":
-    """The store at ``path`` (made there if missing); checked writable for a command that writes.
+def _open_store(
+    location: "StoreLocation", writing: bool, detaching: bool = False, create: bool = True
+) -> "ExperimentStore":
+    """The store at ``location`` (made there if missing, when ``create``); checked writable for a command that writes.
 
     A copy of another store is read-only (``store detach`` aside): a command that reads
     it says so once, on stderr, and one that writes is refused.
     """
     from det_estimator.store import ExperimentStore
 
-    store = ExperimentStore(path)
+    store = ExperimentStore(location, create=create)
     if writing:
         try:
             store.check_writable(detaching=detaching)
@@ -385,7 +407,7 @@ def _open_store(path: str, writing: bool, detaching: bool = False) -> "Experimen
     elif store.copy_of is not None:
         print(
             f"det-estimator: note: the store {store.path} is a copy of {store.copy_of}, and read-only; "
-            f"`det-estimator --store {store.path} store detach` makes it a store of its own.",
+            f"`det-estimator --store {store.home} store detach` makes it a store of its own.",
             file=sys.stderr,
         )
     return store
@@ -417,7 +439,7 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 def _main(argv: Optional[list[str]]) -> int:
     from det_estimator.errors import DetEstimatorError
-    from det_estimator.store import StoreUnusableError, UnknownIdError, damaged_store_error
+    from det_estimator.store import NoStoreError, StoreUnusableError, UnknownIdError
 
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -429,29 +451,25 @@ def _main(argv: Optional[list[str]]) -> int:
     if run is None:
         parser.print_help()
         return 2
-    store_path: Optional[str] = None
     try:
-        store_path = _store_to_open(args)
-        if store_path is None:
+        location = _store_to_open(args)
+        if location is None:
             return 0
         if (args.command, args.action) in _CREATING_COMMANDS:
             # The command checks its input first, and opens the store only once it has
             # accepted it: a refused command leaves no new store file or folder behind.
-            # An existing store that cannot be used is refused before anything else.
-            if Path(store_path).exists():
-                _open_store(store_path, writing=True).close()
-            return run(functools.partial(_open_store, store_path, writing=True), args)
+            # An existing store that cannot be used (or a database server that cannot be
+            # reached) is refused before anything else.
+            if location.path is None or location.path.exists():
+                with contextlib.suppress(NoStoreError):
+                    _open_store(location, writing=True, create=False).close()
+            return run(functools.partial(_open_store, location, writing=True), args)
         command = (args.command, args.action)
-        with _open_store(store_path, command in _WRITING_COMMANDS, command in _DETACHING_COMMANDS) as store:
+        writing = command in _WRITING_COMMANDS
+        with _open_store(location, writing, command in _DETACHING_COMMANDS, create=False) as store:
             return run(store, args)
     except (UsageError, UnknownIdError, StoreUnusableError) as error:
         print(f"det-estimator: error: {error}", file=sys.stderr)
-        return 2
-    except sqlite3.DatabaseError as error:
-        damaged = None if store_path is None else damaged_store_error(Path(store_path).resolve(), error)
-        if damaged is None:
-            raise
-        print(f"det-estimator: error: {damaged}", file=sys.stderr)
         return 2
     except DetEstimatorError as error:
         print(f"det-estimator: error: {error}", file=sys.stderr)

@@ -86,7 +86,7 @@ def find_checkpoint(store: ExperimentStore, uuid: str) -> CheckpointRecord:
     if not found:
         listing = f"checkpoint list {uuid}" if uuid.isdigit() else "checkpoint list EXPERIMENT_ID"
         raise UsageError(
-            f"There is no checkpoint {uuid} in the store {store.path}. Give a checkpoint's uuid, or at least its "
+            f"There is no checkpoint {uuid} in the store {store.location}. Give a checkpoint's uuid, or at least its "
             f"first {_SHORTEST_START} characters, as `det-estimator {listing}` shows it."
         )
     many = f"more than {_AMBIGUOUS_SHOWN}" if len(found) > _AMBIGUOUS_SHOWN else str(len(found))

@@ -139,7 +139,7 @@ def create(open_store: Callable[[], ExperimentStore], args: argparse.Namespace) 
             slots=slots,
         )
         trial_id = store.trials(experiment_id)[0].id
-        _tell(args.json, f"Created experiment {experiment_id} ({_what_it_runs(config, trial_id)}) in {store.path}")
+        _tell(args.json, f"Created experiment {experiment_id} ({_what_it_runs(config, trial_id)}) in {store.location}")
         return _run(store, experiment_id, args, config)
 
 
@@ -156,7 +156,7 @@ def resume(store: ExperimentStore, args: argparse.Namespace) -> int:
     """Continues a paused, interrupted or failed experiment from its latest checkpoint."""
     experiment = store.experiment(args.experiment_id)
     try:
-        orchestration.check_resumable(experiment, orchestration.command_on(store.path))
+        orchestration.check_resumable(experiment, orchestration.command_on(store.location))
     except orchestration.ActionRefusedError as error:
         raise UsageError(str(error)) from None
     if experiment.hosts:
@@ -249,7 +249,7 @@ def list_experiments(store: ExperimentStore, args: argparse.Namespace) -> int:
         print_json([{**to_json_value(e), "best_validation": best[e.id]} for e in experiments], sys.stdout)
         return 0
     if not experiments:
-        print(f"No experiments yet in {store.path}.")
+        print(f"No experiments yet in {store.location}.")
         return 0
     rows = [
         [

@@ -49,7 +49,7 @@ def run(open_store: Callable[[], ExperimentStore], args: argparse.Namespace) -> 
         print(f"Running job {spec.name!r} on {spec.slots} slot(s): {' '.join(spec.command)}", file=shown, flush=True)
         job = run_job(store, spec, str(context_dir), stream=shown, verbose=args.verbose).job
         # A command pasted into the same shell must find this store: with its --store unless it is the default.
-        command = command_on(store.path)
+        command = command_on(store.location)
     if args.json:
         print_json(job, sys.stdout)
     else:
@@ -69,7 +69,7 @@ def list_jobs(store: ExperimentStore, args: argparse.Namespace) -> int:
         print_json([to_json_value(job) for job in jobs], sys.stdout)
         return 0
     if not jobs:
-        print(f"No jobs yet in {store.path}.")
+        print(f"No jobs yet in {store.location}.")
         return 0
     rows = [
         [

@@ -12,7 +12,7 @@ def describe(store: ExperimentStore, args: argparse.Namespace) -> int:
     if args.json:
         print_json(
             {
-                "path": str(store.path),
+                "path": store.home,
                 "store_id": store.store_id,
                 "schema_version": SCHEMA_VERSION,
                 "files_dir": str(store.files_dir),
@@ -21,12 +21,12 @@ def describe(store: ExperimentStore, args: argparse.Namespace) -> int:
             sys.stdout,
         )
         return 0
-    print(f"store:           {store.path}")
+    print(f"store:           {store.home}")
     print(f"id:              {store.store_id}")
     print(f"schema version:  {SCHEMA_VERSION}")
     print(f"its files:       {store.files_dir}")
     if store.copy_of is not None:
-        print(f"a copy of:       {store.copy_of} (read-only until `{command_on(store.path)} store detach`)")
+        print(f"a copy of:       {store.copy_of} (read-only until `{command_on(store.location)} store detach`)")
     return 0
 
 

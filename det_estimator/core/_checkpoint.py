@@ -449,6 +449,6 @@ class CheckpointContext:
                     return path
         raise CheckpointError(
             f"There is no checkpoint {storage_id!r} in {self._checkpoints.directory}"
-            + (f" or in the store {self._store.path}" if self._store is not None else "")
+            + (f" or in the store {self._store.location}" if self._store is not None else "")
             + ": it was deleted by retention, or the id is wrong."
         )

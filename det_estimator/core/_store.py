@@ -9,7 +9,6 @@ that opened it; the pause watcher polls from its own thread) asks the client for
 with :meth:`CoreStore.for_thread`.
 """
 
-from pathlib import Path
 from typing import Any, Optional, Protocol
 
 from det_estimator.lifecycle import RunStore
@@ -21,12 +20,7 @@ class CoreStore(RunStore, Protocol):
 
     Those of :class:`~det_estimator.lifecycle.RunStore`, through which a run by hand
     begins, records its error and ends, and these, through which the contexts report.
-
-    Attributes:
-        path: where the store is (it goes into the info of the runs it records).
     """
-
-    path: Path
 
     def for_thread(self) -> "CoreStore":
         """A client of the same store for another thread, with its own connection."""

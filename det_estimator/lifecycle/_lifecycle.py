@@ -194,7 +194,7 @@ class RunLifecycle:
             trial=TrialInfo(trial.id, experiment.id, trial.seed, trial.hparams, config, run_id),
             latest_checkpoint=None if latest is None else latest.uuid,
             user_data=dict(config.get("data") or {}),
-            store_path=str(store.path),
+            store_path=store.location.passed_on,
             checkpoint_dir=trial.checkpoint_dir,
             test_mode=experiment.test,
             pause_file=pause_file,
@@ -217,7 +217,7 @@ class RunLifecycle:
             trial=None,
             latest_checkpoint=None,
             user_data=data,
-            store_path=str(store.path),
+            store_path=store.location.passed_on,
             checkpoint_dir="",
             slots=slots,
         )

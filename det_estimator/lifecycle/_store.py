@@ -3,7 +3,7 @@
 from pathlib import Path
 from typing import Any, Optional, Protocol, Union
 
-from det_estimator.store import CheckpointRecord, ExperimentRecord, State, TrialRecord, TrialRunRecord
+from det_estimator.store import CheckpointRecord, ExperimentRecord, State, StoreLocation, TrialRecord, TrialRunRecord
 
 
 class RunStore(Protocol):
@@ -12,11 +12,11 @@ class RunStore(Protocol):
     An :class:`~det_estimator.store.ExperimentStore` has them all; so may an in-memory
     fake in unit tests.
 
-    Attributes:
-        path: where the store is (the info of the runs it records names it).
     """
 
-    path: Path
+    @property
+    def location(self) -> StoreLocation:
+        """Where the store is (the info of the runs it records names it)."""
 
     def experiment(self, experiment_id: int) -> ExperimentRecord:
         """One experiment."""

@@ -235,5 +235,5 @@ def _run_tracked(config: ExperimentConfig, test: bool, command: list[str]) -> in
             store, config, os.getcwd(), name=config.name or Path(command[1]).stem, test=test, command=command
         )
         trial_id = store.trials(experiment_id)[0].id
-        print(f"Created experiment {experiment_id} (trial {trial_id}) in {store.path}", flush=True)
+        print(f"Created experiment {experiment_id} (trial {trial_id}) in {store.location}", flush=True)
         return orchestration.run_and_report(store, experiment_id, config=config)

@@ -7,10 +7,9 @@ the command's own ``experiment resume`` (:func:`resume_command`), whose first ch
 """
 
 import sys
-from pathlib import Path
 
 from det_estimator.errors import DetEstimatorError
-from det_estimator.store import ExperimentRecord, ExperimentStore, State
+from det_estimator.store import ExperimentRecord, ExperimentStore, State, StoreLocation
 
 
 class ActionRefusedError(DetEstimatorError):
@@ -57,17 +56,19 @@ def check_resumable(experiment: ExperimentRecord, command: str = "det-estimator"
         )
 
 
-def resume_command(store_path: Path, experiment_id: int) -> list[str]:
+def resume_command(store: StoreLocation, experiment_id: int) -> list[str]:
     """The command line that resumes the experiment in a process of its own: ``det-estimator experiment resume``.
 
-    Run with this interpreter, so that it is the same installation as the caller's.
+    Run with this interpreter, so that it is the same installation as the caller's. A
+    database's URL is given without its password, which the process list would show: run
+    it with the store's :meth:`~det_estimator.store.StoreLocation.environment`.
     """
     return [
         sys.executable,
         "-c",
         "import sys; from det_estimator.cli import main; sys.exit(main())",
         "--store",
-        str(store_path),
+        store.without_password,
         "experiment",
         "resume",
         str(experiment_id),

@@ -4,7 +4,6 @@ import json
 import os
 import shlex
 import sys
-from pathlib import Path
 from typing import Any, Optional, TextIO
 
 from det_estimator.config import ExperimentConfig
@@ -12,7 +11,14 @@ from det_estimator.orchestration._display import OutputStream, display_for
 from det_estimator.orchestration._experiment import run_experiment
 from det_estimator.orchestration._outcome import ExperimentSummary, summarize
 from det_estimator.orchestration._restarts import CONFIG_ERRORS, numbers_aside
-from det_estimator.store import ExperimentStore, State, TrialRecord, default_store_path, to_json_value
+from det_estimator.store import (
+    ExperimentStore,
+    State,
+    StoreLocation,
+    TrialRecord,
+    default_store_path,
+    to_json_value,
+)
 
 # A number in an error's text: a search's trials differ in their hyperparameters, which an
 # error often quotes (a learning rate, a layer's shape), so errors are alike without them.
@@ -57,7 +63,7 @@ def run_and_report(
     if json_output:
         print_json(summary_as_json(summary), stdout)
     else:
-        print_summary(summary, shown, command_on(store.path))
+        print_summary(summary, shown, command_on(store.location))
     failed = [trial for trial in summary.trials if trial.state == State.ERROR]
     print_trial_failures(store, failed, stderr)
     stderr.flush()
@@ -128,15 +134,16 @@ def summary_as_json(summary: ExperimentSummary) -> dict[str, Any]:
     }
 
 
-def command_on(store_path: Path) -> str:
+def command_on(store: StoreLocation) -> str:
     """The shell command that reaches this store: ``det-estimator``, with ``--store`` unless it is the default one.
 
     The commands a summary suggests must work when pasted into the same shell, so they
     name a store that ``det-estimator`` alone would not find.
     """
-    if store_path.resolve() == default_store_path().resolve():
+    if store.path is not None and store.path.resolve() == default_store_path().resolve():
         return "det-estimator"
-    return f"det-estimator --store {shlex.quote(str(store_path))}"
+    # A database's URL without its password, which the shell's PGPASSWORD or ~/.pgpass gives.
+    return f"det-estimator --store {shlex.quote(store.without_password)}"
 
 
 def print_summary(summary: ExperimentSummary, stream: OutputStream, command: str = "det-estimator") -> None:
@@ -238,7 +245,7 @@ def print_failure(store: ExperimentStore, experiment_id: int, stream: TextIO) ->
     experiment = store.experiment(experiment_id)
     trials = store.trials(experiment_id)
     failed = print_trial_failures(store, trials, stream)
-    command = command_on(store.path)
+    command = command_on(store.location)
     logged = failed or trials[:1]
     stream.write(f"Experiment {experiment_id} failed ({experiment.state}).")
     if len(logged) == 1:

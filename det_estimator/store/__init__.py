@@ -2,19 +2,29 @@
 
 One SQLite database (WAL mode) per user by default, at
 ``$XDG_DATA_HOME/det-estimator/store.sqlite``, or where ``--store`` or
-``DET_ESTIMATOR_STORE`` points: experiments with their configs and states, trials
+``DET_ESTIMATOR_STORE`` points, which may also be a PostgreSQL database's URL (see
+``_database``): experiments with their configs and states, trials
 with their hyperparameters and runs, training and validation metrics per step, and
 checkpoints (uuid, step, path, size, metadata). Trial logs and TensorBoard event files
-are kept beside it. Checkpoint files themselves live in the experiment's
-``checkpoint_storage``; the store only records them. Reads return frozen records.
+are kept beside it (for a PostgreSQL store, in the folder it records). Checkpoint files
+themselves live in the experiment's ``checkpoint_storage``; the store only records them.
+Reads return frozen records.
 
 A store is recognised by its marker (the ``store_info`` table) before anything is
 written, has an id of its own, and claims the folders it writes in; a copy of a store
 is read-only until ``ExperimentStore.detach`` makes it one of its own.
 """
 
+from det_estimator.store._database import (
+    StoreLocation,
+    damaged_store_error,
+    default_store_path,
+    parse_store_location,
+    store_location,
+)
 from det_estimator.store._errors import (
     ExperimentBusyError,
+    NoStoreError,
     StoreError,
     StoreFullError,
     StoreLockedError,
@@ -28,7 +38,6 @@ from det_estimator.store._identity import (
     NothingToDetachError,
     StoreCopyError,
     folder_owner,
-    refuse_database_url,
 )
 from det_estimator.store._jobs import BATCH_INFERENCE, JobRecord
 from det_estimator.store._launchers import launcher_alive, launcher_columns
@@ -52,8 +61,6 @@ from det_estimator.store._schema import SCHEMA_VERSION
 from det_estimator.store._store import (
     STORE_VARIABLE,
     ExperimentStore,
-    damaged_store_error,
-    default_store_path,
     trial_checkpoint_dir,
 )
 
@@ -69,6 +76,7 @@ __all__ = [
     "StoreCopyError",
     "CheckpointRecord",
     "ExperimentBusyError",
+    "NoStoreError",
     "StoreUnusableError",
     "ExperimentRecord",
     "ExperimentStore",
@@ -82,6 +90,7 @@ __all__ = [
     "SearchState",
     "State",
     "StoreError",
+    "StoreLocation",
     "StoreRecorder",
     "TrialRecord",
     "TrialRunRecord",
@@ -89,7 +98,8 @@ __all__ = [
     "damaged_store_error",
     "default_store_path",
     "folder_owner",
-    "refuse_database_url",
+    "parse_store_location",
+    "store_location",
     "launcher_alive",
     "launcher_columns",
     "session_start",

@@ -49,14 +49,16 @@ class DetachPlan:
 
 
 def plan_detach(
-    path: Path,
+    files_dir: Path,
     store_id: str,
     copy_of: Optional[Path],
     experiments: Sequence[ExperimentRecord],
     trials_of: Callable[[int], list[TrialRecord]],
     jobs: Sequence[JobRecord],
 ) -> DetachPlan:
-    """What detaching the store at ``path`` (of id ``store_id``; a copy of ``copy_of``, if any) copies.
+    """What detaching a store copies: the store of id ``store_id``, a copy of ``copy_of`` if any.
+
+    ``files_dir`` is the folder of its own files (logs, TensorBoard event files).
 
     A copy copies every experiment's checkpoint folders and its logs; a store of its own,
     the checkpoint folders of the experiments that meet a folder of another store.
@@ -76,7 +78,7 @@ def plan_detach(
     log_copies: dict[Path, Path] = {}
     moves = dict(folder_copies)
     if copy_of is not None:
-        shared, own = store_files_dir(copy_of), store_files_dir(path)
+        shared, own = store_files_dir(copy_of), files_dir
         moves[shared] = own
         logs = [Path("experiments") / str(experiment.id) for experiment in experiments]
         logs += [Path("jobs") / str(job.id) for job in jobs]

@@ -19,6 +19,10 @@ class StoreUnusableError(StoreError):
     """The store file cannot be opened, read or written (corrupt, read-only, of a newer schema, not a file)."""
 
 
+class NoStoreError(StoreUnusableError):
+    """A command that reads a store was given a database that holds none (a store is made only by creating)."""
+
+
 class StoreFullError(StoreError):
     """The store could not be written: its file system (or its quota) is full."""
 

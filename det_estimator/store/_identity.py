@@ -11,13 +11,11 @@ of another.
 import enum
 import json
 import os
-import re
 import sqlite3
 import tempfile
-import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Union
+from typing import Optional
 
 from det_estimator import _environment_variables as environment_variables
 from det_estimator.store._errors import StoreUnusableError
@@ -69,39 +67,6 @@ class FolderOwner:
 
     store_id: str
     store_path: str
-
-
-# "postgresql://...", "sqlite:///...", "mysql+pymysql://...": a URL, not a file path. A
-# database's URL made into a Path has lost a slash ("postgresql:/user@host/db"): that too.
-_DATABASE_URL = re.compile(
-    r"^(?:(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://|(?P<collapsed>(?:postgres|postgresql|mysql|mariadb|sqlite)(?:\+\w+)?):/)"
-)
-
-
-def refuse_database_url(location: Union[str, "os.PathLike[str]"], named_by: str) -> None:
-    """Refuses a store given as a database URL: the store is an SQLite file, named by its path.
-
-    Without this, ``postgresql://user@host/db`` reads as a relative path, and a folder named
-    ``postgresql:`` with an SQLite store in it is made in the working directory.
-    The URL is shown without its password.
-    """
-    text = os.fspath(location)
-    found = _DATABASE_URL.match(text)
-    if found is None:
-        return
-    parts = urllib.parse.urlsplit(text)
-    shown = text
-    if parts.password is not None:
-        host = parts.hostname or ""
-        port = f":{parts.port}" if parts.port else ""
-        user = f"{parts.username}:***@" if parts.username else ":***@"
-        shown = urllib.parse.urlunsplit(parts._replace(netloc=f"{user}{host}{port}"))
-    scheme = found["scheme"] or found["collapsed"]
-    raise StoreUnusableError(
-        f"{named_by} {shown} is a database URL ({scheme}), but a det-estimator store is an SQLite file named by its "
-        "path: give a file path, such as runs/store.sqlite (it is made where it is missing). A store on a database "
-        "server is not available in this release."
-    )
 
 
 def inspect_store_file(path: Path) -> StoreFile:
@@ -219,7 +184,7 @@ def copy_message(path: Path, original: Path, store_id: str) -> str:
     )
 
 
-def owned_folder_message(folder: Path, owner: FolderOwner, path: Path, store_id: str) -> str:
+def owned_folder_message(folder: Path, owner: FolderOwner, path: str, store_id: str) -> str:
     """What a store says of a folder that another store owns."""
     return (
         f"The folder {folder} belongs to another det-estimator store, {owner.store_path} (store {owner.store_id}); "

@@ -6,17 +6,18 @@ how many processes ran it, its state, how it ended and where its output log is.
 """
 
 import json
-import sqlite3
 import time
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Protocol
 
+from sqlalchemy.engine import RowMapping
+
+from det_estimator.store._database import Database, StoreLocation, Transaction
 from det_estimator.store._errors import UnknownIdError
 from det_estimator.store._launchers import launcher_columns, state_as_seen
 from det_estimator.store._records import State
-from det_estimator.store._schema import inserted_id
 
 BATCH_INFERENCE = "BATCH_INFERENCE"
 
@@ -55,13 +56,13 @@ class JobRecord:
 class _Store(Protocol):
     """What :class:`JobTable`'s methods use of the ``ExperimentStore`` they are methods of."""
 
-    _connection: sqlite3.Connection
-    path: Path
+    _database: Database
+    location: StoreLocation
 
     @property
     def files_dir(self) -> Path: ...
 
-    def _write(self) -> AbstractContextManager[sqlite3.Connection]: ...
+    def _write(self) -> AbstractContextManager[Transaction]: ...
 
 
 class JobTable:
@@ -81,24 +82,27 @@ class JobTable:
         Its output log goes to ``<store files>/jobs/<id>/output.log``.
         """
         with self._write() as db:
-            cursor = db.execute(
+            pid, host, started = launcher_columns()
+            job_id = db.insert(
                 "INSERT INTO jobs (name, kind, state, config, context_dir, command, slots, log_path, created_at,"
-                " launcher_pid, launcher_host, launcher_started) VALUES (?, ?, ?, ?, ?, ?, ?, '', ?, ?, ?, ?)",
-                (
-                    name,
-                    kind,
-                    State.ACTIVE.value,
-                    json.dumps(config),
-                    context_dir,
-                    json.dumps(list(command)),
-                    slots,
-                    time.time(),
-                    *launcher_columns(),
-                ),
+                " launcher_pid, launcher_host, launcher_started) VALUES (:name, :kind, :state, :config,"
+                " :context_dir, :command, :slots, '', :created_at, :pid, :host, :started) RETURNING id",
+                {
+                    "name": name,
+                    "kind": kind,
+                    "state": State.ACTIVE.value,
+                    "config": json.dumps(config),
+                    "context_dir": context_dir,
+                    "command": json.dumps(list(command)),
+                    "slots": slots,
+                    "created_at": time.time(),
+                    "pid": pid,
+                    "host": host,
+                    "started": started,
+                },
             )
-            job_id = inserted_id(cursor)
             log_path = self.files_dir / "jobs" / str(job_id) / "output.log"
-            db.execute("UPDATE jobs SET log_path = ? WHERE id = ?", (str(log_path), job_id))
+            db.execute("UPDATE jobs SET log_path = :log_path WHERE id = :id", {"log_path": str(log_path), "id": job_id})
         return job_id
 
     def end_job(
@@ -111,13 +115,20 @@ class JobTable:
         """Records how a job ended."""
         with self._write() as db:
             db.execute(
-                "UPDATE jobs SET state = ?, ended_at = ?, exit_status = ?, error = ? WHERE id = ?",
-                (State(state).value, time.time(), exit_status, None if error is None else json.dumps(error), job_id),
+                "UPDATE jobs SET state = :state, ended_at = :ended, exit_status = :exit_status, error = :error"
+                " WHERE id = :id",
+                {
+                    "state": State(state).value,
+                    "ended": time.time(),
+                    "exit_status": exit_status,
+                    "error": None if error is None else json.dumps(error),
+                    "id": job_id,
+                },
             )
 
     def jobs(self: _Store) -> list[JobRecord]:
         """Every job, oldest first."""
-        rows = self._connection.execute("SELECT * FROM jobs ORDER BY id").fetchall()
+        rows = self._database.read("SELECT * FROM jobs ORDER BY id")
         return [_job_record(row) for row in rows]
 
     def job(self: _Store, job_id: int) -> JobRecord:
@@ -126,13 +137,13 @@ class JobTable:
         Raises:
             UnknownIdError: there is no job ``job_id``.
         """
-        row = self._connection.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        row = self._database.read_one("SELECT * FROM jobs WHERE id = :id", {"id": job_id})
         if row is None:
-            raise UnknownIdError(f"There is no job {job_id} in the store {self.path}.")
+            raise UnknownIdError(f"There is no job {job_id} in the store {self.location}.")
         return _job_record(row)
 
 
-def _job_record(row: sqlite3.Row) -> JobRecord:
+def _job_record(row: RowMapping) -> JobRecord:
     return JobRecord(
         id=row["id"],
         name=row["name"],

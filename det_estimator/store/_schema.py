@@ -1,19 +1,35 @@
 """The store's tables, and the steps that bring an older store up to date.
 
-The schema version lives in SQLite's ``user_version``, and from version 8 also in the
-``store_info`` table, the store's marker: the application that made it, its schema
-version and the store's id, in a table (not only in SQLite's header) so that a store in
-another database keeps them. Migration ``i`` (0-based) takes a store from version ``i``
-to ``i + 1``; a store newer than :data:`SCHEMA_VERSION` was made by a newer
-det-estimator and is refused.
+An SQLite store's schema version lives in SQLite's ``user_version``, and from version 8
+also in the ``store_info`` table, the store's marker: the application that made it, its
+schema version and the store's id, in a table (not only in SQLite's header) so that a
+store in another database keeps them. Migration ``i`` (0-based) takes an SQLite store
+from version ``i`` to ``i + 1``; a store newer than :data:`SCHEMA_VERSION` was made by a
+newer det-estimator and is refused.
+
+A PostgreSQL store is made at the current version from the tables of ``_tables``, in one
+transaction under the store's write lock (:func:`open_postgresql_store`), and has no
+older versions. The next change of the schema (version 10) is written once per
+database: a step appended to :data:`MIGRATIONS` for SQLite, and the same change made to
+``_tables`` and run on PostgreSQL as a step of its own, in the same kind of transaction
+under the lock, that reads and updates ``store_info.schema_version`` (an Alembic
+revision, once there are several, whose ``upgrade()`` issues the ``op.add_column`` and
+whose version table is ``store_info``); a test reflects both databases and compares them.
 """
 
 import re
+import secrets
 import sqlite3
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Optional
 
 from det_estimator import _environment_variables as environment_variables
-from det_estimator.store._errors import StoreError
+from det_estimator.store._database import Database
+from det_estimator.store._errors import NoStoreError, StoreError, StoreUnusableError
+from det_estimator.store._tables import METADATA
 
 # The marker's application name, and SQLite's header field that says the same ("detE").
 APPLICATION = "det-estimator"
@@ -167,6 +183,28 @@ MIGRATIONS: list[str] = [
         VALUES (1, '{APPLICATION}', 8, lower(hex(randomblob(16))), CAST(strftime('%s', 'now') AS REAL));
     PRAGMA application_id = {APPLICATION_ID};
     """,
+    # 8 -> 9: what a store on PostgreSQL needs as well. A metric has an id column of its own
+    # (it had SQLite's rowid, which PostgreSQL has no equivalent of; the ids stay what they
+    # were, so a follower that read up to an id reads on from it), and the marker records
+    # the folder of the store's own files, which a store in a database server has nowhere
+    # beside it to keep (NULL for an SQLite store, whose files are beside its file).
+    """
+    ALTER TABLE metrics RENAME TO metrics_before_9;
+    CREATE TABLE metrics (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        trial_id INTEGER NOT NULL REFERENCES trials(id),
+        kind TEXT NOT NULL CHECK (kind IN ('training', 'validation')),
+        batches INTEGER NOT NULL,
+        metrics TEXT NOT NULL,
+        recorded_at REAL NOT NULL,
+        run_id INTEGER
+    );
+    INSERT INTO metrics (id, trial_id, kind, batches, metrics, recorded_at, run_id)
+        SELECT rowid, trial_id, kind, batches, metrics, recorded_at, run_id FROM metrics_before_9;
+    DROP TABLE metrics_before_9;
+    CREATE INDEX metrics_by_trial ON metrics (trial_id, kind, batches);
+    ALTER TABLE store_info ADD COLUMN files_dir TEXT;
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -178,13 +216,6 @@ def tables_of_version(version: int, migrations: Optional[list[str]] = None) -> s
     """The tables a det-estimator store of schema ``version`` has (those its migrations create)."""
     steps = (MIGRATIONS if migrations is None else migrations)[:version]
     return {name for step in steps for name in re.findall(r"CREATE TABLE (\w+)", step)}
-
-
-def inserted_id(cursor: sqlite3.Cursor) -> int:
-    """The id of the row the ``INSERT`` that ``cursor`` ran made."""
-    if cursor.lastrowid is None:
-        raise StoreError("The store's INSERT made no row.")
-    return cursor.lastrowid
 
 
 def migrate(connection: sqlite3.Connection, path: str, migrations: Optional[list[str]] = None) -> None:
@@ -230,3 +261,99 @@ def migrate(connection: sqlite3.Connection, path: str, migrations: Optional[list
 
 def _user_version(connection: sqlite3.Connection) -> int:
     return int(connection.execute("PRAGMA user_version").fetchone()[0])
+
+
+@dataclass(frozen=True)
+class PostgresqlMarker:
+    """What a PostgreSQL store's marker records.
+
+    Attributes:
+        store_id: the store's id, which the folders it writes record.
+        files_dir: the folder of its own files (trial logs, TensorBoard event files).
+    """
+
+    store_id: str
+    files_dir: Path
+
+
+def open_postgresql_store(
+    database: Database, choose_files_dir: Callable[[], Path], create: bool = True
+) -> PostgresqlMarker:
+    """Makes a store in an empty PostgreSQL database, or reads the marker of the store it holds.
+
+    Safe when several processes open a new database at once: the tables and the marker
+    are made in one transaction under the store's write lock, by whichever process takes
+    it first; the others find them made.
+
+    Args:
+        database: the database.
+        choose_files_dir: the folder of the new store's files, made and checked writable
+            (called only when this process makes the store).
+        create: make a store in an empty database; else an empty database is refused.
+
+    Raises:
+        StoreUnusableError: the database holds tables and no det-estimator marker (it is
+            left as it is), or a store of a newer schema.
+        NoStoreError: the database is empty, and ``create`` is False.
+    """
+    tables = _postgresql_tables(database.read)
+    if not tables and not create:
+        raise NoStoreError(
+            f"There is no experiment store in the database {database.location}. Give the --store (or "
+            f"{environment_variables.STORE}) of an existing store; `det-estimator experiment create` makes one."
+        )
+    if not tables:
+        with database.write() as transaction:
+            if not _postgresql_tables(transaction.rows):
+                files_dir = choose_files_dir()
+                METADATA.create_all(transaction.connection)
+                transaction.execute(
+                    "INSERT INTO store_info (id, application, schema_version, store_id, home, created_at, files_dir)"
+                    " VALUES (1, :application, :version, :store_id, :home, :created_at, :files_dir)",
+                    {
+                        "application": APPLICATION,
+                        "version": SCHEMA_VERSION,
+                        "store_id": secrets.token_hex(16),
+                        "home": database.location.shown,
+                        "created_at": time.time(),
+                        "files_dir": str(files_dir),
+                    },
+                )
+        tables = _postgresql_tables(database.read)
+    row = None
+    if "store_info" in tables:
+        try:
+            row = database.read_one(
+                "SELECT application, schema_version, store_id, files_dir FROM store_info WHERE id = 1"
+            )
+        except StoreError:  # a table of that name, not ours
+            row = None
+    if row is None or row["application"] != APPLICATION or row["files_dir"] is None:
+        raise StoreUnusableError(foreign_postgresql_message(database, tables))
+    version = int(row["schema_version"])
+    if version > SCHEMA_VERSION:
+        raise StoreUnusableError(
+            f"The store {database.location} has schema version {version}, made by a newer det-estimator; this "
+            f"version reads schema versions up to {SCHEMA_VERSION}. Upgrade det-estimator, or point --store (or "
+            f"{environment_variables.STORE}) at another store."
+        )
+    return PostgresqlMarker(str(row["store_id"]), Path(row["files_dir"]))
+
+
+def _postgresql_tables(read: Callable[..., list]) -> tuple[str, ...]:
+    """The tables of the database's current schema, by name."""
+    rows = read(
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
+        " AND table_type = 'BASE TABLE' ORDER BY table_name"
+    )
+    return tuple(str(row["table_name"]) for row in rows)
+
+
+def foreign_postgresql_message(database: Database, tables: tuple[str, ...]) -> str:
+    """Why a PostgreSQL database another application filled is not used as a store, and what to give instead."""
+    shown = ", ".join(tables[:6]) + (f" and {len(tables) - 6} more" if len(tables) > 6 else "")
+    return (
+        f"The database {database.location} holds tables that det-estimator did not make (its tables: {shown}); "
+        f"det-estimator leaves it as it is. Give the --store (or {environment_variables.STORE}) of a det-estimator "
+        "store, or of an empty database, where a new store is made."
+    )

@@ -1,25 +1,34 @@
-"""ExperimentStore: experiments, trials, their runs, metrics and checkpoints in one SQLite file."""
+"""ExperimentStore: experiments, trials, their runs, metrics and checkpoints in one database, SQLite or PostgreSQL."""
 
 import contextlib
-import errno
 import json
 import os
 import secrets
-import shutil
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Optional, Union
 
+from sqlalchemy.engine import RowMapping
+
 from det_estimator import _environment_variables as environment_variables
 from det_estimator._host_list import HostSlots, format_hosts, parse_hosts
+from det_estimator.store._database import (
+    Database,
+    StoreLocation,
+    Transaction,
+    damaged_store_error,
+    data_home,
+    enable_wal,
+    is_locked,
+    locked_message,
+    store_location,
+)
 from det_estimator.store._detach import copy_for_detach, plan_detach, store_files_dir
 from det_estimator.store._errors import (
     ExperimentBusyError,
     StoreError,
-    StoreFullError,
-    StoreLockedError,
     StoreUnusableError,
     UnknownIdError,
 )
@@ -36,7 +45,6 @@ from det_estimator.store._identity import (
     holds_store,
     inspect_store_file,
     owned_folder_message,
-    refuse_database_url,
     write_folder_owner,
 )
 from det_estimator.store._jobs import JobTable
@@ -55,21 +63,9 @@ from det_estimator.store._records import (
     TrialRunRecord,
 )
 from det_estimator.store._restarts import RestartRecord
-from det_estimator.store._schema import inserted_id, migrate
+from det_estimator.store._schema import migrate, open_postgresql_store
 
 STORE_VARIABLE = environment_variables.STORE
-
-
-def default_store_path() -> Path:
-    """``$DET_ESTIMATOR_STORE``, else ``$XDG_DATA_HOME/det-estimator/store.sqlite``.
-
-    ``XDG_DATA_HOME`` defaults to ``~/.local/share``, so each user has a store of their own.
-    """
-    explicit = os.environ.get(STORE_VARIABLE)
-    if explicit:
-        return Path(explicit).expanduser()
-    data_home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(data_home) / "det-estimator" / "store.sqlite"
 
 
 def trial_checkpoint_dir(storage_root: Union[str, os.PathLike], experiment_id: int, tag: str, trial_id: int) -> Path:
@@ -89,53 +85,42 @@ def _read_only_message(path: Path, error: Exception) -> str:
     )
 
 
-def damaged_store_error(path: Path, error: sqlite3.DatabaseError) -> Optional[StoreUnusableError]:
-    """The error to show for a query that found the store's file damaged; None for any other SQLite error.
+def _new_files_dir(location: StoreLocation) -> Path:
+    """The folder of a new PostgreSQL store's files: ``$DET_ESTIMATOR_STORE_FILES``, else one per database.
 
-    A store damaged past its first page opens (SQLite reads only the header and the
-    schema then), and fails at the first query that reaches a damaged table.
-    ``sqlite3.DatabaseError`` itself, not a subclass, is what SQLite's "malformed" and
-    "not a database" become; a lock or a full disk is an ``OperationalError``.
+    The default, ``$XDG_DATA_HOME/det-estimator/<host>-<port>-<database>-files``, is this
+    user's on this machine; a store used from several machines names a shared folder.
     """
-    if type(error) is not sqlite3.DatabaseError:
-        return None
-    return StoreUnusableError(
-        f"Cannot read the store {path}: {error}. Its file is damaged; restore it from a copy, or give the "
-        f"--store (or {environment_variables.STORE}) of another store."
-    )
+    explicit = os.environ.get(environment_variables.STORE_FILES)
+    if explicit:
+        folder = Path(explicit).expanduser().resolve()
+    else:
+        url = location.sqlalchemy_url()
+        name = f"{url.host or 'localhost'}-{url.port or 5432}-{url.database}-files"
+        folder = data_home() / "det-estimator" / name
+    _check_files_dir(folder, location)
+    return folder
+
+
+def _check_files_dir(folder: Path, location: StoreLocation) -> None:
+    """Makes the folder of a PostgreSQL store's files, and refuses one this user cannot write."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        writable = os.access(folder, os.W_OK | os.X_OK)
+    except OSError as error:
+        writable, reason = False, error.strerror or str(error)
+    else:
+        reason = "this user cannot write it"
+    if not writable:
+        raise StoreUnusableError(
+            f"The store {location} keeps its trial logs and TensorBoard event files in {folder}, which cannot be "
+            f"used: {reason}. Expected a folder this user can write: set {environment_variables.STORE_FILES} to "
+            "one before the store is made."
+        )
 
 
 # How long a write waits for another process's write transaction to end.
 _LOCK_WAIT_SECONDS = 60.0
-# SQLITE_BUSY and SQLITE_FULL; the sqlite3 module names its codes only from Python 3.11.
-_SQLITE_BUSY, _SQLITE_FULL = 5, 13
-
-
-def _is_locked(error: sqlite3.OperationalError) -> bool:
-    return getattr(error, "sqlite_errorcode", None) == _SQLITE_BUSY or "database is locked" in str(error)
-
-
-def _locked_message(path: Path, error: sqlite3.OperationalError, then: str = "resume the experiment") -> str:
-    return (
-        f"The store {path} cannot be written: {error} (another process held a write transaction open on it for "
-        f"more than {_LOCK_WAIT_SECONDS:.0f} s; det-estimator's own writes take milliseconds). End that "
-        f"transaction (an `sqlite3` shell inside BEGIN, say), then {then}."
-    )
-
-
-def _is_full(error: sqlite3.OperationalError) -> bool:
-    return getattr(error, "sqlite_errorcode", None) == _SQLITE_FULL or "database or disk is full" in str(error)
-
-
-def _full_message(path: Path, error: sqlite3.OperationalError) -> str:
-    try:
-        free = f"{shutil.disk_usage(path.parent).free:,} bytes free there now"
-    except OSError:
-        free = "its free space unknown"
-    return (
-        f"The store {path} cannot be written: {error} ({os.strerror(errno.ENOSPC)}, {free}). What it recorded "
-        "before stays; free space there, then resume the experiment (`det-estimator experiment resume ID`)."
-    )
 
 
 class ExperimentStore(JobTable):
@@ -148,6 +133,10 @@ class ExperimentStore(JobTable):
     each trial's output log and TensorBoard event files, so that two stores in one
     folder never share them.
 
+    Or a PostgreSQL database, which many processes on many machines write at once: its
+    writers take turns through the store's advisory lock (see ``_database``), and its
+    files go in the folder its marker records (:attr:`files_dir`).
+
     A store is recognised by its marker before anything is written to the file (see
     ``_identity``): another application's database is refused and left as it is. Each
     store has an id, and the folders it writes in record it as their owner
@@ -157,11 +146,15 @@ class ExperimentStore(JobTable):
     its id left at its home) takes its new place as its home.
 
     Args:
-        path: the database file (default :func:`default_store_path`); created, with its
-            directory, if missing.
+        path: the database file, or a :class:`StoreLocation` or a ``postgresql://`` URL
+            (default: ``DET_ESTIMATOR_STORE``, else :func:`default_store_path`); an SQLite
+            file is created, with its directory, if missing.
+        create: make a store in an empty PostgreSQL database; else one is refused
+            (:class:`NoStoreError`). The command decides itself whether to make a missing
+            SQLite file.
 
     Attributes:
-        path: the database file, absolute.
+        location: where the store is.
         store_id: the store's id, which the folders it writes record.
         copy_of: the store this one is a copy of, while that one exists; None for a store
             of its own.
@@ -170,10 +163,42 @@ class ExperimentStore(JobTable):
         StoreError: the file is not a det-estimator store, or of a newer schema.
     """
 
-    def __init__(self, path: Union[str, os.PathLike, None] = None) -> None:
-        refuse_database_url(path if path is not None else os.environ.get(STORE_VARIABLE, ""), "The store")
-        # Absolute: the experiment's processes run in its context directory, not here.
-        self.path = (Path(path).expanduser() if path is not None else default_store_path()).resolve()
+    def __init__(self, path: Union[str, os.PathLike, StoreLocation, None] = None, create: bool = True) -> None:
+        self.location = store_location(path)
+        self.copy_of: Optional[Path] = None
+        self._files_dir: Optional[Path] = None
+        if self.location.path is None:
+            self._open_postgresql(create)
+        else:
+            self._open_sqlite()
+
+    @property
+    def path(self) -> Path:
+        """The SQLite store's file, absolute.
+
+        Raises:
+            StoreError: the store is a PostgreSQL database, which has no file.
+        """
+        if self.location.path is None:
+            raise StoreError(f"The store {self.location} is a PostgreSQL database, not a file.")
+        return self.location.path
+
+    @property
+    def home(self) -> str:
+        """Where the store is, as its records and its folders' owner files name it: its file, or its bare URL."""
+        return self.location.shown
+
+    def _open_postgresql(self, create: bool) -> None:
+        self._database = Database(self.location, _LOCK_WAIT_SECONDS)
+        try:
+            marker = open_postgresql_store(self._database, lambda: _new_files_dir(self.location), create)
+        except BaseException:
+            self._database.close()
+            raise
+        self.store_id = marker.store_id
+        self._files_dir = marker.files_dir
+
+    def _open_sqlite(self) -> None:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as error:
@@ -188,17 +213,15 @@ class ExperimentStore(JobTable):
                 f"Cannot use {self.path} as a det-estimator store: it is not a regular file. Expected a store that "
                 "det-estimator made (an SQLite database), or a path where there is none yet."
             )
-        self.copy_of: Optional[Path] = None
         try:
             # Read before a byte is written: opening in WAL mode, or making the tables, changes the file.
             found = inspect_store_file(self.path)
             if found.kind == StoreFileKind.FOREIGN:
                 raise StoreUnusableError(foreign_database_message(self.path, found.tables))
-            self._connection = sqlite3.connect(str(self.path), timeout=_LOCK_WAIT_SECONDS, isolation_level=None)
-            self._connection.row_factory = sqlite3.Row
-            _enable_wal(self._connection, deadline=time.monotonic() + _LOCK_WAIT_SECONDS)
-            self._connection.execute("PRAGMA foreign_keys = ON")
-            migrate(self._connection, str(self.path))
+            self._database = Database(self.location, _LOCK_WAIT_SECONDS)
+            connection = self._database.sqlite_connection()
+            enable_wal(connection, deadline=time.monotonic() + _LOCK_WAIT_SECONDS)
+            migrate(connection, str(self.path))
             self.store_id = self._settle_home()
         except sqlite3.DatabaseError as error:
             # Reading the marker reaches past the first page, where a damaged store shows.
@@ -226,7 +249,8 @@ class ExperimentStore(JobTable):
         elsewhere is a copy while its home still holds a store of its id (both would
         write into the same folders), and was moved otherwise: its new place becomes its home.
         """
-        row = self._connection.execute("SELECT store_id, home FROM store_info WHERE id = 1").fetchone()
+        row = self._database.read_one("SELECT store_id, home FROM store_info WHERE id = 1")
+        assert row is not None
         store_id, home = str(row["store_id"]), row["home"]
         if home == str(self.path):
             return store_id
@@ -234,7 +258,7 @@ class ExperimentStore(JobTable):
             self.copy_of = Path(home)
             return store_id
         with self._write() as db:
-            db.execute("UPDATE store_info SET home = ? WHERE id = 1", (str(self.path),))
+            db.execute("UPDATE store_info SET home = :home WHERE id = 1", {"home": str(self.path)})
         return store_id
 
     def _refuse_a_copy(self) -> None:
@@ -253,21 +277,29 @@ class ExperimentStore(JobTable):
         """
         if not detaching:
             self._refuse_a_copy()
+        if not self.location.is_sqlite:
+            self._database.check_writable()
+            _check_files_dir(self.files_dir, self.location)
+            return
+        connection = self._database.sqlite_connection()
         try:
-            self._connection.execute("BEGIN IMMEDIATE")
-            version = self._connection.execute("PRAGMA user_version").fetchone()[0]
-            self._connection.execute(f"PRAGMA user_version = {int(version)}")
-            self._connection.execute("ROLLBACK")
+            connection.execute("BEGIN IMMEDIATE")
+            version = connection.execute("PRAGMA user_version").fetchone()[0]
+            connection.execute(f"PRAGMA user_version = {int(version)}")
+            connection.execute("ROLLBACK")
         except sqlite3.OperationalError as error:
-            if self._connection.in_transaction:
-                self._connection.execute("ROLLBACK")
-            if _is_locked(error):
-                raise StoreUnusableError(_locked_message(self.path, error, then="run the command again")) from None
+            if connection.in_transaction:
+                connection.execute("ROLLBACK")
+            if is_locked(error):
+                message = locked_message(self.location, error, _LOCK_WAIT_SECONDS, then="run the command again")
+                raise StoreUnusableError(message) from None
             raise StoreUnusableError(_read_only_message(self.path, error)) from None
 
     @property
     def files_dir(self) -> Path:
         """The folder of this store's own files (logs, TensorBoard event files), beside the database."""
+        if self._files_dir is not None:
+            return self._files_dir
         return store_files_dir(self.path)
 
     def trial_dir(self, experiment_id: int, trial_id: int) -> Path:
@@ -296,10 +328,10 @@ class ExperimentStore(JobTable):
         self._refuse_a_copy()
         trials = [] if experiment_id is None else self.trials(experiment_id)
         checkpoint_folders = {Path(trial.checkpoint_dir).parent for trial in trials}
-        mine = FolderOwner(self.store_id, str(self.path))
+        mine = FolderOwner(self.store_id, self.home)
         for folder in [self.files_dir, *sorted(checkpoint_folders)]:
             owner = folder_owner(folder)
-            if owner is not None and owner.store_id != self.store_id and owner.store_path == str(self.path):
+            if owner is not None and owner.store_id != self.store_id and owner.store_path == self.home:
                 # The store that owned it was this file, deleted and made anew since.
                 owner = write_folder_owner(folder, mine)
             if owner is None:
@@ -310,11 +342,11 @@ class ExperimentStore(JobTable):
                     owner = write_folder_owner(folder, mine, replace=False)
                 except OSError as error:
                     raise StoreUnusableError(
-                        f"Cannot record the store {self.path} as the owner of the folder {folder}: "
+                        f"Cannot record the store {self.location} as the owner of the folder {folder}: "
                         f"{error.strerror or error}. Expected a folder this user can write."
                     ) from None
             if owner.store_id != self.store_id:
-                raise FolderOwnedError(owned_folder_message(folder, owner, self.path, self.store_id))
+                raise FolderOwnedError(owned_folder_message(folder, owner, self.home, self.store_id))
 
     def detach(self) -> DetachReport:
         """Makes this store one of its own: a new id, and its own copies of the folders it shares.
@@ -333,41 +365,58 @@ class ExperimentStore(JobTable):
             NothingToDetachError: the store is neither a copy nor meets another store's folders.
         """
         old_id = self.store_id
-        plan = plan_detach(self.path, old_id, self.copy_of, self.experiments(), self.trials, self.jobs())
+        plan = plan_detach(self.files_dir, old_id, self.copy_of, self.experiments(), self.trials, self.jobs())
         if not plan.new_tags and self.copy_of is None:
             raise NothingToDetachError(
-                f"The store {self.path} is not a copy of another store, and no folder it uses belongs to another "
+                f"The store {self.location} is not a copy of another store, and no folder it uses belongs to another "
                 "store: it is a store of its own already, and `store detach` has nothing to do."
             )
-        mine = FolderOwner(secrets.token_hex(16), str(self.path))
+        mine = FolderOwner(secrets.token_hex(16), self.home)
         listed = {checkpoint.uuid for experiment_id in plan.new_tags for checkpoint in self.checkpoints(experiment_id)}
         copied = copy_for_detach(plan, mine, listed)
         gone: list[str] = []
         with self._write(detaching=True) as db:
-            db.execute("UPDATE store_info SET store_id = ?, home = ? WHERE id = 1", (mine.store_id, str(self.path)))
+            db.execute(
+                "UPDATE store_info SET store_id = :store_id, home = :home WHERE id = 1",
+                {"store_id": mine.store_id, "home": self.home},
+            )
             if self.copy_of is not None:
                 # What the copy shows running is run by the original's launcher, for the original:
                 # this process becomes their launcher, and once it has ended they read as interrupted.
                 for table in ("experiments", "jobs"):
+                    pid, host, started = launcher_columns()
                     db.execute(
-                        f"UPDATE {table} SET launcher_pid = ?, launcher_host = ?, launcher_started = ? WHERE state = ?",
-                        (*launcher_columns(), State.ACTIVE.value),
+                        f"UPDATE {table} SET launcher_pid = :pid, launcher_host = :host, launcher_started = :started"
+                        " WHERE state = :state",
+                        {"pid": pid, "host": host, "started": started, "state": State.ACTIVE.value},
                     )
             for experiment_id, tag in plan.new_tags.items():
-                db.execute("UPDATE experiments SET storage_tag = ? WHERE id = ?", (tag, experiment_id))
-            for row in db.execute("SELECT id, checkpoint_dir, log_path FROM trials").fetchall():
                 db.execute(
-                    "UPDATE trials SET checkpoint_dir = ?, log_path = ? WHERE id = ?",
-                    (plan.moved(row["checkpoint_dir"]), plan.moved(row["log_path"]), row["id"]),
+                    "UPDATE experiments SET storage_tag = :tag WHERE id = :id", {"tag": tag, "id": experiment_id}
                 )
-            for row in db.execute("SELECT id, log_path FROM jobs").fetchall():
-                db.execute("UPDATE jobs SET log_path = ? WHERE id = ?", (plan.moved(row["log_path"]), row["id"]))
-            for row in db.execute("SELECT uuid, path, state FROM checkpoints").fetchall():
+            for row in db.rows("SELECT id, checkpoint_dir, log_path FROM trials"):
+                db.execute(
+                    "UPDATE trials SET checkpoint_dir = :checkpoint_dir, log_path = :log_path WHERE id = :id",
+                    {
+                        "checkpoint_dir": plan.moved(row["checkpoint_dir"]),
+                        "log_path": plan.moved(row["log_path"]),
+                        "id": row["id"],
+                    },
+                )
+            for row in db.rows("SELECT id, log_path FROM jobs"):
+                db.execute(
+                    "UPDATE jobs SET log_path = :log_path WHERE id = :id",
+                    {"log_path": plan.moved(row["log_path"]), "id": row["id"]},
+                )
+            for row in db.rows("SELECT uuid, path, state FROM checkpoints"):
                 path, state = plan.moved(row["path"]), row["state"]
                 if state == "COMPLETED" and not Path(path).is_dir():
                     state = "DELETED"
                     gone.append(row["uuid"])
-                db.execute("UPDATE checkpoints SET path = ?, state = ? WHERE uuid = ?", (path, state, row["uuid"]))
+                db.execute(
+                    "UPDATE checkpoints SET path = :path, state = :state WHERE uuid = :uuid",
+                    {"path": path, "state": state, "uuid": row["uuid"]},
+                )
         self.store_id, self.copy_of = mine.store_id, None
         # Claimed once the store has its new id: a detach interrupted before leaves them as they were.
         self.files_dir.mkdir(parents=True, exist_ok=True)
@@ -375,7 +424,7 @@ class ExperimentStore(JobTable):
         for folder in claimed:
             write_folder_owner(folder, mine)
         return DetachReport(
-            path=str(self.path),
+            path=self.home,
             old_id=old_id,
             new_id=mine.store_id,
             copied=tuple((str(source), str(target)) for source, target in copied),
@@ -385,10 +434,10 @@ class ExperimentStore(JobTable):
 
     def for_thread(self) -> "ExperimentStore":
         """A new connection to this store, for another thread: an SQLite connection serves the thread that opened it."""
-        return ExperimentStore(self.path)
+        return ExperimentStore(self.location)
 
     def close(self) -> None:
-        self._connection.close()
+        self._database.close()
 
     def __enter__(self) -> "ExperimentStore":
         return self
@@ -397,26 +446,12 @@ class ExperimentStore(JobTable):
         self.close()
 
     @contextlib.contextmanager
-    def _write(self, detaching: bool = False) -> Iterator[sqlite3.Connection]:
+    def _write(self, detaching: bool = False) -> Iterator[Transaction]:
+        """One write transaction, holding the store's write lock; refused on a copy of another store."""
         if not detaching:
             self._refuse_a_copy()
-        try:
-            self._connection.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as error:
-            if _is_locked(error):
-                raise StoreLockedError(_locked_message(self.path, error)) from None
-            raise
-        try:
-            yield self._connection
-            self._connection.execute("COMMIT")
-        except BaseException as error:
-            # SQLite ends the transaction itself on some errors (a full disk among them), and
-            # a ROLLBACK then would raise "no transaction is active" in place of the cause.
-            if self._connection.in_transaction:
-                self._connection.execute("ROLLBACK")
-            if isinstance(error, sqlite3.OperationalError) and _is_full(error):
-                raise StoreFullError(_full_message(self.path, error)) from None
-            raise
+        with self._database.write() as transaction:
+            yield transaction
 
     # Experiments and trials.
 
@@ -453,28 +488,32 @@ class ExperimentStore(JobTable):
                 config's entrypoint (a class handed to ``run_trial``).
         """
         with self._write() as db:
-            cursor = db.execute(
+            pid, host, started = launcher_columns()
+            return db.insert(
                 "INSERT INTO experiments (name, state, config, context_dir, entrypoint, command, slots, hosts,"
                 " test_mode, created_at, run_key, storage_tag, trial_class, launcher_pid, launcher_host,"
-                " launcher_started) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    name,
-                    State.ACTIVE.value,
-                    json.dumps(config),
-                    context_dir,
-                    entrypoint,
-                    None if command is None else json.dumps(command),
-                    slots,
-                    format_hosts(hosts) if hosts else None,
-                    int(test),
-                    time.time(),
-                    run_key,
-                    secrets.token_hex(4),
-                    None if trial_class is None else json.dumps(trial_class),
-                    *launcher_columns(),
-                ),
+                " launcher_started) VALUES (:name, :state, :config, :context_dir, :entrypoint, :command, :slots,"
+                " :hosts, :test_mode, :created_at, :run_key, :storage_tag, :trial_class, :launcher_pid,"
+                " :launcher_host, :launcher_started) RETURNING id",
+                {
+                    "name": name,
+                    "state": State.ACTIVE.value,
+                    "config": json.dumps(config),
+                    "context_dir": context_dir,
+                    "entrypoint": entrypoint,
+                    "command": None if command is None else json.dumps(command),
+                    "slots": slots,
+                    "hosts": format_hosts(hosts) if hosts else None,
+                    "test_mode": int(test),
+                    "created_at": time.time(),
+                    "run_key": run_key,
+                    "storage_tag": secrets.token_hex(4),
+                    "trial_class": None if trial_class is None else json.dumps(trial_class),
+                    "launcher_pid": pid,
+                    "launcher_host": host,
+                    "launcher_started": started,
+                },
             )
-            return inserted_id(cursor)
 
     def create_trial(
         self,
@@ -490,15 +529,17 @@ class ExperimentStore(JobTable):
         (the config's ``checkpoint_storage`` directory, absolute).
         """
         with self._write() as db:
-            tag = db.execute("SELECT storage_tag FROM experiments WHERE id = ?", (experiment_id,)).fetchone()
+            tag = db.row("SELECT storage_tag FROM experiments WHERE id = :id", {"id": experiment_id})
             if tag is None:
-                raise UnknownIdError(f"There is no experiment {experiment_id} in the store {self.path}.")
-            trial_id = self._insert_trial(db, experiment_id, tag[0], hparams, seed, checkpoint_storage, max_batches)
+                raise UnknownIdError(f"There is no experiment {experiment_id} in the store {self.location}.")
+            trial_id = self._insert_trial(
+                db, experiment_id, tag["storage_tag"], hparams, seed, checkpoint_storage, max_batches
+            )
         return trial_id
 
     def _insert_trial(
         self,
-        db: sqlite3.Connection,
+        db: Transaction,
         experiment_id: int,
         tag: str,
         hparams: dict[str, Any],
@@ -506,17 +547,24 @@ class ExperimentStore(JobTable):
         checkpoint_storage: Union[str, os.PathLike],
         max_batches: Optional[int] = None,
     ) -> int:
-        cursor = db.execute(
+        trial_id = db.insert(
             "INSERT INTO trials (experiment_id, state, hparams, seed, checkpoint_dir, log_path, max_batches,"
-            " created_at) VALUES (?, ?, ?, ?, '', '', ?, ?)",
-            (experiment_id, State.ACTIVE.value, json.dumps(hparams), seed, max_batches, time.time()),
+            " created_at) VALUES (:experiment_id, :state, :hparams, :seed, '', '', :max_batches, :created_at)"
+            " RETURNING id",
+            {
+                "experiment_id": experiment_id,
+                "state": State.ACTIVE.value,
+                "hparams": json.dumps(hparams),
+                "seed": seed,
+                "max_batches": max_batches,
+                "created_at": time.time(),
+            },
         )
-        trial_id = inserted_id(cursor)
         checkpoint_dir = trial_checkpoint_dir(checkpoint_storage, experiment_id, tag, trial_id)
         log_path = self.trial_dir(experiment_id, trial_id) / "output.log"
         db.execute(
-            "UPDATE trials SET checkpoint_dir = ?, log_path = ? WHERE id = ?",
-            (str(checkpoint_dir), str(log_path), trial_id),
+            "UPDATE trials SET checkpoint_dir = :checkpoint_dir, log_path = :log_path WHERE id = :id",
+            {"checkpoint_dir": str(checkpoint_dir), "log_path": str(log_path), "id": trial_id},
         )
         return trial_id
 
@@ -524,9 +572,8 @@ class ExperimentStore(JobTable):
 
     def searcher_state(self, experiment_id: int) -> Optional[dict[str, Any]]:
         """The experiment's search method state, as last saved, or None before the search starts."""
-        row = self._connection.execute("SELECT searcher_state FROM experiments WHERE id = ?", (experiment_id,))
-        found = row.fetchone()
-        return None if found is None or found[0] is None else json.loads(found[0])
+        found = self._database.read_one("SELECT searcher_state FROM experiments WHERE id = :id", {"id": experiment_id})
+        return None if found is None or found["searcher_state"] is None else json.loads(found["searcher_state"])
 
     def apply_search_step(
         self,
@@ -553,43 +600,59 @@ class ExperimentStore(JobTable):
         """
         created = {}
         with self._write() as db:
-            db.execute("UPDATE experiments SET searcher_state = ? WHERE id = ?", (json.dumps(state), experiment_id))
-            tag = db.execute("SELECT storage_tag FROM experiments WHERE id = ?", (experiment_id,)).fetchone()[0]
+            db.execute(
+                "UPDATE experiments SET searcher_state = :state WHERE id = :id",
+                {"state": json.dumps(state), "id": experiment_id},
+            )
+            found = db.row("SELECT storage_tag FROM experiments WHERE id = :id", {"id": experiment_id})
+            if found is None:
+                raise UnknownIdError(f"There is no experiment {experiment_id} in the store {self.location}.")
+            tag = found["storage_tag"]
             for new in creates:
                 trial_id = self._insert_trial(db, experiment_id, tag, new.hparams, new.seed, checkpoint_storage)
                 db.execute(
-                    "UPDATE trials SET request_id = ?, search_state = ? WHERE id = ?",
-                    (new.request_id, SearchState.QUEUED.value, trial_id),
+                    "UPDATE trials SET request_id = :request_id, search_state = :search_state WHERE id = :id",
+                    {"request_id": new.request_id, "search_state": SearchState.QUEUED.value, "id": trial_id},
                 )
                 created[new.request_id] = trial_id
             for assignment in assignments:
-                fields = "target_length = ?, search_state = ?"
-                values: list[Any] = [assignment.target_length, SearchState(assignment.search_state).value]
+                fields = "target_length = :target_length, search_state = :search_state"
+                values: dict[str, Any] = {
+                    "target_length": assignment.target_length,
+                    "search_state": SearchState(assignment.search_state).value,
+                    "experiment_id": experiment_id,
+                    "request_id": assignment.request_id,
+                }
                 if assignment.answered_length is not None:
-                    fields += ", answered_length = ?"
-                    values.append(assignment.answered_length)
+                    fields += ", answered_length = :answered_length"
+                    values["answered_length"] = assignment.answered_length
                 db.execute(
-                    f"UPDATE trials SET {fields} WHERE experiment_id = ? AND request_id = ?",
-                    (*values, experiment_id, assignment.request_id),
+                    f"UPDATE trials SET {fields} WHERE experiment_id = :experiment_id AND request_id = :request_id",
+                    values,
                 )
         return created
 
     def adopt_trial(self, trial_id: int, request_id: int) -> None:
         """Makes a trial recorded outside a search (by ``core.init()``, or an older store) its ``request_id``."""
         with self._write() as db:
-            db.execute("UPDATE trials SET request_id = ? WHERE id = ?", (request_id, trial_id))
+            db.execute(
+                "UPDATE trials SET request_id = :request_id WHERE id = :id", {"request_id": request_id, "id": trial_id}
+            )
 
     def set_search_state(self, trial_id: int, search_state: SearchState) -> None:
         """Records where a trial stands in its search (it started, or ended early)."""
         with self._write() as db:
-            db.execute("UPDATE trials SET search_state = ? WHERE id = ?", (SearchState(search_state).value, trial_id))
+            db.execute(
+                "UPDATE trials SET search_state = :search_state WHERE id = :id",
+                {"search_state": SearchState(search_state).value, "id": trial_id},
+            )
 
     def report_search_metric(self, trial_id: int, length: int, metric: Any) -> None:
         """The trial completed the operation of ``length`` with this searcher metric; the search answers later."""
         with self._write() as db:
             db.execute(
-                "UPDATE trials SET reported_length = ?, reported_metric = ? WHERE id = ?",
-                (length, json.dumps(metric), trial_id),
+                "UPDATE trials SET reported_length = :length, reported_metric = :metric WHERE id = :id",
+                {"length": length, "metric": json.dumps(metric), "id": trial_id},
             )
 
     def count_restart(self, trial_id: int, failed_run_id: Optional[int] = None, cause: str = "") -> int:
@@ -601,21 +664,28 @@ class ExperimentStore(JobTable):
             cause: the failing rank's error line.
         """
         with self._write() as db:
-            db.execute("UPDATE trials SET restarts = restarts + 1 WHERE id = ?", (trial_id,))
-            number = int(db.execute("SELECT restarts FROM trials WHERE id = ?", (trial_id,)).fetchone()[0])
+            db.execute("UPDATE trials SET restarts = restarts + 1 WHERE id = :id", {"id": trial_id})
+            found = db.row("SELECT restarts FROM trials WHERE id = :id", {"id": trial_id})
+            if found is None:
+                raise UnknownIdError(f"There is no trial {trial_id} in the store {self.location}.")
+            number = int(found["restarts"])
             if failed_run_id is not None:
                 db.execute(
                     "INSERT INTO trial_restarts (trial_id, failed_run_id, number, cause, restarted_at)"
-                    " VALUES (?, ?, ?, ?, ?)",
-                    (trial_id, failed_run_id, number, cause, time.time()),
+                    " VALUES (:trial_id, :failed_run_id, :number, :cause, :restarted_at)",
+                    {
+                        "trial_id": trial_id,
+                        "failed_run_id": failed_run_id,
+                        "number": number,
+                        "cause": cause,
+                        "restarted_at": time.time(),
+                    },
                 )
             return number
 
     def restarts(self, trial_id: int) -> list[RestartRecord]:
         """The trial's automatic restarts, first first."""
-        rows = self._connection.execute(
-            "SELECT * FROM trial_restarts WHERE trial_id = ? ORDER BY id", (trial_id,)
-        ).fetchall()
+        rows = self._database.read("SELECT * FROM trial_restarts WHERE trial_id = :id ORDER BY id", {"id": trial_id})
         return [
             RestartRecord(row["trial_id"], row["failed_run_id"], row["number"], row["cause"], row["restarted_at"])
             for row in rows
@@ -634,11 +704,12 @@ class ExperimentStore(JobTable):
         """
         pid, host, started = launcher_columns(pid)
         with self._write() as db:
-            row = db.execute(
-                "SELECT launcher_pid, launcher_host, launcher_started FROM experiments WHERE id = ?", (experiment_id,)
-            ).fetchone()
+            row = db.row(
+                "SELECT launcher_pid, launcher_host, launcher_started FROM experiments WHERE id = :id",
+                {"id": experiment_id},
+            )
             if row is None:
-                raise UnknownIdError(f"There is no experiment {experiment_id} in the store {self.path}.")
+                raise UnknownIdError(f"There is no experiment {experiment_id} in the store {self.location}.")
             current, current_host = row["launcher_pid"], row["launcher_host"]
             if (
                 current is not None
@@ -651,19 +722,21 @@ class ExperimentStore(JobTable):
                     "time runs an experiment. Wait for it to end, or pause it first."
                 )
             db.execute(
-                "UPDATE experiments SET launcher_pid = ?, launcher_host = ?, launcher_started = ?,"
-                " pause_requested_at = NULL WHERE id = ?",
-                (pid, host, started, experiment_id),
+                "UPDATE experiments SET launcher_pid = :pid, launcher_host = :host, launcher_started = :started,"
+                " pause_requested_at = NULL WHERE id = :id",
+                {"pid": pid, "host": host, "started": started, "id": experiment_id},
             )
             if current is not None and (current, current_host) != (pid, host):
                 _end_runs_of_a_dead_launcher(db, experiment_id)
 
     def set_launcher(self, experiment_id: int, pid: int) -> None:
         """Records the process that runs the experiment now, without checking for another."""
+        launcher_pid, host, started = launcher_columns(pid)
         with self._write() as db:
             db.execute(
-                "UPDATE experiments SET launcher_pid = ?, launcher_host = ?, launcher_started = ? WHERE id = ?",
-                (*launcher_columns(pid), experiment_id),
+                "UPDATE experiments SET launcher_pid = :pid, launcher_host = :host, launcher_started = :started"
+                " WHERE id = :id",
+                {"pid": launcher_pid, "host": host, "started": started, "id": experiment_id},
             )
 
     def set_state(self, experiment_id: int, state: State) -> None:
@@ -676,20 +749,21 @@ class ExperimentStore(JobTable):
         ended = time.time() if state.is_final else None
         with self._write() as db:
             db.execute(
-                "UPDATE experiments SET state = ?, ended_at = ? WHERE id = ?", (state.value, ended, experiment_id)
+                "UPDATE experiments SET state = :state, ended_at = :ended WHERE id = :id",
+                {"state": state.value, "ended": ended, "id": experiment_id},
             )
             if state.is_final:
                 db.execute(
-                    "UPDATE trials SET state = ?, ended_at = ? WHERE experiment_id = ? AND state = ?",
-                    (state.value, ended, experiment_id, State.ACTIVE.value),
+                    "UPDATE trials SET state = :state, ended_at = :ended WHERE experiment_id = :id AND state = :active",
+                    {"state": state.value, "ended": ended, "id": experiment_id, "active": State.ACTIVE.value},
                 )
 
     def update_experiment(self, experiment_id: int, config: dict[str, Any], slots: int, test: bool) -> None:
         """Replaces the config of an experiment run again under the same run key (its length may have grown)."""
         with self._write() as db:
             db.execute(
-                "UPDATE experiments SET config = ?, slots = ?, test_mode = ? WHERE id = ?",
-                (json.dumps(config), slots, int(test), experiment_id),
+                "UPDATE experiments SET config = :config, slots = :slots, test_mode = :test_mode WHERE id = :id",
+                {"config": json.dumps(config), "slots": slots, "test_mode": int(test), "id": experiment_id},
             )
 
     def set_trial_state(self, trial_id: int, state: State) -> None:
@@ -697,24 +771,30 @@ class ExperimentStore(JobTable):
         state = State(state)
         with self._write() as db:
             db.execute(
-                "UPDATE trials SET state = ?, ended_at = ? WHERE id = ?",
-                (state.value, time.time() if state.is_final else None, trial_id),
+                "UPDATE trials SET state = :state, ended_at = :ended WHERE id = :id",
+                {"state": state.value, "ended": time.time() if state.is_final else None, "id": trial_id},
             )
 
     def request_pause(self, experiment_id: int) -> None:
         """Asks the experiment's launcher to have its trials checkpoint and stop."""
         with self._write() as db:
-            db.execute("UPDATE experiments SET pause_requested_at = ? WHERE id = ?", (time.time(), experiment_id))
+            db.execute(
+                "UPDATE experiments SET pause_requested_at = :now WHERE id = :id",
+                {"now": time.time(), "id": experiment_id},
+            )
 
     def set_progress(self, trial_id: int, batches_trained: int, max_batches: Optional[int] = None) -> None:
         """Records how far a trial is, and (when given) how many batches it trains in all."""
         with self._write() as db:
             if max_batches is None:
-                db.execute("UPDATE trials SET batches_trained = ? WHERE id = ?", (batches_trained, trial_id))
+                db.execute(
+                    "UPDATE trials SET batches_trained = :batches WHERE id = :id",
+                    {"batches": batches_trained, "id": trial_id},
+                )
             else:
                 db.execute(
-                    "UPDATE trials SET batches_trained = ?, max_batches = ? WHERE id = ?",
-                    (batches_trained, max_batches, trial_id),
+                    "UPDATE trials SET batches_trained = :batches, max_batches = :max_batches WHERE id = :id",
+                    {"batches": batches_trained, "max_batches": max_batches, "id": trial_id},
                 )
 
     # Runs of a trial.
@@ -726,16 +806,21 @@ class ExperimentStore(JobTable):
             The run's id.
         """
         with self._write() as db:
-            cursor = db.execute(
-                "INSERT INTO trial_runs (trial_id, started_at, state, start_batches) VALUES (?, ?, ?, ?)",
-                (trial_id, time.time(), State.ACTIVE.value, start_batches),
+            return db.insert(
+                "INSERT INTO trial_runs (trial_id, started_at, state, start_batches)"
+                " VALUES (:trial_id, :started_at, :state, :start_batches) RETURNING id",
+                {
+                    "trial_id": trial_id,
+                    "started_at": time.time(),
+                    "state": State.ACTIVE.value,
+                    "start_batches": start_batches,
+                },
             )
-            return inserted_id(cursor)
 
     def acknowledge_preemption(self, run_id: int) -> None:
         """Records that the run stops because it was asked to pause, not because it is done."""
         with self._write() as db:
-            db.execute("UPDATE trial_runs SET preempted = 1 WHERE id = ?", (run_id,))
+            db.execute("UPDATE trial_runs SET preempted = 1 WHERE id = :id", {"id": run_id})
 
     def record_run_error(self, run_id: int, error: dict[str, Any]) -> None:
         """Records the error that ended a run.
@@ -744,18 +829,23 @@ class ExperimentStore(JobTable):
         error marked ``consequence`` (a process whose peer died) gives way to the
         error of the process that died first, whichever recorded first.
         """
-        replaceable = "error IS NULL"
-        if not error.get("consequence"):
-            replaceable += " OR json_extract(error, '$.consequence')"
         with self._write() as db:
-            db.execute(f"UPDATE trial_runs SET error = ? WHERE id = ? AND ({replaceable})", (json.dumps(error), run_id))
+            # Read and decided here, in the write's transaction: no JSON function is common to both databases.
+            found = db.row("SELECT error FROM trial_runs WHERE id = :id", {"id": run_id})
+            if found is None:
+                return
+            recorded = None if found["error"] is None else json.loads(found["error"])
+            if recorded is None or (not error.get("consequence") and recorded.get("consequence")):
+                db.execute(
+                    "UPDATE trial_runs SET error = :error WHERE id = :id", {"error": json.dumps(error), "id": run_id}
+                )
 
     def end_run(self, run_id: int, state: State, exit_status: Optional[int] = None) -> None:
         """Records how a run ended (and its processes' exit status, when they were launched)."""
         with self._write() as db:
             db.execute(
-                "UPDATE trial_runs SET state = ?, ended_at = ?, exit_status = ? WHERE id = ?",
-                (State(state).value, time.time(), exit_status, run_id),
+                "UPDATE trial_runs SET state = :state, ended_at = :ended, exit_status = :exit_status WHERE id = :id",
+                {"state": State(state).value, "ended": time.time(), "exit_status": exit_status, "id": run_id},
             )
 
     # Metrics and checkpoints.
@@ -771,10 +861,21 @@ class ExperimentStore(JobTable):
         """Records a workload's training metrics (``kind="training"``) or a validation's."""
         with self._write() as db:
             db.execute(
-                "INSERT INTO metrics (trial_id, kind, batches, metrics, recorded_at, run_id) VALUES (?, ?, ?, ?, ?, ?)",
-                (trial_id, MetricKind(kind).value, batches, json.dumps(metrics), time.time(), run_id),
+                "INSERT INTO metrics (trial_id, kind, batches, metrics, recorded_at, run_id)"
+                " VALUES (:trial_id, :kind, :batches, :metrics, :recorded_at, :run_id)",
+                {
+                    "trial_id": trial_id,
+                    "kind": MetricKind(kind).value,
+                    "batches": batches,
+                    "metrics": json.dumps(metrics),
+                    "recorded_at": time.time(),
+                    "run_id": run_id,
+                },
             )
-            db.execute("UPDATE trials SET batches_trained = MAX(batches_trained, ?) WHERE id = ?", (batches, trial_id))
+            db.execute(
+                "UPDATE trials SET batches_trained = :batches WHERE id = :id AND batches_trained < :batches",
+                {"batches": batches, "id": trial_id},
+            )
 
     def record_checkpoint(
         self,
@@ -789,9 +890,22 @@ class ExperimentStore(JobTable):
         """Records a sealed checkpoint."""
         with self._write() as db:
             db.execute(
-                "INSERT OR REPLACE INTO checkpoints (uuid, trial_id, batches, path, size_bytes, metadata, state,"
-                " created_at, run_id) VALUES (?, ?, ?, ?, ?, ?, 'COMPLETED', ?, ?)",
-                (uuid, trial_id, batches, path, size_bytes, json.dumps(metadata), time.time(), run_id),
+                "INSERT INTO checkpoints (uuid, trial_id, batches, path, size_bytes, metadata, state, created_at,"
+                " run_id) VALUES (:uuid, :trial_id, :batches, :path, :size_bytes, :metadata, 'COMPLETED',"
+                " :created_at, :run_id) ON CONFLICT (uuid) DO UPDATE SET trial_id = excluded.trial_id,"
+                " batches = excluded.batches, path = excluded.path, size_bytes = excluded.size_bytes,"
+                " metadata = excluded.metadata, state = excluded.state, created_at = excluded.created_at,"
+                " run_id = excluded.run_id",
+                {
+                    "uuid": uuid,
+                    "trial_id": trial_id,
+                    "batches": batches,
+                    "path": path,
+                    "size_bytes": size_bytes,
+                    "metadata": json.dumps(metadata),
+                    "created_at": time.time(),
+                    "run_id": run_id,
+                },
             )
 
     def record_checkpoint_validation(
@@ -806,24 +920,30 @@ class ExperimentStore(JobTable):
                 changed it; None keeps the recorded size.
         """
         with self._write() as db:
-            row = db.execute("SELECT metadata FROM checkpoints WHERE uuid = ?", (uuid,)).fetchone()
+            row = db.row("SELECT metadata, size_bytes FROM checkpoints WHERE uuid = :uuid", {"uuid": uuid})
             if row is not None:
                 metadata = {**json.loads(row["metadata"]), "validation_metrics": metrics}
                 db.execute(
-                    "UPDATE checkpoints SET metadata = ?, size_bytes = COALESCE(?, size_bytes) WHERE uuid = ?",
-                    (json.dumps(metadata), size_bytes, uuid),
+                    "UPDATE checkpoints SET metadata = :metadata, size_bytes = :size_bytes WHERE uuid = :uuid",
+                    {
+                        "metadata": json.dumps(metadata),
+                        "size_bytes": row["size_bytes"] if size_bytes is None else size_bytes,
+                        "uuid": uuid,
+                    },
                 )
 
     def mark_checkpoints_deleted(self, uuids: list[str]) -> None:
         """Records that retention deleted these checkpoints' files."""
         with self._write() as db:
-            db.executemany("UPDATE checkpoints SET state = 'DELETED' WHERE uuid = ?", [(uuid,) for uuid in uuids])
+            db.execute_many(
+                "UPDATE checkpoints SET state = 'DELETED' WHERE uuid = :uuid", [{"uuid": uuid} for uuid in uuids]
+            )
 
     # Reading.
 
     def experiments(self) -> list[ExperimentRecord]:
         """Every experiment, oldest first, with its trials' progress."""
-        rows = self._connection.execute(f"{_EXPERIMENTS_WITH_PROGRESS} GROUP BY e.id ORDER BY e.id").fetchall()
+        rows = self._database.read(f"{_EXPERIMENTS_WITH_PROGRESS} GROUP BY e.id ORDER BY e.id")
         return [_experiment_record(row) for row in rows]
 
     def experiment(self, experiment_id: int) -> ExperimentRecord:
@@ -832,26 +952,26 @@ class ExperimentStore(JobTable):
         Raises:
             UnknownIdError: there is no experiment ``experiment_id``.
         """
-        row = self._connection.execute(
-            f"{_EXPERIMENTS_WITH_PROGRESS} WHERE e.id = ? GROUP BY e.id", (experiment_id,)
-        ).fetchone()
+        row = self._database.read_one(
+            f"{_EXPERIMENTS_WITH_PROGRESS} WHERE e.id = :id GROUP BY e.id", {"id": experiment_id}
+        )
         if row is None:
-            raise UnknownIdError(f"There is no experiment {experiment_id} in the store {self.path}.")
+            raise UnknownIdError(f"There is no experiment {experiment_id} in the store {self.location}.")
         return _experiment_record(row)
 
     def find_experiment(self, run_key: str) -> Optional[ExperimentRecord]:
         """The latest experiment recorded with ``run_key``, if any."""
-        row = self._connection.execute(
-            "SELECT id FROM experiments WHERE run_key = ? ORDER BY id DESC LIMIT 1", (run_key,)
-        ).fetchone()
+        row = self._database.read_one(
+            "SELECT id FROM experiments WHERE run_key = :run_key ORDER BY id DESC LIMIT 1", {"run_key": run_key}
+        )
         return None if row is None else self.experiment(row["id"])
 
     def trials(self, experiment_id: int) -> list[TrialRecord]:
         """An experiment's trials, oldest first."""
-        rows = self._connection.execute(
-            f"{_TRIALS_WITH_LAUNCHER} WHERE t.experiment_id = ? ORDER BY t.id", (experiment_id,)
+        rows = self._database.read(
+            f"{_TRIALS_WITH_LAUNCHER} WHERE t.experiment_id = :id ORDER BY t.id", {"id": experiment_id}
         )
-        return [_trial_record(row) for row in rows.fetchall()]
+        return [_trial_record(row) for row in rows]
 
     def trial(self, trial_id: int) -> TrialRecord:
         """One trial.
@@ -859,21 +979,21 @@ class ExperimentStore(JobTable):
         Raises:
             UnknownIdError: there is no trial ``trial_id``.
         """
-        row = self._connection.execute(f"{_TRIALS_WITH_LAUNCHER} WHERE t.id = ?", (trial_id,)).fetchone()
+        row = self._database.read_one(f"{_TRIALS_WITH_LAUNCHER} WHERE t.id = :id", {"id": trial_id})
         if row is None:
-            raise UnknownIdError(f"There is no trial {trial_id} in the store {self.path}.")
+            raise UnknownIdError(f"There is no trial {trial_id} in the store {self.location}.")
         return _trial_record(row)
 
     def trial_runs(self, trial_id: int) -> list[TrialRunRecord]:
         """A trial's runs, oldest first."""
-        rows = self._connection.execute(f"{_RUNS_WITH_LAUNCHER} WHERE r.trial_id = ? ORDER BY r.id", (trial_id,))
-        return [_run_record(row) for row in rows.fetchall()]
+        rows = self._database.read(f"{_RUNS_WITH_LAUNCHER} WHERE r.trial_id = :id ORDER BY r.id", {"id": trial_id})
+        return [_run_record(row) for row in rows]
 
     def trial_run(self, run_id: int) -> TrialRunRecord:
         """One run of a trial."""
-        row = self._connection.execute(f"{_RUNS_WITH_LAUNCHER} WHERE r.id = ?", (run_id,)).fetchone()
+        row = self._database.read_one(f"{_RUNS_WITH_LAUNCHER} WHERE r.id = :id", {"id": run_id})
         if row is None:
-            raise UnknownIdError(f"There is no trial run {run_id} in the store {self.path}.")
+            raise UnknownIdError(f"There is no trial run {run_id} in the store {self.location}.")
         return _run_record(row)
 
     def metrics(
@@ -893,15 +1013,15 @@ class ExperimentStore(JobTable):
                 following a run as it goes).
         """
         query = (
-            "SELECT m.rowid AS id, m.* FROM metrics m WHERE m.trial_id = ? AND m.kind = ? AND m.rowid > ?"
+            "SELECT m.* FROM metrics m WHERE m.trial_id = :trial_id AND m.kind = :kind AND m.id > :after_id"
             f" AND {_NOT_ROLLED_BACK}"
         )
-        parameters: list[Any] = [trial_id, MetricKind(kind).value, after_id]
+        parameters: dict[str, Any] = {"trial_id": trial_id, "kind": MetricKind(kind).value, "after_id": after_id}
         if run_id is not None:
-            query += " AND m.run_id = ?"
-            parameters.append(run_id)
-        rows = self._connection.execute(query + " ORDER BY m.batches, m.rowid", parameters)
-        return [_metric_record(row) for row in rows.fetchall()]
+            query += " AND m.run_id = :run_id"
+            parameters["run_id"] = run_id
+        rows = self._database.read(query + " ORDER BY m.batches, m.id", parameters)
+        return [_metric_record(row) for row in rows]
 
     def experiment_metrics(self, experiment_id: int, kind: MetricKind) -> list[MetricRecord]:
         """Every trial's training or validation metrics of an experiment, by trial and then batches.
@@ -909,31 +1029,42 @@ class ExperimentStore(JobTable):
         One query for all the trials (a page that draws a search's curves needs them all at
         once); the rows left out are those :meth:`metrics` leaves out.
         """
-        rows = self._connection.execute(
-            "SELECT m.rowid, m.trial_id, m.kind, m.batches, m.metrics, m.recorded_at, m.run_id FROM metrics m"
-            f" JOIN trials t ON t.id = m.trial_id WHERE t.experiment_id = ? AND m.kind = ? AND {_NOT_ROLLED_BACK}"
-            " ORDER BY m.trial_id, m.batches, m.rowid",
-            (experiment_id, MetricKind(kind).value),
+        rows = self._database.read(
+            "SELECT m.id, m.trial_id, m.batches, m.metrics, m.recorded_at, m.run_id FROM metrics m"
+            " JOIN trials t ON t.id = m.trial_id WHERE t.experiment_id = :experiment_id AND m.kind = :kind"
+            f" AND {_NOT_ROLLED_BACK} ORDER BY m.trial_id, m.batches, m.id",
+            {"experiment_id": experiment_id, "kind": MetricKind(kind).value},
         )
         # Built here rather than by _metric_record: a large search has hundreds of thousands of rows, all of one kind.
         kind = MetricKind(kind)
         return [
-            MetricRecord(row[0], row[1], kind, row[3], json.loads(row[4]), row[5], row[6]) for row in rows.fetchall()
+            MetricRecord(
+                row["id"],
+                row["trial_id"],
+                kind,
+                row["batches"],
+                json.loads(row["metrics"]),
+                row["recorded_at"],
+                row["run_id"],
+            )
+            for row in rows
         ]
 
     def checkpoints(
         self, experiment_id: int, include_deleted: bool = False, trial_id: Optional[int] = None
     ) -> list[CheckpointRecord]:
         """An experiment's checkpoints (or one trial's), oldest first: only those still on disk unless asked."""
-        query = "SELECT c.* FROM checkpoints c JOIN trials t ON c.trial_id = t.id WHERE t.experiment_id = ?"
-        parameters: list[Any] = [experiment_id]
+        query = (
+            "SELECT c.* FROM checkpoints c JOIN trials t ON c.trial_id = t.id WHERE t.experiment_id = :experiment_id"
+        )
+        parameters: dict[str, Any] = {"experiment_id": experiment_id}
         if trial_id is not None:
-            query += " AND c.trial_id = ?"
-            parameters.append(trial_id)
+            query += " AND c.trial_id = :trial_id"
+            parameters["trial_id"] = trial_id
         if not include_deleted:
             query += " AND c.state = 'COMPLETED'"
-        rows = self._connection.execute(query + " ORDER BY c.batches, c.created_at", parameters)
-        return [_checkpoint_record(row) for row in rows.fetchall()]
+        rows = self._database.read(query + " ORDER BY c.batches, c.created_at", parameters)
+        return [_checkpoint_record(row) for row in rows]
 
     def checkpoint(self, uuid: str) -> CheckpointRecord:
         """One checkpoint, by its uuid.
@@ -941,17 +1072,19 @@ class ExperimentStore(JobTable):
         Raises:
             UnknownIdError: the store records no checkpoint ``uuid``.
         """
-        row = self._connection.execute("SELECT * FROM checkpoints WHERE uuid = ?", (uuid,)).fetchone()
+        row = self._database.read_one("SELECT * FROM checkpoints WHERE uuid = :uuid", {"uuid": uuid})
         if row is None:
-            raise UnknownIdError(f"There is no checkpoint {uuid} in the store {self.path}.")
+            raise UnknownIdError(f"There is no checkpoint {uuid} in the store {self.location}.")
         return _checkpoint_record(row)
 
     def checkpoints_starting_with(self, prefix: str, limit: int) -> list[CheckpointRecord]:
         """Up to ``limit`` checkpoints whose uuid starts with ``prefix`` (an exact uuid included), by uuid."""
-        rows = self._connection.execute(
-            "SELECT * FROM checkpoints WHERE substr(uuid, 1, ?) = ? ORDER BY uuid LIMIT ?", (len(prefix), prefix, limit)
+        rows = self._database.read(
+            "SELECT * FROM checkpoints WHERE substr(uuid, 1, CAST(:length AS INTEGER)) = :prefix ORDER BY uuid"
+            " LIMIT CAST(:limit AS INTEGER)",
+            {"length": len(prefix), "prefix": prefix, "limit": limit},
         )
-        return [_checkpoint_record(row) for row in rows.fetchall()]
+        return [_checkpoint_record(row) for row in rows]
 
     def best_checkpoints(self, experiment_id: int, metric: str, smaller_is_better: bool, count: int) -> set[str]:
         """The uuids of the experiment's ``count`` best checkpoints still on disk, over all its trials.
@@ -976,13 +1109,15 @@ class ExperimentStore(JobTable):
         metric, smaller = experiment.searcher_metric, experiment.smaller_is_better
         best: Optional[BestValidation] = None
         # Parsed here, not with SQLite's JSON functions, which refuse the NaN a metric may hold.
-        rows = self._connection.execute(
+        query = (
             "SELECT m.trial_id, m.batches, m.metrics FROM metrics m JOIN trials t ON t.id = m.trial_id"
-            " WHERE t.experiment_id = ? AND m.kind = 'validation' AND (? IS NULL OR m.trial_id = ?)"
-            f" AND {_NOT_ROLLED_BACK} ORDER BY m.rowid",
-            (experiment_id, trial_id, trial_id),
+            f" WHERE t.experiment_id = :experiment_id AND m.kind = 'validation' AND {_NOT_ROLLED_BACK}"
         )
-        for row in rows.fetchall():
+        parameters: dict[str, Any] = {"experiment_id": experiment_id}
+        if trial_id is not None:
+            query += " AND m.trial_id = :trial_id"
+            parameters["trial_id"] = trial_id
+        for row in self._database.read(query + " ORDER BY m.id", parameters):
             value = json.loads(row["metrics"]).get(metric)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or value != value:  # NaN
                 continue
@@ -991,12 +1126,12 @@ class ExperimentStore(JobTable):
         return best
 
 
-def _state_as_seen(row: sqlite3.Row) -> State:
+def _state_as_seen(row: RowMapping) -> State:
     """The row's state as seen now (:func:`state_as_seen`); the row joins the experiment's launcher."""
     return state_as_seen(State(row["state"]), row["launcher_pid"], row["launcher_host"], row["launcher_started"])
 
 
-def _experiment_record(row: sqlite3.Row) -> ExperimentRecord:
+def _experiment_record(row: RowMapping) -> ExperimentRecord:
     return ExperimentRecord(
         id=row["id"],
         name=row["name"],
@@ -1021,7 +1156,7 @@ def _experiment_record(row: sqlite3.Row) -> ExperimentRecord:
     )
 
 
-def _trial_record(row: sqlite3.Row) -> TrialRecord:
+def _trial_record(row: RowMapping) -> TrialRecord:
     return TrialRecord(
         id=row["id"],
         experiment_id=row["experiment_id"],
@@ -1044,7 +1179,7 @@ def _trial_record(row: sqlite3.Row) -> TrialRecord:
     )
 
 
-def _metric_record(row: sqlite3.Row) -> MetricRecord:
+def _metric_record(row: RowMapping) -> MetricRecord:
     return MetricRecord(
         id=row["id"],
         trial_id=row["trial_id"],
@@ -1056,7 +1191,7 @@ def _metric_record(row: sqlite3.Row) -> MetricRecord:
     )
 
 
-def _checkpoint_record(row: sqlite3.Row) -> CheckpointRecord:
+def _checkpoint_record(row: RowMapping) -> CheckpointRecord:
     metadata = json.loads(row["metadata"])
     return CheckpointRecord(
         uuid=row["uuid"],
@@ -1072,7 +1207,7 @@ def _checkpoint_record(row: sqlite3.Row) -> CheckpointRecord:
     )
 
 
-def _end_runs_of_a_dead_launcher(db: sqlite3.Connection, experiment_id: int) -> None:
+def _end_runs_of_a_dead_launcher(db: Transaction, experiment_id: int) -> None:
     """Ends as INTERRUPTED the runs still ACTIVE, which died with their launcher, as the launcher would have.
 
     They read as INTERRUPTED already (:func:`_run_record`), and must not read as ACTIVE
@@ -1081,16 +1216,16 @@ def _end_runs_of_a_dead_launcher(db: sqlite3.Connection, experiment_id: int) -> 
     """
     active = (
         "SELECT r.trial_id FROM trial_runs r JOIN trials t ON t.id = r.trial_id"
-        " WHERE r.state = 'ACTIVE' AND t.experiment_id = ?"
+        " WHERE r.state = 'ACTIVE' AND t.experiment_id = :experiment_id"
     )
     db.execute(
         "UPDATE trials SET batches_trained = COALESCE((SELECT MAX(c.batches) FROM checkpoints c"
         f" WHERE c.trial_id = trials.id AND c.state = 'COMPLETED'), 0) WHERE id IN ({active})",
-        (experiment_id,),
+        {"experiment_id": experiment_id},
     )
     db.execute(
-        f"UPDATE trial_runs SET state = ?, ended_at = ? WHERE state = 'ACTIVE' AND trial_id IN ({active})",
-        (State.INTERRUPTED.value, time.time(), experiment_id),
+        f"UPDATE trial_runs SET state = :state, ended_at = :ended WHERE state = 'ACTIVE' AND trial_id IN ({active})",
+        {"state": State.INTERRUPTED.value, "ended": time.time(), "experiment_id": experiment_id},
     )
 
 
@@ -1106,8 +1241,9 @@ _NOT_ROLLED_BACK = (
 # A run is read with its experiment's launcher, which an ACTIVE run cannot outlive.
 # An experiment with the sums of its trials' progress (see ExperimentRecord).
 _EXPERIMENTS_WITH_PROGRESS = (
-    "SELECT e.*, COALESCE(SUM(t.batches_trained), 0) AS batches_trained, MAX(t.max_batches) AS max_batches,"
-    " COUNT(t.id) AS num_trials FROM experiments e LEFT JOIN trials t ON t.experiment_id = e.id"
+    "SELECT e.*, CAST(COALESCE(SUM(t.batches_trained), 0) AS BIGINT) AS batches_trained,"
+    " MAX(t.max_batches) AS max_batches, COUNT(t.id) AS num_trials"
+    " FROM experiments e LEFT JOIN trials t ON t.experiment_id = e.id"
 )
 # Trials and runs with their experiment's launcher, from which their state as seen is read.
 _TRIALS_WITH_LAUNCHER = (
@@ -1120,7 +1256,7 @@ _RUNS_WITH_LAUNCHER = (
 )
 
 
-def _run_record(row: sqlite3.Row) -> TrialRunRecord:
+def _run_record(row: RowMapping) -> TrialRunRecord:
     return TrialRunRecord(
         id=row["id"],
         trial_id=row["trial_id"],
@@ -1132,20 +1268,3 @@ def _run_record(row: sqlite3.Row) -> TrialRunRecord:
         start_batches=row["start_batches"],
         error=None if row["error"] is None else json.loads(row["error"]),
     )
-
-
-def _enable_wal(connection: sqlite3.Connection, deadline: float) -> None:
-    """Puts the database in WAL mode, waiting for other writers as long as ``deadline`` allows.
-
-    Switching a new file to WAL needs its write lock, and SQLite reports "database is
-    locked" at once, without the busy timeout, when another process holds it (one that
-    is creating the same new store, say).
-    """
-    while True:
-        try:
-            connection.execute("PRAGMA journal_mode = WAL")
-            return
-        except sqlite3.OperationalError as error:
-            if "locked" not in str(error) or time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)

@@ -11,6 +11,7 @@ import datetime
 import json
 import logging
 import math
+import os
 import secrets
 import sqlite3
 import subprocess
@@ -32,10 +33,12 @@ from det_estimator import orchestration
 from det_estimator.errors import DetEstimatorError
 from det_estimator.store import (
     ExperimentStore,
+    NoStoreError,
     State,
+    StoreError,
+    StoreLocation,
     StoreUnusableError,
     UnknownIdError,
-    damaged_store_error,
     to_json_value,
 )
 from det_estimator.ui import _views as views
@@ -81,14 +84,22 @@ class Settings:
     """What the app serves, and to whom.
 
     Attributes:
-        store_path: the store's database file (it may not exist yet: the pages say so).
+        store_path: the store: its database file (it may not exist yet: the pages say so), or
+            a PostgreSQL database.
         access: the address rule and the token.
         refresh_seconds: how often the pages fetch their data again.
     """
 
-    store_path: Path
+    store_path: Union[Path, StoreLocation]
     access: Access
     refresh_seconds: float = 3.0
+
+    @property
+    def location(self) -> StoreLocation:
+        """The store, wherever it is."""
+        if isinstance(self.store_path, StoreLocation):
+            return self.store_path
+        return StoreLocation(path=self.store_path)
 
 
 def create_app(settings: Settings) -> Starlette:
@@ -259,12 +270,13 @@ class _Pages:
     @staticmethod
     def _resume(store: ExperimentStore, experiment_id: int) -> str:
         """Runs ``det-estimator experiment resume`` in a process of its own, which goes on after the server stops."""
-        orchestration.check_resumable(store.experiment(experiment_id), orchestration.command_on(store.path))
+        orchestration.check_resumable(store.experiment(experiment_id), orchestration.command_on(store.location))
         output = store.files_dir / "experiments" / str(experiment_id) / "resumed-from-ui.log"
         output.parent.mkdir(parents=True, exist_ok=True)
         with open(output, "ab") as log:
             process = subprocess.Popen(
-                orchestration.resume_command(store.path, experiment_id),
+                orchestration.resume_command(store.location, experiment_id),
+                env={**os.environ, **store.location.environment()},
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -308,7 +320,7 @@ class _Pages:
         A missing, empty or damaged store, an id it does not hold: each gives its own
         answer, never a traceback.
         """
-        path = self._settings.store_path
+        location = self._settings.location
 
         def error(status: int, title: str, message: str) -> Response:
             if as_json:
@@ -316,7 +328,7 @@ class _Pages:
             return _error_page(self._templates, status, title, message)
 
         try:
-            store = _open_store(path)
+            store = _open_store(location)
         except StoreMissingError as missing:
             return error(503, "No store", str(missing))
         except StoreUnusableError as unusable:
@@ -325,22 +337,28 @@ class _Pages:
             return answer(store)
         except UnknownIdError as unknown:
             return error(404, "Not found", str(unknown))
-        except sqlite3.DatabaseError as failure:
-            damaged = damaged_store_error(path, failure)
-            return error(
-                503, "Store unusable", str(damaged) if damaged else f"The store {path} cannot be read: {failure}."
-            )
+        except StoreError as failure:
+            # A damaged store, or a database that stopped answering: the store's own errors say which.
+            return error(503, "Store unusable", str(failure))
+        except sqlite3.Error as failure:
+            return error(503, "Store unusable", f"The store {location} cannot be read: {failure}.")
         finally:
             store.close()
 
     def _render(self, template: str, **context: Any) -> HTMLResponse:
         context.setdefault("refresh_seconds", self._settings.refresh_seconds)
-        context.setdefault("store_path", str(self._settings.store_path))
+        context.setdefault("store_path", str(self._settings.location))
         return HTMLResponse(self._templates.get_template(template).render(**context))
 
 
-def _open_store(path: Path) -> ExperimentStore:
-    """The store at ``path``, never made there: a page over a path with no store says so."""
+def _open_store(location: StoreLocation) -> ExperimentStore:
+    """The store at ``location``, never made there: a page over a path (or a database) with no store says so."""
+    if location.path is None:
+        try:
+            return ExperimentStore(location, create=False)
+        except NoStoreError as missing:
+            raise StoreMissingError(f"{missing} This page shows it once it exists.") from None
+    path = location.path
     if not path.exists():
         raise StoreMissingError(
             f"There is no experiment store at {path} yet. `det-estimator --store {path} experiment create ...` makes "

@@ -3,9 +3,10 @@
 import os
 import sys
 from pathlib import Path
-from typing import Optional, TextIO
+from typing import Optional, TextIO, Union
 
 from det_estimator import _environment_variables as environment_variables
+from det_estimator.store import StoreLocation, parse_store_location
 from det_estimator.ui._access import Access, is_loopback, new_token
 from det_estimator.ui._app import Settings, create_app
 
@@ -15,7 +16,7 @@ TOKEN_VARIABLE = environment_variables.UI_TOKEN
 
 
 def serve(
-    store_path: Path,
+    store_path: Union[Path, str, StoreLocation],
     host: str = "127.0.0.1",
     port: int = 8080,
     token: Optional[str] = None,
@@ -29,7 +30,8 @@ def serve(
     in the address to open.
 
     Args:
-        store_path: the store's database file (it may not exist yet: the pages say so).
+        store_path: the store: its database file (it may not exist yet: the pages say so), or a
+            PostgreSQL database's URL.
         host: the address to listen on.
         port: the port to listen on.
         token: the token requests must carry (at least 16 characters).
@@ -42,7 +44,9 @@ def serve(
     loopback = is_loopback(host)
     given = token or os.environ.get(TOKEN_VARIABLE)
     access = Access(token=given or new_token(), loopback=loopback)
-    app = create_app(Settings(Path(store_path).expanduser().resolve(), access, refresh_seconds))
+    location = parse_store_location(store_path, "The store")
+    app = create_app(Settings(location, access, refresh_seconds))
+    store_path = location.shown
     shown_host = f"[{host}]" if ":" in host else host
     address = f"http://{shown_host}:{port}/"
     if loopback:

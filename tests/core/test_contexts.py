@@ -627,6 +627,21 @@ def test_core_init_off_an_experiment_records_a_run_and_its_end(tmp_path, monkeyp
         assert run.error["type"] == "ZeroDivisionError" and "1 / 0" in run.error["traceback"]
 
 
+def test_core_init_records_in_the_postgresql_store_the_variable_names(tmp_path, monkeypatch, postgres_url):
+    # The same parser as --store: the variable may name a database as well as a file.
+    monkeypatch.setenv("DET_ESTIMATOR_STORE", postgres_url)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(_info.INFO_VARIABLE, raising=False)
+    with core.init() as core_context:
+        (op,) = list(_single(core_context))
+        core_context.train.report_validation_metrics(1, {"accuracy": 0.5})
+        trial_id = core_context.info.trial.trial_id
+    with ExperimentStore(postgres_url) as store:
+        (experiment,) = store.experiments()
+        assert experiment.state == State.COMPLETED
+        assert [m.metrics for m in store.metrics(trial_id, "validation")] == [{"accuracy": 0.5}]
+
+
 @pytest.mark.parametrize(
     ("exit_code", "paused", "state"),
     [(0, True, State.PAUSED), (None, False, State.COMPLETED), (3, False, State.ERROR)],

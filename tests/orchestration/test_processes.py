@@ -28,3 +28,16 @@ def test_the_processes_get_the_runs_info_and_environment_and_hand_on_every_line(
     assert lines == ["BATCH_INFERENCE 3 127.0.0.1 yes\n", "port True 1\n"]
     assert _info.ClusterInfo.from_json((tmp_path / "info.json").read_text()) == info
     processes.kill()  # ended already: nothing to do
+
+
+def test_the_runs_info_file_is_readable_by_its_user_alone(tmp_path):
+    # It names the store, which may be a database URL holding its password.
+    store = "postgresql://bob:s3cret@db.example/team"
+    info = _info.ClusterInfo("BATCH_INFERENCE", None, None, {}, store, "")
+    (tmp_path / "info.json").write_text("an older file, readable by all")
+    (tmp_path / "info.json").chmod(0o644)
+
+    info.write(tmp_path / "info.json")
+
+    assert (tmp_path / "info.json").stat().st_mode & 0o777 == 0o600
+    assert _info.ClusterInfo.from_json((tmp_path / "info.json").read_text()).store_path == store

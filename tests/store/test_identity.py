@@ -326,9 +326,16 @@ def test_what_the_original_runs_reads_as_interrupted_in_its_detached_copy(origin
 
 @pytest.mark.parametrize(
     "url",
-    ["postgresql://bob:s3cret@db.example:5432/team", "postgres://db/team", "sqlite:///runs/store.sqlite"],
+    [
+        "mysql://bob:s3cret@db.example:3306/team",
+        "postgres://db/team",
+        "sqlite:///runs/store.sqlite",
+        "postgresql:/db/x",
+    ],
 )
-def test_a_database_url_is_refused_without_a_folder_made_or_its_password_shown(tmp_path, monkeypatch, url):
+def test_a_database_url_of_another_scheme_is_refused_without_a_folder_made_or_its_password_shown(
+    tmp_path, monkeypatch, url
+):
     monkeypatch.chdir(tmp_path)
     for given, variable in ((url, None), (None, url)):
         if variable is None:
@@ -338,5 +345,7 @@ def test_a_database_url_is_refused_without_a_folder_made_or_its_password_shown(t
         with pytest.raises(StoreUnusableError, match="is a database URL") as refused:
             ExperimentStore(given)
         assert "s3cret" not in str(refused.value)
+        # It names the two forms a store is given in.
+        assert "path of an SQLite file" in str(refused.value) and "postgresql://" in str(refused.value)
     # Read as a path, the URL would have made a folder "postgresql:" (or "sqlite:") here.
     assert list(tmp_path.iterdir()) == []

@@ -5,6 +5,7 @@ import fcntl
 import json
 import os
 import random
+import re
 import sqlite3
 import subprocess
 import sys
@@ -58,12 +59,6 @@ TABLES = [
     "trial_runs",
     "trials",
 ]
-
-
-@pytest.fixture
-def store(tmp_path):
-    with ExperimentStore(tmp_path / "store.sqlite") as store:
-        yield store
 
 
 def new_experiment(store, name="mnist", test=False, config=CONFIG):
@@ -298,7 +293,9 @@ def test_records_as_json_have_null_for_nan_and_names_for_states(store):
 
 
 def test_unknown_ids_raise_unknown_id_error_naming_the_store(store):
-    with pytest.raises(UnknownIdError, match="There is no experiment 42 in the store .*store.sqlite") as raised:
+    with pytest.raises(
+        UnknownIdError, match=f"There is no experiment 42 in the store {re.escape(store.home)}"
+    ) as raised:
         store.experiment(42)
     assert isinstance(raised.value, LookupError) and isinstance(raised.value, StoreError)
     with pytest.raises(UnknownIdError, match="There is no trial 7 in the store"):
@@ -405,15 +402,15 @@ def test_a_final_state_leaves_trials_that_ended_on_their_own_alone(store):
     assert [t.state for t in store.trials(experiment_id)] == [COMPLETED, PAUSED]
 
 
-def test_active_experiment_whose_launcher_died_reads_as_interrupted(store):
+def test_active_experiment_whose_launcher_died_reads_as_interrupted(store, beside):
     experiment_id = new_experiment(store)
     store.set_launcher(experiment_id, dead_pid())
 
     assert store.experiment(experiment_id).state == INTERRUPTED
     assert [e.state for e in store.experiments()] == [INTERRUPTED]
     # Only the view changes: the record stays ACTIVE, so a resume can take it over.
-    with raw(store.path) as connection:
-        assert connection.execute("SELECT state FROM experiments").fetchone() == (ACTIVE,)
+    with beside(store) as connection:
+        assert connection.rows("SELECT state FROM experiments") == [(ACTIVE,)]
 
 
 def test_an_experiment_whose_creating_process_died_before_running_it_reads_as_interrupted(store):
@@ -424,7 +421,7 @@ def test_an_experiment_whose_creating_process_died_before_running_it_reads_as_in
     )
     # The process records the experiment and exits before it claims it to run it.
     created = subprocess.run(
-        [sys.executable, "-c", create, str(store.path)], capture_output=True, text=True, check=True
+        [sys.executable, "-c", create, store.location.passed_on], capture_output=True, text=True, check=True
     )
     experiment_id = int(created.stdout)
 
@@ -434,7 +431,7 @@ def test_an_experiment_whose_creating_process_died_before_running_it_reads_as_in
     assert store.experiment(new_experiment(store)).state == ACTIVE  # created by this process, which is alive
 
 
-def test_a_process_that_got_a_dead_launchers_pid_does_not_keep_its_experiment_active(store):
+def test_a_process_that_got_a_dead_launchers_pid_does_not_keep_its_experiment_active(store, beside):
     experiment_id = new_experiment(store)
     trial_id = store.create_trial(experiment_id, {}, 0, "/checkpoints")
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
@@ -444,7 +441,7 @@ def test_a_process_that_got_a_dead_launchers_pid_does_not_keep_its_experiment_ac
         assert store.experiment(experiment_id).state == ACTIVE
         # The launcher was killed and the system gave its pid to another process, which
         # started later (pids wrap at 32768 by default).
-        with raw(store.path) as connection:
+        with beside(store) as connection:
             connection.execute("UPDATE experiments SET launcher_started = launcher_started - 1")
 
         assert store.experiment(experiment_id).state == INTERRUPTED
@@ -496,10 +493,10 @@ def test_active_experiment_with_a_live_launcher_reads_as_active(store):
     assert [e.state for e in store.experiments()] == [ACTIVE]
 
 
-def test_launcher_on_another_host_is_assumed_alive(store):
+def test_launcher_on_another_host_is_assumed_alive(store, beside):
     experiment_id = new_experiment(store)
     store.set_launcher(experiment_id, dead_pid())
-    with raw(store.path) as connection:
+    with beside(store) as connection:
         connection.execute("UPDATE experiments SET launcher_host = 'another-machine'")
 
     assert store.experiment(experiment_id).state == ACTIVE
@@ -513,13 +510,16 @@ def test_finished_experiment_with_a_dead_launcher_keeps_its_state(store):
     assert store.experiment(experiment_id).state == PAUSED
 
 
-def test_a_job_whose_launcher_is_gone_reads_as_interrupted_and_an_ended_one_keeps_its_state(store):
+def test_a_job_whose_launcher_is_gone_reads_as_interrupted_and_an_ended_one_keeps_its_state(store, beside):
     running, killed, reused, ended = (store.create_job(f"job{i}", {}, "/context", ["predict.py"], 1) for i in range(4))
     store.end_job(ended, COMPLETED, 0)
-    with raw(store.path) as connection:
-        connection.execute("UPDATE jobs SET launcher_pid = ? WHERE id IN (?, ?)", (dead_pid(), killed, ended))
+    with beside(store) as connection:
+        connection.execute(
+            "UPDATE jobs SET launcher_pid = :pid WHERE id IN (:killed, :ended)",
+            {"pid": dead_pid(), "killed": killed, "ended": ended},
+        )
         # The system gave the killed launcher's pid to a process that started later.
-        connection.execute("UPDATE jobs SET launcher_started = launcher_started - 1 WHERE id = ?", (reused,))
+        connection.execute("UPDATE jobs SET launcher_started = launcher_started - 1 WHERE id = :id", {"id": reused})
 
     assert [job.state for job in store.jobs()] == [ACTIVE, INTERRUPTED, INTERRUPTED, COMPLETED]
     assert store.job(killed).state == INTERRUPTED
@@ -528,7 +528,8 @@ def test_a_job_whose_launcher_is_gone_reads_as_interrupted_and_an_ended_one_keep
 # The file.
 
 
-def test_store_is_in_wal_mode(store):
+def test_store_is_in_wal_mode(sqlite_store):
+    store = sqlite_store
     with raw(store.path) as connection:
         assert connection.execute("PRAGMA journal_mode").fetchone() == ("wal",)
         assert connection.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
@@ -566,17 +567,19 @@ def test_store_without_a_path_is_created_at_the_default_with_its_directories(mon
         assert len(reopened.experiments()) == 1
 
 
-def test_a_write_that_finds_the_disk_full_says_so_and_leaves_the_store_usable(store):
+def test_a_write_that_finds_the_disk_full_says_so_and_leaves_the_store_usable(sqlite_store):
+    store = sqlite_store
     experiment_id = new_experiment(store)
     # The file may not grow: SQLite fails as on a full disk, and ends the transaction itself.
-    pages = store._connection.execute("PRAGMA page_count").fetchone()[0]
-    store._connection.execute(f"PRAGMA max_page_count = {pages}")
+    connection = store._database.sqlite_connection()  # the store's own: the limit is the connection's
+    pages = connection.execute("PRAGMA page_count").fetchone()[0]
+    connection.execute(f"PRAGMA max_page_count = {pages}")
 
     with pytest.raises(StoreFullError, match=f"The store {store.path} cannot be written: database or disk is full"):
         store.create_experiment("big", {"notes": "x" * 1_000_000}, "/context", "model_def:Trial", 1, False)
 
-    assert not store._connection.in_transaction
-    store._connection.execute("PRAGMA max_page_count = 1073741823")
+    assert not connection.in_transaction
+    connection.execute("PRAGMA max_page_count = 1073741823")
     store.set_state(experiment_id, PAUSED)
     assert [record.state for record in store.experiments()] == [PAUSED]
 
@@ -993,7 +996,7 @@ def test_recorder_creates_no_event_file_for_metrics_with_nothing_numeric(store, 
     assert not Path(store.trial(trial_id).tensorboard_dir).exists()
 
 
-def test_recorder_records_checkpoints_with_their_size_and_lean_metadata(tmp_path, store, recorded_trial):
+def test_recorder_records_checkpoints_with_their_size_and_lean_metadata(tmp_path, store, recorded_trial, beside):
     experiment_id, trial_id = recorded_trial
     checkpoint = tmp_path / "checkpoints" / "uuid-1"
     (checkpoint / "model").mkdir(parents=True)
@@ -1019,8 +1022,8 @@ def test_recorder_records_checkpoints_with_their_size_and_lean_metadata(tmp_path
     assert (first.uuid, first.trial_id, first.batches, first.state) == ("uuid-1", trial_id, 10, "COMPLETED")
     assert (first.validation_metrics, first.size_bytes, first.path) == ({"loss": 0.5}, 1234, str(checkpoint))
     assert second.uuid == "uuid-2" and second.validation_metrics is None
-    with raw(store.path) as connection:
-        [(stored,)] = connection.execute("SELECT metadata FROM checkpoints WHERE uuid = 'uuid-1'").fetchall()
+    with beside(store) as connection:
+        [(stored,)] = connection.rows("SELECT metadata FROM checkpoints WHERE uuid = 'uuid-1'")
     assert json.loads(stored) == {"steps_completed": 10, "validation_metrics": {"loss": 0.5}, "hparams": {"lr": 0.1}}
     assert "rng_states" in metadata  # the caller's dictionary is left alone
 
@@ -1058,3 +1061,32 @@ def test_experiment_metrics_reads_every_trials_metrics_at_once_leaving_out_those
     ]
     assert records == store.metrics(first, VALIDATION) + store.metrics(second, VALIDATION)
     assert [r.metrics for r in store.experiment_metrics(experiment_id, TRAINING)] == [{"loss": 2.0}]
+
+
+def test_a_store_of_schema_8_gets_metric_ids_of_its_own_equal_to_their_rowids(tmp_path):
+    path = tmp_path / "eight.sqlite"
+    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as connection:
+        migrate(connection, str(path), MIGRATIONS[:8])
+        connection.execute(
+            "INSERT INTO experiments (name, state, config, context_dir, entrypoint, slots, test_mode, created_at)"
+            " VALUES ('old', 'PAUSED', '{}', '/c', 'm:T', 1, 0, 1.0)"
+        )
+        connection.execute(
+            "INSERT INTO trials (experiment_id, state, hparams, seed, checkpoint_dir, log_path, created_at)"
+            " VALUES (1, 'PAUSED', '{}', 0, '/c', '/l', 1.0)"
+        )
+        # Rowids with a gap, as a follower that read up to one of them would have seen them.
+        for rowid, batches in [(3, 10), (7, 20), (8, 30)]:
+            connection.execute(
+                "INSERT INTO metrics (rowid, trial_id, kind, batches, metrics, recorded_at)"
+                f" VALUES ({rowid}, 1, 'training', {batches}, '{{\"loss\": {batches}}}', 1.0)"
+            )
+
+    with ExperimentStore(path) as store:
+        assert [(m.id, m.batches) for m in store.metrics(1, "training")] == [(3, 10), (7, 20), (8, 30)]
+        assert [m.id for m in store.metrics(1, "training", after_id=3)] == [7, 8]
+        store.record_metrics(1, "training", 40, {"loss": 40})
+        assert store.metrics(1, "training")[-1].id == 9
+    with raw(path) as connection:
+        assert user_version(connection) == SCHEMA_VERSION == 9
+        assert connection.execute("SELECT files_dir FROM store_info").fetchall() == [(None,)]

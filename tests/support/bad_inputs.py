@@ -669,15 +669,20 @@ CASES: list[BadInput] = [
         "it is a store of its own already, and `store detach` has nothing to do",
     ),
     BadInput(
-        "a PostgreSQL URL as the store, to list (its password not shown)",
-        ("--store", "postgresql://bob:s3cret@db.example:5432/team", "experiment", "list"),
-        "--store postgresql://bob:***@db.example:5432/team is a database URL (postgresql), but a det-estimator store "
-        "is an SQLite file",
+        "a database URL of a scheme other than postgresql as the store (its password not shown)",
+        ("--store", "mysql://bob:s3cret@db.example:3306/team", "experiment", "list"),
+        "--store mysql://bob:***@db.example:3306/team is a database URL of the scheme mysql, not a store. Expected "
+        "the path of an SQLite file",
     ),
     BadInput(
-        "a PostgreSQL URL as the store, to create an experiment in",
-        ("--store", "postgresql://bob@db.example/team", "experiment", "create", "{ok}", "{dir}"),
-        "A store on a database server is not available in this release",
+        "a PostgreSQL URL that names no database",
+        ("--store", "postgresql://bob:s3cret@db.example", "experiment", "create", "{ok}", "{dir}"),
+        "--store postgresql://bob:***@db.example names no database.",
+    ),
+    BadInput(
+        "a PostgreSQL store where no server listens (its password not shown)",
+        ("--store", "postgresql://bob:s3cret@127.0.0.1:1/team", "experiment", "create", "{ok}", "{dir}"),
+        "Cannot reach the store postgresql://bob:***@127.0.0.1:1/team: connection failed",
     ),
     BadInput(
         "a store under /proc",

@@ -25,6 +25,7 @@ from det_estimator.store import (
     MetricKind,
     MetricRecord,
     State,
+    StoreLocation,
     TrialRecord,
     TrialRunRecord,
     UnknownIdError,
@@ -46,6 +47,7 @@ class MemoryStore:
         # the store by its path, rather than use the client it was handed, fails at once.
         self.path = self.files_dir / "memory-store"
         self.path.write_text("an in-memory store: nothing opens this file\n", encoding="utf-8")
+        self.location = StoreLocation(path=self.path)
         self.closed = False
         # Ids count per kind of record, from 1, as SQLite's rowids do.
         self._ids = {kind: itertools.count(1) for kind in ("experiment", "trial", "run", "job")}

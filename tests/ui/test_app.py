@@ -5,7 +5,7 @@ import re
 import pytest
 from starlette.testclient import TestClient
 
-from det_estimator.store import ExperimentStore
+from det_estimator.store import ExperimentStore, StoreLocation
 from det_estimator.ui import Access, Settings, create_app
 
 from .conftest import XSS
@@ -180,3 +180,26 @@ def test_the_trial_page_shows_a_checkpoint_s_size_as_the_command_lists_it(filled
     size = " ".join(listed[listed.index("a-checkpoint") + 6 : listed.index("a-checkpoint") + 8])
     assert size == "1.0 MB"  # 1,000,000 bytes: kB and MB of 1,000
     assert f"<td>{size}</td>" in client(path).get(f"/trials/{trials[0]}").text
+
+
+def test_the_pages_read_a_store_in_postgresql_naming_it_without_its_password(postgres_server, postgres_url):
+    with ExperimentStore(postgres_url) as store:
+        config = {"searcher": {"name": "single", "metric": "loss", "smaller_is_better": True}}
+        experiment_id = store.create_experiment("on-a-server", config, "/context", "model_def:Trial", 1, False)
+    location = StoreLocation(url=postgres_url)
+
+    page = client(location).get("/")
+
+    assert page.status_code == 200 and "on-a-server" in page.text
+    assert location.shown in page.text and "det-test-secret" not in page.text
+    assert f"/experiments/{experiment_id}" in page.text
+
+
+def test_a_page_over_an_empty_postgresql_database_says_there_is_no_store_and_makes_none(postgres_server, postgres_url):
+    page = client(StoreLocation(url=postgres_url)).get("/")
+
+    assert page.status_code == 503 and "There is no experiment store in the database" in page.text
+    assert "det-test-secret" not in page.text
+    database = postgres_url.rsplit("/", 1)[1]
+    tables = "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'public'"
+    assert postgres_server.sql(database, tables).strip() == "0"
