@@ -102,3 +102,17 @@ def test_killed_at_a_random_batch_a_reshuffled_dataset_resumes_to_the_uninterrup
     straight = {validation["batches"]: validation["metrics"] for validation in uninterrupted["validations"]}
     for validation in resumed["validations"]:
         assert validation["metrics"] == pytest.approx(straight[validation["batches"]], rel=1e-6), validation
+
+
+def test_several_steps_per_execution_count_pause_and_resume_their_batches_exactly(analytic_keras, runs, tmp_path):
+    # Executions of 4 batches, cut short at each workload's end (5, 10) and epoch's (8): steps of
+    # 4, 1, 3, 2, 2. A pause asked after the step that ends at batch 8 stops there, inside the second workload.
+    hparams = {"loader": "tfdata", "steps_per_execution": 4, "pause_at_batch": 8}
+    status, output, paused = runs.finish(analytic_keras.start_run(tmp_path, 12, 2, **hparams), RUN_TIMEOUT)
+    assert status == 0 and (paused["state"], paused["batches_trained"]) == ("PAUSED", 8), output[-3000:]
+    assert paused["checkpoints"][-1]["batches"] == 8
+    status, output, resumed = runs.finish(analytic_keras.start_run(tmp_path, 12, 2, **hparams), RUN_TIMEOUT)
+    assert status == 0 and (resumed["state"], resumed["batches_trained"]) == ("COMPLETED", 12), output[-3000:]
+    assert [v["batches"] for v in paused["validations"] + resumed["validations"]] == [5, 10, 12]
+    # The weight and loss of every batch trained, and the ReducerMetric's count of every worker's records.
+    analytic_keras.assert_closed_form(paused["validations"] + resumed["validations"])

@@ -7,8 +7,10 @@ nowhere else. Each function's docstring names what Keras 3 offers instead; those
 ported branch on :data:`KERAS_3`.
 """
 
+import contextlib
 import importlib
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Iterator
 from typing import Any, Optional
 
 import tensorflow as tf
@@ -133,6 +135,34 @@ def one_batch_train_function(model: tf.keras.Model) -> Callable[[Any], Any]:
             model.steps_per_execution = saved
 
     return train_one_batch
+
+
+# Keras 3: each model's test function of one batch per call, traced once (see one_batch_evaluation).
+_ONE_BATCH_TEST_FUNCTIONS: "weakref.WeakKeyDictionary[Any, Callable[[Any], Any]]" = weakref.WeakKeyDictionary()
+
+
+@contextlib.contextmanager
+def one_batch_evaluation(model: tf.keras.Model) -> Iterator[None]:
+    """Keras 3: while inside, ``evaluate`` runs one batch per call of its test function.
+
+    That function is traced with ``steps_per_execution=1`` at the first use, and kept; the
+    model's own is put back on leaving. Keras 3 reads ``steps_per_execution`` when it traces
+    the test function and when it counts an evaluation's steps, so both change while inside.
+    """
+    steps, own = model.steps_per_execution, model.test_function
+    if (steps or 1) == 1:
+        yield
+        return
+    model.steps_per_execution = 1
+    try:
+        one_batch = _ONE_BATCH_TEST_FUNCTIONS.get(model)
+        if one_batch is None:
+            model.make_test_function(force=True)
+            one_batch = _ONE_BATCH_TEST_FUNCTIONS[model] = model.test_function
+        model.test_function = one_batch
+        yield
+    finally:
+        model.steps_per_execution, model.test_function = steps, own
 
 
 def steps_per_execution(model: tf.keras.Model) -> Optional[tf.Variable]:
