@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import yaml
 
+from det_estimator.keras._engine import _keras_compat
 from det_estimator.store import ExperimentStore
 
 from .linear_script import GLOBAL_BATCH, RECORDS, build_model, dataset
@@ -155,3 +156,17 @@ def test_under_horovod_sigkilled_and_restarted_it_ends_with_the_uninterrupted_we
     note = f"killed at batch {kill_at}\n" + result.stdout[-4000:]
     assert (tmp_path / "killed").exists() and "restart 1 of 1" in result.stdout, note
     np.testing.assert_allclose(np.load(tmp_path / "weights.npy"), plain_fit(4), rtol=1e-5, atol=1e-6, err_msg=note)
+
+
+def test_several_steps_per_execution_train_under_tf_keras_and_are_refused_clearly_under_keras_3(context, tmp_path):
+    store = tmp_path / "store.sqlite"
+    env = {"LINEAR_STEPS_PER_EXECUTION": "4", "LINEAR_OUT": str(tmp_path / "weights.npy")}
+    result = det(store, "experiment", "create", context / "config.yaml", context, env=env, check=False)
+    if _keras_compat.KERAS_3:
+        # Keras 3's own fit fails there at its first execution; the callback says so before it.
+        assert result.returncode == 1, result.stdout[-3000:]
+        assert "compiled with steps_per_execution=4, and Keras 3's model.fit fails" in result.stdout, result.stdout
+        assert "must feed a value for placeholder" not in result.stdout
+    else:
+        assert result.returncode == 0 and "COMPLETED after 32 batches" in result.stdout, result.stdout[-3000:]
+        np.testing.assert_allclose(np.load(tmp_path / "weights.npy"), plain_fit(4), rtol=1e-5, atol=1e-6)

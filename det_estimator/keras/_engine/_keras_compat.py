@@ -358,6 +358,16 @@ def strategy_spans_processes(model: tf.keras.Model) -> bool:
     return _spans_workers(model.distribute_strategy)
 
 
+def executions_of_several_batches_fail(model: tf.keras.Model) -> bool:
+    """Keras 3: whether the model's train and test functions, of several batches per call, fail where it runs.
+
+    They do under a strategy whose replicas span processes: they read the distributed
+    iterator's optional inside a while loop, and TensorFlow then asks for a placeholder's
+    value ("You must feed a value for placeholder tensor"). Keras 2's do not.
+    """
+    return KERAS_3 and batches_per_execution(model) > 1 and strategy_spans_processes(model)
+
+
 def repair_multi_worker_fit() -> None:
     """Keras 3: makes ``fit`` and ``evaluate`` work under a ``MultiWorkerMirroredStrategy`` of several workers.
 

@@ -43,13 +43,10 @@ class Tap:
         self._per_execution = _keras_compat.steps_per_execution(model)
         self.batches_per_call = _keras_compat.batches_per_execution(model)
         self._one_batch: Optional[Callable[[Any], Any]] = None
-        # Keras 3's train function of several batches fails under a strategy whose replicas
-        # span processes (it reads the distributed iterator's optional in a while loop, and
-        # TensorFlow then asks for a placeholder's value): every execution there runs as
-        # calls of the one-batch train function that a cut execution runs, batch by batch.
-        self._executions_cut = (
-            _keras_compat.KERAS_3 and self.batches_per_call > 1 and _keras_compat.strategy_spans_processes(model)
-        )
+        # Where Keras 3's train function of several batches fails (a strategy spanning
+        # processes), every execution runs as calls of the one-batch train function that a
+        # cut execution runs, batch by batch.
+        self._executions_cut = _keras_compat.executions_of_several_batches_fail(model)
         self._agreeing = None
         if size > 1:
 
@@ -193,7 +190,7 @@ def one_step_per_execution(model: tf.keras.Model) -> Iterator[None]:
     """
     if _keras_compat.KERAS_3:
         # Keras 3 would take data of unknown length, but its test function of several batches
-        # fails under a strategy spanning processes, as its train function does (see Tap).
+        # fails under a strategy spanning processes (executions_of_several_batches_fail).
         with _keras_compat.one_batch_evaluation(model):
             yield
         return
