@@ -37,6 +37,13 @@ def plain_fit(epochs: int, start_weights=None) -> np.ndarray:
     return np.concatenate([w.numpy().ravel() for w in model.weights])
 
 
+def plain_validation_losses(epochs: int) -> list[float]:
+    """Plain Keras' validation loss after each epoch, on one process."""
+    model = build_model()
+    history = model.fit(dataset(0, 1), epochs=epochs, validation_data=dataset(0, 1), verbose=0)
+    return history.history["val_loss"]
+
+
 @pytest.fixture
 def context(tmp_path):
     directory = tmp_path / "context"
@@ -125,6 +132,11 @@ def test_paused_by_the_command_it_resumes_exactly_and_another_continue_id_starts
     assert f"resumed after {stopped} batches" in resumed.stdout and "COMPLETED after 32 batches" in resumed.stdout
     weights = np.load(tmp_path / "weights.npy")
     np.testing.assert_allclose(weights, plain_fit(4), rtol=1e-5, atol=1e-6)
+    # The validations, each at an epoch's end (the paused epoch's in the resumed run), are plain Keras'.
+    (trial,) = json.loads(det(store, "experiment", "describe", 1, "--json").stdout)["trials"]
+    assert [v["batches"] for v in trial["validations"]] == [8, 16, 24, 32]
+    losses = [v["metrics"]["loss"] for v in trial["validations"]]
+    np.testing.assert_allclose(losses, plain_validation_losses(4), rtol=1e-5)
 
     # Started from that run's last checkpoint with another continue_id: 2 epochs from epoch 0,
     # its weights first (on one process, in the default path: test_determined_callback.py).
