@@ -1,9 +1,11 @@
-"""A TFKerasTrial on two hosts (two network namespaces, as test_two_hosts.py makes) under the TensorFlow launcher.
+"""A TFKerasTrial and a DeterminedCallback script on two hosts (network namespaces, as test_two_hosts.py makes).
 
-Where Horovod is missing (the current stack), ``experiment create --hosts A:1,B:1`` starts the
-trial's worker on each host itself, the remote one over ssh, each with a ``TF_CONFIG`` that
-names every worker at an address the other host reaches; the two train under one
-MultiWorkerMirroredStrategy, pause and resume to the analytic trial's closed form.
+Where Horovod is missing (the current stack), ``experiment create --hosts A:1,B:1`` has the
+TensorFlow launcher start a process on each host itself, the remote one over ssh with the
+launcher's environment, each with a ``TF_CONFIG`` that names every worker at an address
+the other host reaches; the two train under one MultiWorkerMirroredStrategy. The trial
+pauses and resumes to the analytic trial's closed form; the script (its entrypoint the
+TensorFlow launcher) trains to plain Keras' weights.
 """
 
 import importlib.util
@@ -12,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from det_estimator import launcher
@@ -106,3 +109,28 @@ def test_a_keras_trial_on_two_hosts_pauses_and_resumes_to_the_closed_form(det, h
     assert 0 < trial["runs"][1]["start_batches"] < 30
     assert trial["validations"][-1]["batches"] == 30
     analytic_keras.assert_closed_form(trial["validations"])
+
+
+def test_a_determined_callback_script_on_two_hosts_trains_to_plain_keras_weights(det, hosts, tmp_path):
+    linear = _load("linear_script", HERE.parent / "keras_callback" / "linear_script.py")
+    context = tmp_path / "context"
+    context.mkdir()
+    shutil.copy(HERE.parent / "keras_callback" / "linear_script.py", context)
+    config = {
+        "name": "linear-callback",
+        "entrypoint": "python3 -m det_estimator.launch.tensorflow -- python3 linear_script.py",
+        "searcher": {"name": "single", "metric": "loss", "max_length": {"batches": 32}},
+        "checkpoint_storage": {"type": "shared_fs", "host_path": str(tmp_path / "checkpoints")},
+        # The script's own variables reach the worker on the other host with the launcher's environment.
+        "environment": {"environment_variables": [f"LINEAR_OUT={tmp_path / 'weights.npy'}"]},
+        "max_restarts": 0,
+    }
+    path = cli.Context(context).write_config(raw=config)
+    det.ok("experiment", "create", path, context, "--hosts", hosts.hosts, timeout=RUN_TIMEOUT)
+    (experiment,) = det.json("experiment", "list")
+    assert experiment["state"] == "COMPLETED" and experiment["batches_trained"] == 32
+
+    model = linear.build_model()
+    model.fit(linear.dataset(0, 1), epochs=4, verbose=0)
+    plain = np.concatenate([w.numpy().ravel() for w in model.weights])
+    np.testing.assert_allclose(np.load(tmp_path / "weights.npy"), plain, rtol=1e-5, atol=1e-6)
