@@ -42,7 +42,9 @@ def run_trial(
             current directory is the run's context directory: a relative
             ``checkpoint_storage.host_path`` is relative to it.
         slots: processes to run (default: ``resources.slots_per_trial``); one runs in
-            this process, more run under ``horovodrun --gloo`` on this machine.
+            this process, more run under ``horovodrun --gloo`` on this machine (where
+            Horovod is missing, a ``TFKerasTrial``'s under the TensorFlow launcher, with
+            ``MultiWorkerMirroredStrategy``).
         test: one training batch, one validation step and one checkpoint, as a new
             experiment that resumes no earlier run and that no later run resumes.
         trial_id: the name under which the run is found again to resume (default: the

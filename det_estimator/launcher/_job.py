@@ -8,13 +8,14 @@ process, so that a job asked to stop pauses as one.
 
 import contextlib
 import os
+import re
 import shlex
 import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any, Callable, Optional, TextIO, Union
@@ -27,6 +28,9 @@ _SignalHandler = Union[Callable[[int, Optional[FrameType]], Any], int, signal.Ha
 
 # How often the launcher looks at its processes.
 _POLL_SECONDS = 0.05
+# What a process on another host does not inherit from the launcher, as horovodrun leaves it
+# out: shell functions, the previous directory, and this machine's GPUs (the host has its own).
+_NOT_FORWARDED = re.compile(r"BASH_FUNC_.*|OLDPWD|.*CUDA_VISIBLE_DEVICES")
 
 
 @dataclass(frozen=True)
@@ -144,7 +148,7 @@ class Job:
         env = {key: value for key, value in os.environ.items() if key not in spec.unset}
         env.update(spec.env)
         env.setdefault("PYTHONUNBUFFERED", "1")
-        command = script_command(spec.command) if spec.host in LOCAL_HOSTS else _ssh_command(spec, self._cwd)
+        command = script_command(spec.command) if spec.host in LOCAL_HOSTS else _ssh_command(spec, self._cwd, env)
         process = start(command, env, self._cwd)
         self._procs.append(process)
         pump = threading.Thread(target=self._copy, args=(spec.rank, process), daemon=True)
@@ -206,13 +210,17 @@ def _exit_status(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-def _ssh_command(spec: ProcessSpec, cwd: str) -> list[str]:
-    """Runs a process on another host over ssh, in the same directory, with its variables.
+def _ssh_command(spec: ProcessSpec, cwd: str, env: Mapping[str, str]) -> list[str]:
+    """Runs a process on another host over ssh, in the same directory, with the environment a local one gets.
 
-    A leading ``python`` is this interpreter there too (every host has the environment at
-    the same path), not whichever the remote shell's PATH finds first.
+    ``env`` is that environment (the launcher's, with the process's own variables): the
+    remote process gets it too, but for what ``_NOT_FORWARDED`` names, as horovodrun
+    passes its environment on (the run's cluster info, the config's variables). A leading
+    ``python`` is this interpreter there too (every host has the environment at the same
+    path), not whichever the remote shell's PATH finds first.
     """
-    variables = " ".join(f"{key}={shlex.quote(value)}" for key, value in sorted(spec.env.items()))
+    forwarded = {key: value for key, value in env.items() if not _NOT_FORWARDED.fullmatch(key)}
+    variables = " ".join(f"{key}={shlex.quote(value)}" for key, value in sorted(forwarded.items()))
     unset = " ".join(f"-u {shlex.quote(name)}" for name in spec.unset)
     remote = f"cd {shlex.quote(cwd)} && env {unset} {variables} {shlex.join(script_command(spec.command))}"
     return ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no", spec.host, remote]

@@ -178,6 +178,23 @@ def test_a_tf_data_training_dataset_without_a_saved_position_skips_what_was_trai
     assert "written by another number of processes" in caplog.text
 
 
+def test_the_position_of_a_distributed_iterator_is_not_saved_and_the_warning_says_why(tmp_path, caplog):
+    # As under a MultiWorkerMirroredStrategy of several workers, whose iterator TensorFlow cannot checkpoint.
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+    dataset = tf.data.Dataset.from_tensor_slices((X, Y)).batch(3)
+    data = training_data(dataset, context(tmp_path))
+    iterator = iter(strategy.distribute_datasets_from_function(lambda _: dataset))
+    next(iterator)
+    with caplog.at_level(logging.WARNING, logger="det_estimator.keras"):
+        data.save(iterator, tmp_path)
+        data.save(iterator, tmp_path)
+    assert caplog.text.count("a tf.distribute strategy's distributed iterator, whose state TensorFlow cannot") == 1
+    assert "reshuffled each epoch then draws the later epochs' orders afresh" in caplog.text
+    assert not list(tmp_path.glob("**/rank0.index"))
+    resumed = training_data(dataset, context(tmp_path)).start(0, 1, (tmp_path, 1), 1)
+    assert labels(resumed, 1) == [[3, 4, 5]]  # the batch after the one trained, by skipping
+
+
 def test_a_tf_data_pipeline_on_several_processes_must_come_from_wrap_dataset(tmp_path):
     trial_context = context(tmp_path, rank=0, size=2)
     with pytest.raises(DataError, match=r"never passed to context.wrap_dataset\(\). With 2 processes"):

@@ -5,7 +5,8 @@ Settings come from the environment, so that the same script serves every test:
 ``LINEAR_KILL_AT`` (a process SIGKILLs itself after that many batches in all, once:
 ``LINEAR_KILL_MARKER`` records that it did), ``LINEAR_KILL_RANK`` (1), ``LINEAR_CHECKPOINT``
 and ``LINEAR_CONTINUE_ID`` (override the cluster info's), ``LINEAR_SLEEP`` (seconds per batch),
-``LINEAR_CHECKPOINT_BATCHES`` (checkpoint every that many batches).
+``LINEAR_CHECKPOINT_BATCHES`` (checkpoint every that many batches), ``LINEAR_STEPS_PER_EXECUTION``
+(compile's ``steps_per_execution``, 1).
 """
 
 import os
@@ -44,7 +45,11 @@ def dataset(rank: int, size: int) -> tf.data.Dataset:
 def build_model(hvd=None) -> tf.keras.Model:
     model = tf.keras.Sequential([tf.keras.layers.Dense(1, kernel_initializer="zeros", input_shape=(FEATURES,))])
     optimizer = tf.keras.optimizers.SGD(learning_rate=0.05, momentum=0.9)
-    model.compile(optimizer=optimizer if hvd is None else hvd.DistributedOptimizer(optimizer), loss="mse")
+    model.compile(
+        optimizer=optimizer if hvd is None else hvd.DistributedOptimizer(optimizer),
+        loss="mse",
+        steps_per_execution=int(os.environ.get("LINEAR_STEPS_PER_EXECUTION", "1")),
+    )
     return model
 
 

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import yaml
 
+from det_estimator.keras._engine import _keras_compat
 from det_estimator.store import ExperimentStore
 
 from .linear_script import GLOBAL_BATCH, RECORDS, build_model, dataset
@@ -34,6 +35,13 @@ def plain_fit(epochs: int, start_weights=None) -> np.ndarray:
         model.set_weights(start_weights)
     model.fit(dataset(0, 1), epochs=epochs, verbose=0)
     return np.concatenate([w.numpy().ravel() for w in model.weights])
+
+
+def plain_validation_losses(epochs: int) -> list[float]:
+    """Plain Keras' validation loss after each epoch, on one process."""
+    model = build_model()
+    history = model.fit(dataset(0, 1), epochs=epochs, validation_data=dataset(0, 1), verbose=0)
+    return history.history["val_loss"]
 
 
 @pytest.fixture
@@ -124,6 +132,11 @@ def test_paused_by_the_command_it_resumes_exactly_and_another_continue_id_starts
     assert f"resumed after {stopped} batches" in resumed.stdout and "COMPLETED after 32 batches" in resumed.stdout
     weights = np.load(tmp_path / "weights.npy")
     np.testing.assert_allclose(weights, plain_fit(4), rtol=1e-5, atol=1e-6)
+    # The validations, each at an epoch's end (the paused epoch's in the resumed run), are plain Keras'.
+    (trial,) = json.loads(det(store, "experiment", "describe", 1, "--json").stdout)["trials"]
+    assert [v["batches"] for v in trial["validations"]] == [8, 16, 24, 32]
+    losses = [v["metrics"]["loss"] for v in trial["validations"]]
+    np.testing.assert_allclose(losses, plain_validation_losses(4), rtol=1e-5)
 
     # Started from that run's last checkpoint with another continue_id: 2 epochs from epoch 0,
     # its weights first (on one process, in the default path: test_determined_callback.py).
@@ -155,3 +168,17 @@ def test_under_horovod_sigkilled_and_restarted_it_ends_with_the_uninterrupted_we
     note = f"killed at batch {kill_at}\n" + result.stdout[-4000:]
     assert (tmp_path / "killed").exists() and "restart 1 of 1" in result.stdout, note
     np.testing.assert_allclose(np.load(tmp_path / "weights.npy"), plain_fit(4), rtol=1e-5, atol=1e-6, err_msg=note)
+
+
+def test_several_steps_per_execution_train_under_tf_keras_and_are_refused_clearly_under_keras_3(context, tmp_path):
+    store = tmp_path / "store.sqlite"
+    env = {"LINEAR_STEPS_PER_EXECUTION": "4", "LINEAR_OUT": str(tmp_path / "weights.npy")}
+    result = det(store, "experiment", "create", context / "config.yaml", context, env=env, check=False)
+    if _keras_compat.KERAS_3:
+        # Keras 3's own fit fails there at its first execution; the callback says so before it.
+        assert result.returncode == 1, result.stdout[-3000:]
+        assert "compiled with steps_per_execution=4, and Keras 3's model.fit fails" in result.stdout, result.stdout
+        assert "must feed a value for placeholder" not in result.stdout
+    else:
+        assert result.returncode == 0 and "COMPLETED after 32 batches" in result.stdout, result.stdout[-3000:]
+        np.testing.assert_allclose(np.load(tmp_path / "weights.npy"), plain_fit(4), rtol=1e-5, atol=1e-6)

@@ -234,9 +234,30 @@ def test_a_process_on_another_host_runs_this_interpreter_for_python():
 
     # Every host has the same environment at the same path; the `python3` first on the
     # remote PATH of a non-login ssh shell is usually the system's, without TensorFlow.
-    ssh = _ssh_command(ProcessSpec(1, "other", ["python3", "train.py", "--x"], {"A": "1"}), "/work dir")
+    ssh = _ssh_command(ProcessSpec(1, "other", ["python3", "train.py", "--x"], {"A": "1"}), "/work dir", {"A": "1"})
     assert ssh[-2] == "other"
     assert ssh[-1].endswith(f"A=1 {sys.executable} train.py --x") and ssh[-1].startswith("cd '/work dir' && ")
+
+
+def test_a_process_on_another_host_gets_the_environment_a_local_one_gets():
+    from det_estimator.launcher import ProcessSpec
+    from det_estimator.launcher._job import _ssh_command
+
+    # As horovodrun does: the launcher's variables (the run's cluster info, the config's
+    # environment variables) reach the remote process, but for shell functions, the previous
+    # directory and this machine's GPUs.
+    launcher_env = {
+        "DET_CLUSTER_INFO": "/shared/run info.json",
+        "TF_CONFIG": "{}",
+        "OLDPWD": "/elsewhere",
+        "BASH_FUNC_module%%": "() { :; }",
+        "CUDA_VISIBLE_DEVICES": "0",
+    }
+    spec = ProcessSpec(1, "other", ["python3", "train.py"], {"TF_CONFIG": "{}"}, unset=("HOROVOD_RANK",))
+    remote = _ssh_command(spec, "/work", launcher_env)[-1]
+    assert "DET_CLUSTER_INFO='/shared/run info.json'" in remote and "TF_CONFIG='{}'" in remote
+    assert "OLDPWD" not in remote and "BASH_FUNC" not in remote and "CUDA_VISIBLE_DEVICES" not in remote
+    assert "env -u HOROVOD_RANK " in remote
 
 
 def test_hosts_and_slots_resolution():

@@ -34,6 +34,10 @@ __all__ = [
 ]
 
 LOADERS = ("numpy", "sequence", "tfdata")
+# The process a pause at a batch is asked of (default: the worker itself), and how long a
+# worker then waits for the pause to come back to it through the launcher.
+PAUSE_PID = "ANALYTIC_PAUSE_PID"
+PAUSE_ARRIVAL_SECONDS = 3.0
 SERVING_INPUT = np.array([[0.5], [2.0], [4.0]], dtype=np.float32)
 
 
@@ -169,7 +173,19 @@ class Events(det.keras.callbacks.Callback):
         if self._seconds_per_batch:
             time.sleep(self._seconds_per_batch)  # gives a test time to interrupt the run
         if self._pause_at_batch and int(self.model.optimizer.iterations.numpy()) == self._pause_at_batch:
-            os.kill(os.getpid(), signal.SIGTERM)  # what `experiment pause` or Ctrl-C amount to
+            self._ask_to_pause()
+
+    def _ask_to_pause(self) -> None:
+        """SIGTERM, what `experiment pause` or Ctrl-C amount to, to the process that runs the trial.
+
+        That is this process, unless ``ANALYTIC_PAUSE_PID`` names the process that called
+        ``run_trial`` for workers it started: it then passes the pause on to them, which
+        this process waits for, so that the pause lands at this batch.
+        """
+        launching = int(os.environ.get(PAUSE_PID, os.getpid()))
+        os.kill(launching, signal.SIGTERM)
+        if launching != os.getpid():
+            time.sleep(PAUSE_ARRIVAL_SECONDS)
 
     def on_train_workload_begin(self, total_batches_trained, batches_requested, logs):
         self.record("workload_begin", batches=total_batches_trained, requested=batches_requested)

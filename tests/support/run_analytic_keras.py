@@ -1,10 +1,13 @@
 """Runs the analytic Keras trial from the command line, for tests that kill or pause a real run.
 
 Usage: run_analytic_keras.py DIRECTORY MAX_BATCHES SLOTS [SECONDS_PER_BATCH [HPARAMS_JSON]]
-HPARAMS_JSON may hold ``loader``. Prints ``OUTCOME <json>`` at the end.
+HPARAMS_JSON may hold ``loader``. Prints ``OUTCOME <json>`` at the end. A pause the trial
+asks for at a batch (``pause_at_batch``) is asked of this process, as `experiment pause` asks it
+of the command that runs the trial.
 """
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -21,6 +24,7 @@ def main() -> None:
     config = analytic_keras_trial.make_config(directory, max_batches, hparams.pop("loader", "numpy"))
     config["hyperparameters"]["seconds_per_batch"] = float(sys.argv[4]) if len(sys.argv) > 4 else 0.0
     config["hyperparameters"].update(hparams)
+    os.environ[analytic_keras_trial.PAUSE_PID] = str(os.getpid())
     outcome = det.run_trial(analytic_keras_trial.AnalyticKerasTrial, config, slots=slots)
     print("OUTCOME " + json.dumps(outcome.to_dict()), flush=True)
 

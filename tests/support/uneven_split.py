@@ -60,7 +60,9 @@ def training_data() -> tuple[np.ndarray, np.ndarray]:
     return x, (rng.random((TRAINING_RECORDS, 1)) < 0.4).astype(np.float32)
 
 
-def build_model(wrap_optimizer=lambda optimizer: optimizer, wrap_model=lambda model: model) -> tf.keras.Model:
+def build_model(
+    wrap_optimizer=lambda optimizer: optimizer, wrap_model=lambda model: model, steps_per_execution: int = 1
+) -> tf.keras.Model:
     """The fixed model, compiled with a plain accuracy, Keras' binned AUC and the exact ReducerMetric."""
     model = tf.keras.Sequential(
         [
@@ -78,6 +80,7 @@ def build_model(wrap_optimizer=lambda optimizer: optimizer, wrap_model=lambda mo
         optimizer=wrap_optimizer(tf.keras.optimizers.SGD(learning_rate=0.0)),
         loss="binary_crossentropy",
         metrics=["accuracy", tf.keras.metrics.AUC(name="auc"), det.keras.ReducerMetric(RocAuc(), name="roc_auc")],
+        steps_per_execution=steps_per_execution,
     )
     return model
 
@@ -115,7 +118,8 @@ class UnevenSplitSequence(tf.keras.utils.Sequence):
 
 class UnevenSplitTrial(det.keras.TFKerasTrial):
     def build_model(self) -> tf.keras.Model:
-        return build_model(self.context.wrap_optimizer, self.context.wrap_model)
+        steps = int(self.context.get_hparams().get("steps_per_execution", 1))
+        return build_model(self.context.wrap_optimizer, self.context.wrap_model, steps)
 
     def build_training_data_loader(self) -> Any:
         return training_data()
@@ -142,6 +146,14 @@ FRONT_DOORS: dict[str, dict[str, Any]] = {
         {"entrypoint": "uneven_split:UnevenSplitTrial"},
         {"batches": math.ceil(TRAINING_RECORDS / (2 * BATCH_SIZE))},
     ),
+    # And compiled with several batches per execution (training's 2 batches run as one execution).
+    "TFKerasTrial, TensorFlow, steps_per_execution=3": {
+        **_experiment(
+            {"entrypoint": "uneven_split:UnevenSplitTrial"},
+            {"batches": math.ceil(TRAINING_RECORDS / (2 * BATCH_SIZE))},
+        ),
+        "hyperparameters": {"steps_per_execution": 3},
+    },
     "DeterminedCallback, Horovod": _experiment(
         {"entrypoint": "python3 -m det_estimator.launch.horovod -- python3 uneven_split_script.py callback"},
         {"epochs": 1},
@@ -169,17 +181,18 @@ FRONT_DOORS: dict[str, dict[str, Any]] = {
 }
 # The front doors that distribute with Horovod, and the one that is TensorFlow's only where Horovod is not installed.
 HOROVOD_FRONT_DOORS = ("TFKerasTrial", "DeterminedCallback, Horovod", "det.keras.init, context.fit")
-WITHOUT_HOROVOD_FRONT_DOORS = ("TFKerasTrial, TensorFlow",)
+WITHOUT_HOROVOD_FRONT_DOORS = ("TFKerasTrial, TensorFlow", "TFKerasTrial, TensorFlow, steps_per_execution=3")
 # The front doors that run tf-keras where tf.keras is Keras 3 (elsewhere they repeat the Keras 2 one).
 TF_KERAS_FRONT_DOORS = ("det.keras.init, TensorFlow, tf-keras",)
 
 
 def experiment_config(front_door: str, checkpoints: Path) -> dict[str, Any]:
     """The experiment config of ``front_door`` on two slots."""
+    door = FRONT_DOORS[front_door]
     return {
         "name": f"uneven split: {front_door}",
-        **FRONT_DOORS[front_door],
-        "hyperparameters": {"global_batch_size": 2 * BATCH_SIZE},
+        **door,
+        "hyperparameters": {"global_batch_size": 2 * BATCH_SIZE, **door.get("hyperparameters", {})},
         "records_per_epoch": TRAINING_RECORDS,
         "resources": {"slots_per_trial": 2},
         "checkpoint_storage": {"type": "shared_fs", "host_path": str(checkpoints)},

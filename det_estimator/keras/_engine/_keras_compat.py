@@ -7,8 +7,10 @@ nowhere else. Each function's docstring names what Keras 3 offers instead; those
 ported branch on :data:`KERAS_3`.
 """
 
+import contextlib
 import importlib
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Iterator
 from typing import Any, Optional
 
 import numpy as np
@@ -134,6 +136,34 @@ def one_batch_train_function(model: tf.keras.Model) -> Callable[[Any], Any]:
             model.steps_per_execution = saved
 
     return train_one_batch
+
+
+# Keras 3: each model's test function of one batch per call, traced once (see one_batch_evaluation).
+_ONE_BATCH_TEST_FUNCTIONS: "weakref.WeakKeyDictionary[Any, Callable[[Any], Any]]" = weakref.WeakKeyDictionary()
+
+
+@contextlib.contextmanager
+def one_batch_evaluation(model: tf.keras.Model) -> Iterator[None]:
+    """Keras 3: while inside, ``evaluate`` runs one batch per call of its test function.
+
+    That function is traced with ``steps_per_execution=1`` at the first use, and kept; the
+    model's own is put back on leaving. Keras 3 reads ``steps_per_execution`` when it traces
+    the test function and when it counts an evaluation's steps, so both change while inside.
+    """
+    steps, own = model.steps_per_execution, model.test_function
+    if (steps or 1) == 1:
+        yield
+        return
+    model.steps_per_execution = 1
+    try:
+        one_batch = _ONE_BATCH_TEST_FUNCTIONS.get(model)
+        if one_batch is None:
+            model.make_test_function(force=True)
+            one_batch = _ONE_BATCH_TEST_FUNCTIONS[model] = model.test_function
+        model.test_function = one_batch
+        yield
+    finally:
+        model.steps_per_execution, model.test_function = steps, own
 
 
 def steps_per_execution(model: tf.keras.Model) -> Optional[tf.Variable]:
@@ -327,6 +357,16 @@ def log_epoch_metrics(callback: tf.keras.callbacks.TensorBoard, step: int, logs:
 def strategy_spans_processes(model: tf.keras.Model) -> bool:
     """Whether the model's ``tf.distribute`` strategy has replicas in other processes (its metrics are global)."""
     return _spans_workers(model.distribute_strategy)
+
+
+def executions_of_several_batches_fail(model: tf.keras.Model) -> bool:
+    """Keras 3: whether the model's train and test functions, of several batches per call, fail where it runs.
+
+    They do under a strategy whose replicas span processes: they read the distributed
+    iterator's optional inside a while loop, and TensorFlow then asks for a placeholder's
+    value ("You must feed a value for placeholder tensor"). Keras 2's do not.
+    """
+    return KERAS_3 and batches_per_execution(model) > 1 and strategy_spans_processes(model)
 
 
 def repair_multi_worker_fit() -> None:

@@ -128,6 +128,13 @@ class Engine(tf.keras.callbacks.Callback):
         model = self.model
         if getattr(model, "optimizer", None) is None:
             raise ValueError("DeterminedCallback needs a compiled model: call model.compile() before model.fit().")
+        if _keras_compat.executions_of_several_batches_fail(model):
+            raise ValueError(
+                f"The model is compiled with steps_per_execution={_keras_compat.batches_per_execution(model)}, and "
+                "Keras 3's model.fit fails with more than one step per execution under a MultiWorkerMirroredStrategy "
+                "of several workers. Compile with steps_per_execution=1 there, or run tf-keras "
+                "(TF_USE_LEGACY_KERAS=1); a TFKerasTrial trains such a model under the strategy."
+            )
         if _keras_compat.fit_start(model) is not None:
             raise ValueError(
                 "DeterminedCallback cannot be combined with tf.keras.callbacks.BackupAndRestore: both restore the "

@@ -124,6 +124,15 @@ class IteratorState:
 
     def save(self, iterator: Iterator, directory: Path) -> None:
         """Writes this process's position (the iterator's state) into a checkpoint being written."""
+        if isinstance(iterator, tf.distribute.DistributedIterator):
+            # A strategy's distributed dataset reads through a multi-device iterator, which
+            # TensorFlow cannot checkpoint (nor any tf.distribute iterator).
+            self._warn_unsaved(
+                "the training dataset is read through a tf.distribute strategy's distributed iterator, whose "
+                "state TensorFlow cannot save",
+                "A dataset reshuffled each epoch then draws the later epochs' orders afresh.",
+            )
+            return
         (directory / ITERATORS_DIR).mkdir(exist_ok=True)
         prefix = directory / ITERATORS_DIR / f"rank{self._rank}"
         try:
@@ -131,14 +140,21 @@ class IteratorState:
         except (tf.errors.OpError, ValueError, TypeError) as error:
             for partial in prefix.parent.glob(f"{prefix.name}.*"):
                 partial.unlink()
-            if not self._warned_unsaved:
-                self._warned_unsaved = True
-                logger.warning(
-                    "The training dataset's position cannot be saved (%s); a resumed trial will skip the batches "
-                    "already trained instead. Pipelines of tf.data operations save theirs; Python generators "
-                    "and py_function do not.",
-                    str(error).splitlines()[0],
-                )
+            self._warn_unsaved(
+                str(error).splitlines()[0],
+                "Pipelines of tf.data operations save theirs; Python generators and py_function do not.",
+            )
+
+    def _warn_unsaved(self, reason: str, note: str) -> None:
+        """Says once why the position is not saved, and what a resume does instead."""
+        if not self._warned_unsaved:
+            self._warned_unsaved = True
+            logger.warning(
+                "The training dataset's position cannot be saved (%s); a resumed trial will skip the batches "
+                "already trained instead. %s",
+                reason,
+                note,
+            )
 
 
 def _restorer(prefix: Path) -> Callable[[Iterator], None]:

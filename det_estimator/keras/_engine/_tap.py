@@ -43,6 +43,10 @@ class Tap:
         self._per_execution = _keras_compat.steps_per_execution(model)
         self.batches_per_call = _keras_compat.batches_per_execution(model)
         self._one_batch: Optional[Callable[[Any], Any]] = None
+        # Where Keras 3's train function of several batches fails (a strategy spanning
+        # processes), every execution runs as calls of the one-batch train function that a
+        # cut execution runs, batch by batch.
+        self._executions_cut = _keras_compat.executions_of_several_batches_fail(model)
         self._agreeing = None
         if size > 1:
 
@@ -76,7 +80,7 @@ class Tap:
         """
         # The variable to set for this call, if it runs other than batches_per_call batches
         # (without steps_per_execution, batches_per_call and every call's batches are 1).
-        if batches != self.batches_per_call and _keras_compat.KERAS_3:
+        if (batches != self.batches_per_call and _keras_compat.KERAS_3) or self._executions_cut:
             return self._cut(iterator, batches), pause, stop
         resized = self._per_execution if batches != self.batches_per_call else None
         if resized is not None:
@@ -92,9 +96,10 @@ class Tap:
                 resized.assign(self.batches_per_call)
 
     def _cut(self, iterator: Iterator, batches: int) -> Any:
-        """Keras 3: ``batches`` batches, fewer than an execution's, one call of a one-batch train function each.
+        """Keras 3: ``batches`` batches, one call of a one-batch train function each.
 
-        On one process only: several processes agree on their flags in the execution's step.
+        An execution cut short, or any under a strategy spanning processes. Not on several
+        Horovod processes, which agree on their flags in the execution's step.
         """
         if self._agreeing is not None:
             raise TrialLifecycleError(
@@ -185,6 +190,12 @@ def one_step_per_execution(model: tf.keras.Model) -> Iterator[None]:
     refuses data of unknown length with ``steps_per_execution > 1`` unless told the
     steps, which a process's share of a Sequence or a dataset does not tell.
     """
+    if _keras_compat.KERAS_3:
+        # Keras 3 would take data of unknown length, but its test function of several batches
+        # fails under a strategy spanning processes (executions_of_several_batches_fail).
+        with _keras_compat.one_batch_evaluation(model):
+            yield
+        return
     steps = _keras_compat.steps_per_execution(model)
     saved = int(steps.numpy()) if steps is not None else 1
     if steps is None or saved == 1:

@@ -83,6 +83,29 @@ def test_how_many_steps_an_execution_runs_is_a_variable():
     assert int(_keras_compat.steps_per_execution(model).numpy()) == 3
 
 
+@pytest.mark.skipif(not _keras_compat.KERAS_3, reason="Keras 2 reads steps_per_execution from a variable")
+def test_a_keras_3_evaluation_runs_one_batch_per_call_inside_and_the_model_s_own_function_after():
+    model = tf.keras.Sequential([tf.keras.Input((1,)), tf.keras.layers.Dense(1, kernel_initializer="ones")])
+    model.compile("sgd", "mse", steps_per_execution=3)
+    x, y = np.arange(5.0, dtype=np.float32)[:, None], np.zeros((5, 1), np.float32)
+    calls = []
+
+    class Count(tf.keras.callbacks.Callback):
+        def on_test_batch_end(self, batch, logs=None):
+            calls.append(batch)
+
+    for _ in range(2):  # the second use takes the function the first traced
+        with _keras_compat.one_batch_evaluation(model):
+            assert model.steps_per_execution == 1
+            loss = model.evaluate(x, y, batch_size=1, callbacks=[Count()], verbose=0)
+    assert calls == [0, 1, 2, 3, 4] * 2  # one call per batch
+    assert loss == pytest.approx(float(np.mean(x**2)), rel=1e-6)
+    assert model.steps_per_execution == 3
+    calls.clear()
+    model.evaluate(x, y, batch_size=1, callbacks=[Count()], verbose=0)
+    assert len(calls) == 2  # the model's own function: executions of 3 batches
+
+
 @pytest.mark.skipif(not _keras_compat.KERAS_3, reason="Keras 3's SeedGenerator")
 def test_keras_3_seed_generator_states_are_found_and_go_through_a_checkpoint(tmp_path):
     assert _keras_compat.enable_layer_generators() is True  # nothing to enable: seed generators from the start
