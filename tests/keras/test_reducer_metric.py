@@ -178,7 +178,7 @@ class CountingRocAuc(RocAuc):
 def test_ranking_reducers_get_the_batches_buffered_in_the_step_as_one_batch_per_evaluation(monkeypatch):
     from det_estimator.keras import _reducer_metric
 
-    monkeypatch.setattr(_reducer_metric, "_INITIAL_ROWS", 16, raising=False)  # doubled many times
+    monkeypatch.setattr(_reducer_metric, "_GROUP_ROWS", 300)  # handed over a few batches at a time
     monkeypatch.setattr(CountingRocAuc, "calls", [])
     x, y = data()
     # Scores with ties: the rounded first feature itself (Keras 3's evaluate and predict compute a
@@ -221,3 +221,20 @@ def test_the_value_is_reduced_once_however_often_it_is_read(monkeypatch):
     assert len(reductions) == 1 and len(set(value)) == 1
     model.evaluate(x[:100], y[:100], batch_size=128, verbose=0)
     assert len(reductions) == 2
+
+
+def test_a_ranking_reducers_step_appends_with_one_enqueue_and_no_control_flow():
+    # A tf.cond in the step (to grow a buffer) cost more than the rest of the step's appending.
+    metric = det.keras.ReducerMetric(RocAuc(), name="auc")
+    labels, scores = tf.zeros([128]), tf.zeros([128, 1])
+
+    @tf.function
+    def step(y, p):
+        metric.update_state(y, p)
+
+    graph = step.get_concrete_function(labels, scores).graph.as_graph_def()
+    kinds = [node.op for node in graph.node] + [
+        node.op for function in graph.library.function for node in function.node_def
+    ]
+    assert not {"If", "StatelessIf", "While", "StatelessWhile", "PyFunc", "EagerPyFunc"} & set(kinds)
+    assert kinds.count("QueueEnqueueV2") == 1
