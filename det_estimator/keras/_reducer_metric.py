@@ -24,18 +24,18 @@ class ReducerMetric(tf.keras.metrics.Metric):
     (``weights`` only when there are sample weights) goes to the reducer's ``accumulate`` on
     this process. For ``RocAuc`` and ``AveragePrecision``, whose state is the examples
     themselves, the batches are instead appended to a queue inside Keras' compiled step (one
-    enqueue op, no Python per batch) and handed to ``accumulate`` as one batch when the
-    value is read; under a ``tf.distribute`` strategy, and for other reducers, each batch
-    calls ``accumulate`` from the step. When Keras reads the metric's value at the end of
-    ``model.evaluate`` (or of an epoch of ``model.fit``, or of a workload and of a
-    validation in a ``TFKerasTrial``), the processes exchange their states in one Horovod
-    allgather (under a ``MultiWorkerMirroredStrategy``, through the job's ``det.core``
-    distributed context) and every process gets the reducer's ``cross_slot_reduce`` of all
-    of them. With ``RocAuc`` the value equals ``sklearn.metrics.roc_auc_score`` on the union
-    of every process's data, however unevenly it is split; Keras' own
-    ``tf.keras.metrics.AUC`` is binned, and averaging it per process is wrong again. On one
-    process, or with neither Horovod nor a ``det.core`` context of several processes, the
-    local state is reduced directly.
+    enqueue op, no Python per batch) and handed to ``accumulate`` in a few large batches
+    (each run of batches of one size in one) when the value is read; under a
+    ``tf.distribute`` strategy, and for other reducers, each batch calls ``accumulate`` from
+    the step. When Keras reads the metric's value at the end of ``model.evaluate`` (or of an
+    epoch of ``model.fit``, or of a workload and of a validation in a ``TFKerasTrial``), the
+    processes exchange their states in one Horovod allgather (under a
+    ``MultiWorkerMirroredStrategy``, through the job's ``det.core`` distributed context) and
+    every process gets the reducer's ``cross_slot_reduce`` of all of them. With ``RocAuc``
+    the value equals ``sklearn.metrics.roc_auc_score`` on the union of every process's data,
+    however unevenly it is split; Keras' own ``tf.keras.metrics.AUC`` is binned, and
+    averaging it per process is wrong again. On one process, or with neither Horovod nor a
+    ``det.core`` context of several processes, the local state is reduced directly.
 
     It works in ``model.compile(metrics=[...])``, ``weighted_metrics`` and
     ``model.evaluate``, in a trial or in a plain Keras script (run under horovodrun
@@ -131,12 +131,11 @@ class ReducerMetric(tf.keras.metrics.Metric):
         return tf.constant(self._value, dtype=self.dtype)
 
     def _take_buffered(self) -> None:
-        """Hands the rows buffered since the last read to the reducer, as one batch."""
+        """Hands the rows queued since the last read to the reducer, in as few batches as it can."""
         if self._buffers is None:
             return
-        batches, columns = self._buffers.take()
-        if batches:
-            self._accumulator.accumulate(columns)
+        for block in self._buffers.take():
+            self._accumulator.accumulate(block)
             self._value = None
 
     def reset_state(self) -> None:
@@ -216,26 +215,39 @@ class _Columns:
         sizes = tf.stack([tf.size(column, out_type=tf.int64) for column in flat])
         return self._queue.enqueue([*flat, sizes])
 
-    def take(self) -> tuple[int, dict[str, np.ndarray]]:
-        """The batches appended since the last ``take`` or ``clear``, and their rows; then empties the queue."""
-        parts: dict[str, list[np.ndarray]] = {key: [] for key in self._dtypes}
-        batches = 0
+    def take(self) -> list[dict[str, np.ndarray]]:
+        """The batches appended since the last ``take`` or ``clear``, in order, as few blocks of rows as it can.
+
+        Consecutive batches whose columns all have the padded width (Keras' batches but
+        the last) are one block of views of the dequeued rows, not copied again; any other
+        batch is a block of its own. Then the queue is empty.
+        """
+        blocks: list[dict[str, np.ndarray]] = []
         widest = 1
         while (queued := int(self._queue.size())) > 0:
             # About _GROUP_ROWS rows at a time, so that a few long batches among short ones pad little.
             group = min(queued, max(1, _GROUP_ROWS // widest))
             *padded, sizes = (tensor.numpy() for tensor in self._queue.dequeue_many(group))
-            batches += group
-            widest = max(widest, max(column.shape[1] for column in padded))
-            for index, (key, rows) in enumerate(zip(self._dtypes, padded)):
-                lengths = sizes[:, index]
-                if np.all(lengths == rows.shape[1]):
-                    parts[key].append(rows.reshape(-1))
+            widths = [rows.shape[1] for rows in padded]
+            widest = max(widest, *widths)
+            full = np.all(sizes == widths, axis=1).tolist()
+            start = 0
+            while start < group:
+                stop = start + 1
+                if full[start]:
+                    while stop < group and full[stop]:
+                        stop += 1
+                    blocks.append({key: rows[start:stop].reshape(-1) for key, rows in zip(self._dtypes, padded)})
                 else:
-                    parts[key].extend(row[:length] for row, length in zip(rows, lengths))
-        if not batches:
-            return 0, {}
-        return batches, {key: part[0] if len(part) == 1 else np.concatenate(part) for key, part in parts.items()}
+                    row_sizes = sizes[start]
+                    blocks.append(
+                        {
+                            key: rows[start, : row_sizes[index]]
+                            for index, (key, rows) in enumerate(zip(self._dtypes, padded))
+                        }
+                    )
+                start = stop
+        return blocks
 
     def clear(self) -> None:
         """Forgets the batches appended since the last ``take``."""
