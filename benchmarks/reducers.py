@@ -25,7 +25,9 @@ Prints four tables:
 4. Bytes one rank sends for each reducer's state at 1M examples.
 5. The per-batch cost of ``RocAuc.accumulate`` and ``AveragePrecision.accumulate`` for
    batches of 1024 float32 scores with int64 and with float32 labels (goal: <= 2 us), and
-   its CPU time in the process and in the kernel, and page faults, per batch.
+   its CPU time in the process and in the kernel, and page faults, per batch: with the
+   keys in arrays an earlier evaluation wrote (reused from the pool), and in memory the
+   process never wrote (its first evaluation).
 6. Reducing N workers' states (N = 1, 2, 8, 32; uneven shares, each state pickled and
    unpickled as it travels) of 1e7 examples, 1e8 with ``--large``, on 2 threads: each N's
    median time and its ratio to N = 1, one state holding the same examples (goal: <= 1.2x);
@@ -60,6 +62,7 @@ import numpy as np  # noqa: E402
 from sklearn.metrics import average_precision_score, roc_auc_score  # noqa: E402
 
 from det_estimator import reducers  # noqa: E402
+from det_estimator.reducers import _chunk_pool, _roc_auc  # noqa: E402
 from det_estimator.reducers import _ranking as ranking  # noqa: E402
 
 
@@ -464,30 +467,44 @@ def evaluate_overhead(num_examples: int, rounds: int) -> None:
     print(f"  the function itself took {statistics.median(record['seconds']):.3f} s (median) inside the evaluations")
 
 
+@contextlib.contextmanager
+def fresh_memory():
+    """The ranking reducers' keys in memory the process never wrote, as in its first evaluation: no pooled arrays."""
+    pool, pool_bytes = _roc_auc.key_arrays, _chunk_pool._POOL_BYTES
+    _roc_auc.key_arrays, _chunk_pool._POOL_BYTES = _chunk_pool._KeyArrayPool(), 0
+    try:
+        yield
+    finally:
+        _roc_auc.key_arrays, _chunk_pool._POOL_BYTES = pool, pool_bytes
+
+
 def per_batch_accumulate(batches: int, repeats: int) -> None:
     rng = np.random.default_rng(3)
     scores = rng.random(1024, dtype=np.float32)
     int_labels = rng.integers(0, 2, 1024)
     cases = {
-        (name, labels.dtype.name): (reducer_type, {"labels": labels, "predictions": scores})
+        (name, labels.dtype.name, memory): (reducer_type, {"labels": labels, "predictions": scores})
         for name, reducer_type in (("RocAuc", reducers.RocAuc), ("AveragePrecision", reducers.AveragePrecision))
         for labels in (int_labels, int_labels.astype(np.float32))
+        for memory in ("reused", "fresh")
     }
-    timings: dict[tuple[str, str], list[float]] = {case: [] for case in cases}
-    # Per run and batch: CPU time in the process and in the kernel, and page faults. The
-    # state's keys are 4 KiB of memory never touched before per batch of 1024: the kernel's
-    # time is mostly the page fault that maps it.
-    usage: dict[tuple[str, str], list[tuple[float, float, float]]] = {case: [] for case in cases}
+    timings: dict[tuple[str, str, str], list[float]] = {case: [] for case in cases}
+    # Per run and batch: CPU time in the process and in the kernel, and page faults. A batch's
+    # keys are 4 KiB: in memory never written before, the kernel's time is mostly the page
+    # fault that maps it.
+    usage: dict[tuple[str, str, str], list[tuple[float, float, float]]] = {case: [] for case in cases}
     for _ in range(repeats):  # interleaved
         for case, (reducer_type, batch) in cases.items():
-            reducer = reducer_type()
-            reducer.accumulate(batch)
-            before = resource.getrusage(resource.RUSAGE_SELF)
-            start = time.perf_counter()
-            for _ in range(batches):
+            with fresh_memory() if case[2] == "fresh" else contextlib.nullcontext():
+                reducer = reducer_type()
                 reducer.accumulate(batch)
-            timings[case].append((time.perf_counter() - start) / batches)
-            after = resource.getrusage(resource.RUSAGE_SELF)
+                before = resource.getrusage(resource.RUSAGE_SELF)
+                start = time.perf_counter()
+                for _ in range(batches):
+                    reducer.accumulate(batch)
+                timings[case].append((time.perf_counter() - start) / batches)
+                after = resource.getrusage(resource.RUSAGE_SELF)
+                del reducer
             usage[case].append(
                 (
                     (after.ru_utime - before.ru_utime) / batches,
@@ -497,19 +514,19 @@ def per_batch_accumulate(batches: int, repeats: int) -> None:
             )
     rows = [
         [
-            name,
-            labels,
+            *case,
             f"{min(values) * 1e6:.2f}",
             f"{statistics.median(values) * 1e6:.2f}",
-            *(f"{statistics.median(run[column] for run in usage[(name, labels)]) * 1e6:.2f}" for column in (0, 1)),
-            f"{statistics.median(run[2] for run in usage[(name, labels)]):.2f}",
+            *(f"{statistics.median(run[column] for run in usage[case]) * 1e6:.2f}" for column in (0, 1)),
+            f"{statistics.median(run[2] for run in usage[case]):.2f}",
         ]
-        for (name, labels), values in timings.items()
+        for case, values in timings.items()
     ]
     table(
         f"5. accumulate() of a batch of 1024 float32 scores, {batches} batches per run, {repeats} interleaved runs "
-        "(goal: <= 2 us)",
-        ["reducer", "labels", "fastest us", "median us", "user CPU us", "kernel CPU us", "page faults"],
+        "(goal: <= 2 us); memory: reused, an evaluation's keys in arrays an earlier one wrote (the pool); fresh, "
+        "in memory the process never wrote (its first evaluation)",
+        ["reducer", "labels", "memory", "fastest us", "median us", "user CPU us", "kernel CPU us", "page faults"],
         rows,
     )
 
