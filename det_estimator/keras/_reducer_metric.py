@@ -25,17 +25,19 @@ class ReducerMetric(tf.keras.metrics.Metric):
     this process. For ``RocAuc`` and ``AveragePrecision``, whose state is the examples
     themselves, the batches are instead appended to a queue inside Keras' compiled step (one
     enqueue op, no Python per batch) and handed to ``accumulate`` in a few large batches
-    (each run of batches of one size in one) when the value is read; under a
-    ``tf.distribute`` strategy, and for other reducers, each batch calls ``accumulate`` from
-    the step. When Keras reads the metric's value at the end of ``model.evaluate`` (or of an
-    epoch of ``model.fit``, or of a workload and of a validation in a ``TFKerasTrial``), the
-    processes exchange their states in one Horovod allgather (under a
-    ``MultiWorkerMirroredStrategy``, through the job's ``det.core`` distributed context) and
-    every process gets the reducer's ``cross_slot_reduce`` of all of them. With ``RocAuc``
-    the value equals ``sklearn.metrics.roc_auc_score`` on the union of every process's data,
-    however unevenly it is split; Keras' own ``tf.keras.metrics.AUC`` is binned, and
-    averaging it per process is wrong again. On one process, or with neither Horovod nor a
-    ``det.core`` context of several processes, the local state is reduced directly.
+    (each run of batches of one size in one) when the value is read, also under a
+    ``tf.distribute`` strategy of one device per process (a ``MultiWorkerMirroredStrategy``
+    on CPUs or one GPU per worker); under a strategy over several devices of a process, and
+    for other reducers, each batch calls ``accumulate`` from the step. When Keras reads the
+    metric's value at the end of ``model.evaluate`` (or of an epoch of ``model.fit``, or of
+    a workload and of a validation in a ``TFKerasTrial``), the processes exchange their
+    states in one Horovod allgather (under a ``MultiWorkerMirroredStrategy``, through the
+    job's ``det.core`` distributed context) and every process gets the reducer's
+    ``cross_slot_reduce`` of all of them. With ``RocAuc`` the value equals
+    ``sklearn.metrics.roc_auc_score`` on the union of every process's data, however unevenly
+    it is split; Keras' own ``tf.keras.metrics.AUC`` is binned, and averaging it per process
+    is wrong again. On one process, or with neither Horovod nor a ``det.core`` context of
+    several processes, the local state is reduced directly.
 
     It works in ``model.compile(metrics=[...])``, ``weighted_metrics`` and
     ``model.evaluate``, in a trial or in a plain Keras script (run under horovodrun
@@ -103,13 +105,13 @@ class ReducerMetric(tf.keras.metrics.Metric):
         inputs = {"labels": y_true, "predictions": y_pred}
         if sample_weight is not None:
             inputs["weights"] = sample_weight
-        if isinstance(self._prototype, _ScoreRankingReducer) and not tf.distribute.has_strategy():
+        if isinstance(self._prototype, _ScoreRankingReducer) and _one_replica_per_process():
             columns = {key: tf.convert_to_tensor(value) for key, value in inputs.items()}
             if self._buffers is None:
                 with tf.init_scope():
                     self._buffers = _Columns({key: column.dtype for key, column in columns.items()})
-            # A tf.function creates variables on its first call only: a batch of other dtypes
-            # or columns than the first (another evaluate's labels) calls accumulate instead.
+            # The queue holds the columns and dtypes of the first batch: a batch of other dtypes or
+            # columns (another evaluate's labels) calls accumulate instead.
             if self._buffers.holds(columns):
                 return self._buffers.append(columns)
         keys = sorted(inputs)
@@ -252,6 +254,17 @@ class _Columns:
     def clear(self) -> None:
         """Forgets the batches appended since the last ``take``."""
         self.take()
+
+
+def _one_replica_per_process() -> bool:
+    """Whether this process runs a single replica: no ``tf.distribute`` strategy, or one over a device per worker.
+
+    Then one step's batch is this process's, whatever the strategy: a MultiWorkerMirroredStrategy
+    (one device per worker) enqueues each worker's batches in its own process, and the values are
+    exchanged when read. Replicas on several devices of a process would trace the step on
+    threads of their own, each of them creating the queue on the first batch.
+    """
+    return not tf.distribute.has_strategy() or len(tf.distribute.get_strategy().extended.worker_devices) == 1
 
 
 def _rank() -> int:

@@ -261,3 +261,13 @@ def test_a_batch_whose_labels_and_scores_differ_in_size_is_refused_even_when_the
     step(tf.constant([0.0, 1.0, 0.0, 1.0]), tf.constant([0.5, 0.6, 0.7]))
     with pytest.raises(MetricReductionError, match="RocAuc"):
         metric.result()
+
+
+def test_under_a_strategy_of_one_device_the_step_enqueues_too_and_the_value_is_exact():
+    x, y = data()
+    with tf.distribute.MirroredStrategy(["/cpu:0"]).scope():
+        metric = det.keras.ReducerMetric(RocAuc(), name="auc")
+        model = scored_model([metric])
+    results = model.evaluate(x, y, batch_size=128, verbose=0, return_dict=True)
+    assert metric._buffers is not None  # the queue, not a call to accumulate per batch
+    assert results["auc"] == pytest.approx(roc_auc_score(y, model.predict(x, verbose=0).ravel()), rel=0, abs=1e-12)
