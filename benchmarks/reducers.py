@@ -18,7 +18,9 @@ Prints four tables:
    ``tf.compat.v1.metrics.auc``, interleaved over 21 rounds: the median run of each, the
    median of the per-round ratios to the plain evaluate with its 95% interval, and the
    median step (a batch), which bursts of load on the machine barely move, and the time
-   outside the steps (graph, restore, final reduction) against the plain run's; then the bare
+   outside the steps (graph, restore, final reduction) against the plain run's, and two parts
+   of it, the session's creation (restoring the checkpoint) and the final ops (every metric's
+   value, the exact reduction among them) with the session's closing; then the bare
    cost of calling that function once on the very values the evaluations gave it. The
    process's CPU time is not shown: TensorFlow's idle pool threads spin, and an extra op
    handed to another thread adds up to a fifth of a step's CPU time without any wall time.
@@ -329,12 +331,24 @@ def evaluate_overhead(num_examples: int, rounds: int) -> None:
         def __init__(self) -> None:
             self.seconds: list[float] = []
             self._start = 0.0
+            # When the session was being created (restoring the checkpoint), and when the steps ended:
+            # the estimator runs the final ops (each metric's value) and closes the session after that.
+            self.began = self.created = self.ended = 0.0
+
+        def begin(self):
+            self.began = time.perf_counter()
+
+        def after_create_session(self, session, coord):
+            self.created = time.perf_counter()
 
         def before_run(self, run_context):
             self._start = time.perf_counter()
 
         def after_run(self, run_context, run_values):
             self.seconds.append(time.perf_counter() - self._start)
+
+        def end(self, session):
+            self.ended = time.perf_counter()
 
     labels, _ = ctr_scores(num_examples, 0.02)
     features = np.random.default_rng(2).normal(size=(num_examples, 8)).astype(np.float32)
@@ -392,8 +406,12 @@ def evaluate_overhead(num_examples: int, rounds: int) -> None:
     record.clear()
     timings: dict[str, list[float]] = {name: [] for name in variants}
     steps: dict[str, list[float]] = {name: [] for name in variants}
-    # Each run's time outside its steps: building the graph, restoring, the final reduction.
+    # Each run's time outside its steps: building the graph, restoring, the final reduction; and
+    # two parts of it: the session's creation (restoring the checkpoint), and the final ops
+    # (every metric's value) with the session's closing.
     outside: dict[str, list[float]] = {name: [] for name in variants}
+    creation: dict[str, list[float]] = {name: [] for name in variants}
+    final: dict[str, list[float]] = {name: [] for name in variants}
     # The function called once, bare, on the values the same round's evaluation handed it
     # (a model's scores tie more than random ones), right after that evaluation.
     bare: list[float] = []
@@ -403,9 +421,12 @@ def evaluate_overhead(num_examples: int, rounds: int) -> None:
             name = variants[index]
             step_times = StepTimes()
             record["keep"] = name == "make_metric(sklearn function)"
+            started = time.perf_counter()
             timings[name].append(seconds(functools.partial(estimators[name].evaluate, input_fn, hooks=[step_times])))
             steps[name].extend(step_times.seconds)
             outside[name].append(timings[name][-1] - sum(step_times.seconds))
+            creation[name].append(step_times.created - step_times.began)
+            final[name].append(started + timings[name][-1] - step_times.ended)
             if record["keep"]:
                 # Popped, so that nothing keeps the values into the next evaluations.
                 bare.append(seconds(functools.partial(auc_of_batches, record.pop("batches"))))
@@ -424,7 +445,10 @@ def evaluate_overhead(num_examples: int, rounds: int) -> None:
                 f"{statistics.median(ratios):+.1%} [{low:+.1%}, {high:+.1%}]",
                 f"{step * 1e6:.0f}",
                 f"{(step - plain_step) * 1e6:+.1f} ({step / plain_step - 1:+.1%})",
-                f"{statistics.median(o - p for o, p in zip(outside[name], outside[variants[0]])) * 1e3:+.1f}",
+                *(
+                    f"{statistics.median(o - p for o, p in zip(part[name], part[variants[0]])) * 1e3:+.1f}"
+                    for part in (outside, creation, final)
+                ),
             ]
         )
     table(
@@ -438,6 +462,8 @@ def evaluate_overhead(num_examples: int, rounds: int) -> None:
             "median step us",
             "step vs none: us",
             "outside steps vs none: ms",
+            "of which session creation",
+            "final ops and close",
         ],
         rows,
     )
