@@ -86,7 +86,7 @@ def main() -> None:
     metric = variants["ReducerMetric(RocAuc())"].metrics[-1]
     metric = next(m for m in [metric, *getattr(metric, "metrics", [])] if isinstance(m, det.keras.ReducerMetric))
     received: dict = {"labels": [], "predictions": []}
-    take = metric._buffers.take
+    take = metric._queue.take
 
     def recording_take():
         blocks = take()
@@ -95,7 +95,7 @@ def main() -> None:
                 rows.append(block[key])
         return blocks
 
-    metric._buffers.take = recording_take
+    metric._queue.take = recording_take
     on_received = variants["ReducerMetric(RocAuc())"].evaluate(dataset, verbose=0, return_dict=True)["auc"]
     on_received -= roc_auc_score(np.concatenate(received["labels"]), np.concatenate(received["predictions"]))
     base_fastest, base_median = min(seconds["no metric"]), statistics.median(seconds["no metric"])

@@ -12,7 +12,7 @@ from det_estimator.reducers import MetricReducer
 from det_estimator.reducers._accumulator import MetricAccumulator
 from det_estimator.reducers._roc_auc import _ScoreRankingReducer
 
-# Rows handed over from the queue of batches at a time, about (see _Columns.take).
+# Rows handed over from the queue of batches at a time, about (see _ColumnQueue.take).
 _GROUP_ROWS = 1 << 20
 
 
@@ -87,12 +87,10 @@ class ReducerMetric(tf.keras.metrics.Metric):
         self._prototype = reducer
         self._accumulator = MetricAccumulator(reducer, name=self.name, rank=_rank())
         self._value: Optional[np.ndarray] = None
-        # What the value was computed from: (rows buffered, batches accumulated) at that time.
-        self._value_of: Optional[tuple[int, int]] = None
         # The queue of the batches' columns, created on the first batch, when their dtypes are
         # known. A plain object holding no variables, so that Keras tracks none of this metric
         # (it would sum them across processes, and save them with the model).
-        self._buffers: Optional[_Columns] = None
+        self._queue: Optional[_ColumnQueue] = None
         self._collective_name = "det_reducer_metric." + re.sub(r"[^A-Za-z0-9_.-]", "_", self.name)
 
     @property
@@ -107,13 +105,13 @@ class ReducerMetric(tf.keras.metrics.Metric):
             inputs["weights"] = sample_weight
         if isinstance(self._prototype, _ScoreRankingReducer) and _one_replica_per_process():
             columns = {key: tf.convert_to_tensor(value) for key, value in inputs.items()}
-            if self._buffers is None:
+            if self._queue is None:
                 with tf.init_scope():
-                    self._buffers = _Columns({key: column.dtype for key, column in columns.items()})
+                    self._queue = _ColumnQueue({key: column.dtype for key, column in columns.items()})
             # The queue holds the columns and dtypes of the first batch: a batch of other dtypes or
             # columns (another evaluate's labels) calls accumulate instead.
-            if self._buffers.holds(columns):
-                return self._buffers.append(columns)
+            if self._queue.holds(columns):
+                return self._queue.append(columns)
         keys = sorted(inputs)
 
         def accumulate(*arrays: np.ndarray) -> np.int64:
@@ -127,16 +125,16 @@ class ReducerMetric(tf.keras.metrics.Metric):
         """The value over every process's batches since the last reset (NaN inside compiled step functions)."""
         if not tf.executing_eagerly():
             return tf.constant(np.nan, dtype=self.dtype)
-        self._take_buffered()
+        self._take_queued()
         if self._value is None:
             self._value = self._reduce()
         return tf.constant(self._value, dtype=self.dtype)
 
-    def _take_buffered(self) -> None:
+    def _take_queued(self) -> None:
         """Hands the rows queued since the last read to the reducer, in as few batches as it can."""
-        if self._buffers is None:
+        if self._queue is None:
             return
-        for block in self._buffers.take():
+        for block in self._queue.take():
             self._accumulator.accumulate(block)
             self._value = None
 
@@ -144,8 +142,8 @@ class ReducerMetric(tf.keras.metrics.Metric):
         """Starts a new evaluation: the next batches go to a fresh copy of the reducer."""
         self._accumulator = MetricAccumulator(self._prototype, name=self.name, rank=_rank())
         self._value = None
-        if self._buffers is not None:
-            self._buffers.clear()
+        if self._queue is not None:
+            self._queue.clear()
 
     def get_config(self) -> dict[str, Any]:
         """The metric's config, with the reducer as JSON when it has a ``get_config()``.
@@ -185,15 +183,15 @@ class ReducerMetric(tf.keras.metrics.Metric):
         return combiner.reduce([self._accumulator.local_envelope()], np.dtype(self.dtype))
 
 
-class _Columns:
+class _ColumnQueue:
     """A queue of batches' flattened columns (labels, predictions, weights), appended to inside a compiled step.
 
     Appending a batch is one enqueue of its columns and their sizes: no Python, no
     capacity to check or grow (a variable that grows needs a ``tf.cond`` in every step,
     which costs more than the rest of the step's appending). The queue keeps each
-    batch's tensors as they are; ``take`` copies them into one array per column. Each
-    column keeps its own sizes: a batch whose columns differ in size is kept as it is,
-    and the reducer's checks reject it when the rows are handed over.
+    batch's tensors as they are until ``take`` dequeues them. Each column keeps its own
+    sizes: a batch whose columns differ in size is handed over on its own, and the
+    reducer's checks reject it.
 
     Args:
         dtypes: each column's name and dtype.

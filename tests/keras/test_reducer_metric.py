@@ -269,5 +269,5 @@ def test_under_a_strategy_of_one_device_the_step_enqueues_too_and_the_value_is_e
         metric = det.keras.ReducerMetric(RocAuc(), name="auc")
         model = scored_model([metric])
     results = model.evaluate(x, y, batch_size=128, verbose=0, return_dict=True)
-    assert metric._buffers is not None  # the queue, not a call to accumulate per batch
+    assert metric._queue is not None  # the queue, not a call to accumulate per batch
     assert results["auc"] == pytest.approx(roc_auc_score(y, model.predict(x, verbose=0).ravel()), rel=0, abs=1e-12)
