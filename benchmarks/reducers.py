@@ -28,8 +28,9 @@ Prints four tables:
 5. The per-batch cost of ``RocAuc.accumulate`` and ``AveragePrecision.accumulate`` for
    batches of 1024 float32 scores with int64 and with float32 labels (goal: <= 2 us), and
    its CPU time in the process and in the kernel, and page faults, per batch: with the
-   keys in arrays an earlier evaluation wrote (reused from the pool), and in memory the
-   process never wrote (its first evaluation).
+   keys in arrays an earlier evaluation wrote (reused from the pool), and without the pool,
+   as in a process's first evaluation: there, whether the memory is new to the process (a
+   page fault per batch) depends on what the C allocator kept of earlier runs' memory.
 6. Reducing N workers' states (N = 1, 2, 8, 32; uneven shares, each state pickled and
    unpickled as it travels) of 1e7 examples, 1e8 with ``--large``, on 2 threads: each N's
    median time and its ratio to N = 1, one state holding the same examples (goal: <= 1.2x);
@@ -494,8 +495,8 @@ def evaluate_overhead(num_examples: int, rounds: int) -> None:
 
 
 @contextlib.contextmanager
-def fresh_memory():
-    """The ranking reducers' keys in memory the process never wrote, as in its first evaluation: no pooled arrays."""
+def without_pool():
+    """The ranking reducers' keys in arrays allocated for them, as in a process's first evaluation: no pooled ones."""
     pool, pool_bytes = _roc_auc.key_arrays, _chunk_pool._POOL_BYTES
     _roc_auc.key_arrays, _chunk_pool._POOL_BYTES = _chunk_pool._KeyArrayPool(), 0
     try:
@@ -512,7 +513,7 @@ def per_batch_accumulate(batches: int, repeats: int) -> None:
         (name, labels.dtype.name, memory): (reducer_type, {"labels": labels, "predictions": scores})
         for name, reducer_type in (("RocAuc", reducers.RocAuc), ("AveragePrecision", reducers.AveragePrecision))
         for labels in (int_labels, int_labels.astype(np.float32))
-        for memory in ("reused", "fresh")
+        for memory in ("pool", "no pool")
     }
     timings: dict[tuple[str, str, str], list[float]] = {case: [] for case in cases}
     # Per run and batch: CPU time in the process and in the kernel, and page faults. A batch's
@@ -521,7 +522,7 @@ def per_batch_accumulate(batches: int, repeats: int) -> None:
     usage: dict[tuple[str, str, str], list[tuple[float, float, float]]] = {case: [] for case in cases}
     for _ in range(repeats):  # interleaved
         for case, (reducer_type, batch) in cases.items():
-            with fresh_memory() if case[2] == "fresh" else contextlib.nullcontext():
+            with without_pool() if case[2] == "no pool" else contextlib.nullcontext():
                 reducer = reducer_type()
                 reducer.accumulate(batch)
                 before = resource.getrusage(resource.RUSAGE_SELF)
@@ -550,8 +551,9 @@ def per_batch_accumulate(batches: int, repeats: int) -> None:
     ]
     table(
         f"5. accumulate() of a batch of 1024 float32 scores, {batches} batches per run, {repeats} interleaved runs "
-        "(goal: <= 2 us); memory: reused, an evaluation's keys in arrays an earlier one wrote (the pool); fresh, "
-        "in memory the process never wrote (its first evaluation)",
+        "(goal: <= 2 us); memory: pool, an evaluation's keys in arrays an earlier one wrote; no pool, in arrays "
+        "allocated for it, as in a process's first evaluation (new to the process where there is a page fault "
+        "per batch, else memory the C allocator kept)",
         ["reducer", "labels", "memory", "fastest us", "median us", "user CPU us", "kernel CPU us", "page faults"],
         rows,
     )
