@@ -13,6 +13,7 @@ owns the memory. A state or a reducer still holding its keys in any form therefo
 them out of the pool's reach.
 """
 
+import os
 import sys
 import threading
 
@@ -62,5 +63,11 @@ class _KeyArrayPool:
                 self._bytes += array.nbytes
             return array
 
+    def _after_fork_in_child(self) -> None:
+        # A thread of the parent may have held the lock when it forked: the child has no such thread.
+        self._lock = threading.Lock()
+
 
 key_arrays = _KeyArrayPool()
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=key_arrays._after_fork_in_child)

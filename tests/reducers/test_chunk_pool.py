@@ -1,6 +1,8 @@
 """The pool of key arrays: a ranking reducer's chunks are reused once nothing refers to them, and only then."""
 
 import gc
+import os
+import signal
 
 import numpy as np
 import pytest
@@ -92,3 +94,16 @@ def test_the_pool_keeps_at_most_its_bytes_and_allocates_the_rest(pool, monkeypat
     state = accumulated(reducer, 0)  # 3 chunks, 2 of them pooled
     assert len(pool._arrays) == 2
     assert float(reducer.cross_slot_reduce([state])) == pytest.approx(roc_auc_score(*data(0)), rel=0, abs=1e-12)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX only")
+def test_a_process_forked_while_another_thread_takes_an_array_takes_arrays_too():
+    pool = _chunk_pool.key_arrays
+    with pool._lock:  # as a thread of the parent taking an array when the process forks
+        child = os.fork()
+        if child == 0:
+            signal.alarm(20)  # a child stuck on the lock its parent held is killed, and fails the test
+            pool.take(CHUNK)
+            os._exit(0)
+    _, status = os.waitpid(child, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
