@@ -18,14 +18,19 @@ Prints four tables:
    ``tf.compat.v1.metrics.auc``, interleaved over 21 rounds: the median run of each, the
    median of the per-round ratios to the plain evaluate with its 95% interval, and the
    median step (a batch), which bursts of load on the machine barely move, and the time
-   outside the steps (graph, restore, final reduction) against the plain run's; then the bare
+   outside the steps (graph, restore, final reduction) against the plain run's, and two parts
+   of it, the session's creation (restoring the checkpoint) and the final ops (every metric's
+   value, the exact reduction among them) with the session's closing; then the bare
    cost of calling that function once on the very values the evaluations gave it. The
    process's CPU time is not shown: TensorFlow's idle pool threads spin, and an extra op
    handed to another thread adds up to a fifth of a step's CPU time without any wall time.
 4. Bytes one rank sends for each reducer's state at 1M examples.
 5. The per-batch cost of ``RocAuc.accumulate`` and ``AveragePrecision.accumulate`` for
    batches of 1024 float32 scores with int64 and with float32 labels (goal: <= 2 us), and
-   its CPU time in the process and in the kernel, and page faults, per batch.
+   its CPU time in the process and in the kernel, and page faults, per batch: with the
+   keys in arrays an earlier evaluation wrote (reused from the pool), and without the pool,
+   as in a process's first evaluation: there, whether the memory is new to the process (a
+   page fault per batch) depends on what the C allocator kept of earlier runs' memory.
 6. Reducing N workers' states (N = 1, 2, 8, 32; uneven shares, each state pickled and
    unpickled as it travels) of 1e7 examples, 1e8 with ``--large``, on 2 threads: each N's
    median time and its ratio to N = 1, one state holding the same examples (goal: <= 1.2x);
@@ -60,6 +65,7 @@ import numpy as np  # noqa: E402
 from sklearn.metrics import average_precision_score, roc_auc_score  # noqa: E402
 
 from det_estimator import reducers  # noqa: E402
+from det_estimator.reducers import _chunk_pool, _roc_auc  # noqa: E402
 from det_estimator.reducers import _ranking as ranking  # noqa: E402
 
 
@@ -326,12 +332,24 @@ def evaluate_overhead(num_examples: int, rounds: int) -> None:
         def __init__(self) -> None:
             self.seconds: list[float] = []
             self._start = 0.0
+            # When the session was being created (restoring the checkpoint), and when the steps ended:
+            # the estimator runs the final ops (each metric's value) and closes the session after that.
+            self.began = self.created = self.ended = 0.0
+
+        def begin(self):
+            self.began = time.perf_counter()
+
+        def after_create_session(self, session, coord):
+            self.created = time.perf_counter()
 
         def before_run(self, run_context):
             self._start = time.perf_counter()
 
         def after_run(self, run_context, run_values):
             self.seconds.append(time.perf_counter() - self._start)
+
+        def end(self, session):
+            self.ended = time.perf_counter()
 
     labels, _ = ctr_scores(num_examples, 0.02)
     features = np.random.default_rng(2).normal(size=(num_examples, 8)).astype(np.float32)
@@ -389,8 +407,12 @@ def evaluate_overhead(num_examples: int, rounds: int) -> None:
     record.clear()
     timings: dict[str, list[float]] = {name: [] for name in variants}
     steps: dict[str, list[float]] = {name: [] for name in variants}
-    # Each run's time outside its steps: building the graph, restoring, the final reduction.
+    # Each run's time outside its steps: building the graph, restoring, the final reduction; and
+    # two parts of it: the session's creation (restoring the checkpoint), and the final ops
+    # (every metric's value) with the session's closing.
     outside: dict[str, list[float]] = {name: [] for name in variants}
+    creation: dict[str, list[float]] = {name: [] for name in variants}
+    final: dict[str, list[float]] = {name: [] for name in variants}
     # The function called once, bare, on the values the same round's evaluation handed it
     # (a model's scores tie more than random ones), right after that evaluation.
     bare: list[float] = []
@@ -400,9 +422,12 @@ def evaluate_overhead(num_examples: int, rounds: int) -> None:
             name = variants[index]
             step_times = StepTimes()
             record["keep"] = name == "make_metric(sklearn function)"
+            started = time.perf_counter()
             timings[name].append(seconds(functools.partial(estimators[name].evaluate, input_fn, hooks=[step_times])))
             steps[name].extend(step_times.seconds)
             outside[name].append(timings[name][-1] - sum(step_times.seconds))
+            creation[name].append(step_times.created - step_times.began)
+            final[name].append(started + timings[name][-1] - step_times.ended)
             if record["keep"]:
                 # Popped, so that nothing keeps the values into the next evaluations.
                 bare.append(seconds(functools.partial(auc_of_batches, record.pop("batches"))))
@@ -421,7 +446,10 @@ def evaluate_overhead(num_examples: int, rounds: int) -> None:
                 f"{statistics.median(ratios):+.1%} [{low:+.1%}, {high:+.1%}]",
                 f"{step * 1e6:.0f}",
                 f"{(step - plain_step) * 1e6:+.1f} ({step / plain_step - 1:+.1%})",
-                f"{statistics.median(o - p for o, p in zip(outside[name], outside[variants[0]])) * 1e3:+.1f}",
+                *(
+                    f"{statistics.median(o - p for o, p in zip(part[name], part[variants[0]])) * 1e3:+.1f}"
+                    for part in (outside, creation, final)
+                ),
             ]
         )
     table(
@@ -435,6 +463,8 @@ def evaluate_overhead(num_examples: int, rounds: int) -> None:
             "median step us",
             "step vs none: us",
             "outside steps vs none: ms",
+            "of which session creation",
+            "final ops and close",
         ],
         rows,
     )
@@ -464,30 +494,44 @@ def evaluate_overhead(num_examples: int, rounds: int) -> None:
     print(f"  the function itself took {statistics.median(record['seconds']):.3f} s (median) inside the evaluations")
 
 
+@contextlib.contextmanager
+def without_pool():
+    """The ranking reducers' keys in arrays allocated for them, as in a process's first evaluation: no pooled ones."""
+    pool, pool_bytes = _roc_auc.key_arrays, _chunk_pool._POOL_BYTES
+    _roc_auc.key_arrays, _chunk_pool._POOL_BYTES = _chunk_pool._KeyArrayPool(), 0
+    try:
+        yield
+    finally:
+        _roc_auc.key_arrays, _chunk_pool._POOL_BYTES = pool, pool_bytes
+
+
 def per_batch_accumulate(batches: int, repeats: int) -> None:
     rng = np.random.default_rng(3)
     scores = rng.random(1024, dtype=np.float32)
     int_labels = rng.integers(0, 2, 1024)
     cases = {
-        (name, labels.dtype.name): (reducer_type, {"labels": labels, "predictions": scores})
+        (name, labels.dtype.name, memory): (reducer_type, {"labels": labels, "predictions": scores})
         for name, reducer_type in (("RocAuc", reducers.RocAuc), ("AveragePrecision", reducers.AveragePrecision))
         for labels in (int_labels, int_labels.astype(np.float32))
+        for memory in ("pool", "no pool")
     }
-    timings: dict[tuple[str, str], list[float]] = {case: [] for case in cases}
-    # Per run and batch: CPU time in the process and in the kernel, and page faults. The
-    # state's keys are 4 KiB of memory never touched before per batch of 1024: the kernel's
-    # time is mostly the page fault that maps it.
-    usage: dict[tuple[str, str], list[tuple[float, float, float]]] = {case: [] for case in cases}
+    timings: dict[tuple[str, str, str], list[float]] = {case: [] for case in cases}
+    # Per run and batch: CPU time in the process and in the kernel, and page faults. A batch's
+    # keys are 4 KiB: in memory never written before, the kernel's time is mostly the page
+    # fault that maps it.
+    usage: dict[tuple[str, str, str], list[tuple[float, float, float]]] = {case: [] for case in cases}
     for _ in range(repeats):  # interleaved
         for case, (reducer_type, batch) in cases.items():
-            reducer = reducer_type()
-            reducer.accumulate(batch)
-            before = resource.getrusage(resource.RUSAGE_SELF)
-            start = time.perf_counter()
-            for _ in range(batches):
+            with without_pool() if case[2] == "no pool" else contextlib.nullcontext():
+                reducer = reducer_type()
                 reducer.accumulate(batch)
-            timings[case].append((time.perf_counter() - start) / batches)
-            after = resource.getrusage(resource.RUSAGE_SELF)
+                before = resource.getrusage(resource.RUSAGE_SELF)
+                start = time.perf_counter()
+                for _ in range(batches):
+                    reducer.accumulate(batch)
+                timings[case].append((time.perf_counter() - start) / batches)
+                after = resource.getrusage(resource.RUSAGE_SELF)
+                del reducer
             usage[case].append(
                 (
                     (after.ru_utime - before.ru_utime) / batches,
@@ -497,19 +541,20 @@ def per_batch_accumulate(batches: int, repeats: int) -> None:
             )
     rows = [
         [
-            name,
-            labels,
+            *case,
             f"{min(values) * 1e6:.2f}",
             f"{statistics.median(values) * 1e6:.2f}",
-            *(f"{statistics.median(run[column] for run in usage[(name, labels)]) * 1e6:.2f}" for column in (0, 1)),
-            f"{statistics.median(run[2] for run in usage[(name, labels)]):.2f}",
+            *(f"{statistics.median(run[column] for run in usage[case]) * 1e6:.2f}" for column in (0, 1)),
+            f"{statistics.median(run[2] for run in usage[case]):.2f}",
         ]
-        for (name, labels), values in timings.items()
+        for case, values in timings.items()
     ]
     table(
         f"5. accumulate() of a batch of 1024 float32 scores, {batches} batches per run, {repeats} interleaved runs "
-        "(goal: <= 2 us)",
-        ["reducer", "labels", "fastest us", "median us", "user CPU us", "kernel CPU us", "page faults"],
+        "(goal: <= 2 us); memory: pool, an evaluation's keys in arrays an earlier one wrote; no pool, in arrays "
+        "allocated for it, as in a process's first evaluation (new to the process where there is a page fault "
+        "per batch, else memory the C allocator kept)",
+        ["reducer", "labels", "memory", "fastest us", "median us", "user CPU us", "kernel CPU us", "page faults"],
         rows,
     )
 

@@ -12,8 +12,8 @@ from det_estimator.reducers import MetricReducer
 from det_estimator.reducers._accumulator import MetricAccumulator
 from det_estimator.reducers._roc_auc import _ScoreRankingReducer
 
-# Rows a column buffer holds before it first grows (it doubles when full).
-_INITIAL_ROWS = 1 << 16
+# Rows handed over from the queue of batches at a time, about (see _ColumnQueue.take).
+_GROUP_ROWS = 1 << 20
 
 
 @tf.keras.utils.register_keras_serializable(package="det_estimator")
@@ -21,22 +21,23 @@ class ReducerMetric(tf.keras.metrics.Metric):
     """A Keras metric whose value is computed by a ``MetricReducer`` over every process's data.
 
     Each batch's ``{"labels": y_true, "predictions": y_pred, "weights": sample_weight}``
-    (``weights`` only when there are sample weights) goes to the reducer's
-    ``accumulate`` on this process. For ``RocAuc`` and ``AveragePrecision``, whose state
-    is the examples themselves, the batches are instead appended to buffers inside
-    Keras' compiled step (TensorFlow variables that double when full, no Python per
-    batch) and handed to ``accumulate`` as one batch when the value is read; under a
-    ``tf.distribute`` strategy, and for other reducers, each batch calls
-    ``accumulate`` from the step. When Keras reads the metric's value at the end of
-    ``model.evaluate`` (or of an epoch of ``model.fit``, or of a workload and of a
-    validation in a ``TFKerasTrial``), the processes exchange their states in one
-    Horovod allgather (under a ``MultiWorkerMirroredStrategy``, through the job's
-    ``det.core`` distributed context) and every process gets the reducer's
-    ``cross_slot_reduce`` of all of them. With ``RocAuc`` the value equals ``sklearn.metrics.roc_auc_score`` on the
-    union of every process's data, however unevenly it is split; Keras' own
-    ``tf.keras.metrics.AUC`` is binned, and averaging it per process is wrong again.
-    On one process, or with neither Horovod nor a ``det.core`` context of several
-    processes, the local state is reduced directly.
+    (``weights`` only when there are sample weights) goes to the reducer's ``accumulate`` on
+    this process. For ``RocAuc`` and ``AveragePrecision``, whose state is the examples
+    themselves, the batches are instead appended to a queue inside Keras' compiled step (one
+    enqueue op, no Python per batch) and handed to ``accumulate`` in a few large batches
+    (each run of batches of one size in one) when the value is read, also under a
+    ``tf.distribute`` strategy of one device per process (a ``MultiWorkerMirroredStrategy``
+    on CPUs or one GPU per worker); under a strategy over several devices of a process, and
+    for other reducers, each batch calls ``accumulate`` from the step. When Keras reads the
+    metric's value at the end of ``model.evaluate`` (or of an epoch of ``model.fit``, or of
+    a workload and of a validation in a ``TFKerasTrial``), the processes exchange their
+    states in one Horovod allgather (under a ``MultiWorkerMirroredStrategy``, through the
+    job's ``det.core`` distributed context) and every process gets the reducer's
+    ``cross_slot_reduce`` of all of them. With ``RocAuc`` the value equals
+    ``sklearn.metrics.roc_auc_score`` on the union of every process's data, however unevenly
+    it is split; Keras' own ``tf.keras.metrics.AUC`` is binned, and averaging it per process
+    is wrong again. On one process, or with neither Horovod nor a ``det.core`` context of
+    several processes, the local state is reduced directly.
 
     It works in ``model.compile(metrics=[...])``, ``weighted_metrics`` and
     ``model.evaluate``, in a trial or in a plain Keras script (run under horovodrun
@@ -86,12 +87,10 @@ class ReducerMetric(tf.keras.metrics.Metric):
         self._prototype = reducer
         self._accumulator = MetricAccumulator(reducer, name=self.name, rank=_rank())
         self._value: Optional[np.ndarray] = None
-        # What the value was computed from: (rows buffered, batches accumulated) at that time.
-        self._value_of: Optional[tuple[int, int]] = None
-        # The buffers of the batches' columns, created on the first batch, when their dtypes are
-        # known. A plain object, so that Keras tracks no variables of this metric (it would sum
-        # them across processes, and save them with the model).
-        self._buffers: Optional[_Columns] = None
+        # The queue of the batches' columns, created on the first batch, when their dtypes are
+        # known. A plain object holding no variables, so that Keras tracks none of this metric
+        # (it would sum them across processes, and save them with the model).
+        self._queue: Optional[_ColumnQueue] = None
         self._collective_name = "det_reducer_metric." + re.sub(r"[^A-Za-z0-9_.-]", "_", self.name)
 
     @property
@@ -100,19 +99,19 @@ class ReducerMetric(tf.keras.metrics.Metric):
         return self._prototype
 
     def update_state(self, y_true: Any, y_pred: Any, sample_weight: Optional[Any] = None) -> Any:
-        """Adds one batch to this process's state: appended to the buffers, or an op calling ``accumulate``."""
+        """Adds one batch to this process's state: appended to the queue, or an op calling ``accumulate``."""
         inputs = {"labels": y_true, "predictions": y_pred}
         if sample_weight is not None:
             inputs["weights"] = sample_weight
-        if isinstance(self._prototype, _ScoreRankingReducer) and not tf.distribute.has_strategy():
+        if isinstance(self._prototype, _ScoreRankingReducer) and _one_replica_per_process():
             columns = {key: tf.convert_to_tensor(value) for key, value in inputs.items()}
-            if self._buffers is None:
+            if self._queue is None:
                 with tf.init_scope():
-                    self._buffers = _Columns({key: column.dtype for key, column in columns.items()})
-            # A tf.function creates variables on its first call only: a batch of other dtypes
-            # or columns than the first (another evaluate's labels) calls accumulate instead.
-            if self._buffers.holds(columns):
-                return self._buffers.append(columns)
+                    self._queue = _ColumnQueue({key: column.dtype for key, column in columns.items()})
+            # The queue holds the columns and dtypes of the first batch: a batch of other dtypes or
+            # columns (another evaluate's labels) calls accumulate instead.
+            if self._queue.holds(columns):
+                return self._queue.append(columns)
         keys = sorted(inputs)
 
         def accumulate(*arrays: np.ndarray) -> np.int64:
@@ -126,26 +125,25 @@ class ReducerMetric(tf.keras.metrics.Metric):
         """The value over every process's batches since the last reset (NaN inside compiled step functions)."""
         if not tf.executing_eagerly():
             return tf.constant(np.nan, dtype=self.dtype)
-        self._take_buffered()
+        self._take_queued()
         if self._value is None:
             self._value = self._reduce()
         return tf.constant(self._value, dtype=self.dtype)
 
-    def _take_buffered(self) -> None:
-        """Hands the rows buffered since the last read to the reducer, as one batch."""
-        if self._buffers is None:
+    def _take_queued(self) -> None:
+        """Hands the rows queued since the last read to the reducer, in as few batches as it can."""
+        if self._queue is None:
             return
-        batches, columns = self._buffers.take()
-        if batches:
-            self._accumulator.accumulate(columns)
+        for block in self._queue.take():
+            self._accumulator.accumulate(block)
             self._value = None
 
     def reset_state(self) -> None:
         """Starts a new evaluation: the next batches go to a fresh copy of the reducer."""
         self._accumulator = MetricAccumulator(self._prototype, name=self.name, rank=_rank())
         self._value = None
-        if self._buffers is not None:
-            self._buffers.clear()
+        if self._queue is not None:
+            self._queue.clear()
 
     def get_config(self) -> dict[str, Any]:
         """The metric's config, with the reducer as JSON when it has a ``get_config()``.
@@ -185,75 +183,86 @@ class ReducerMetric(tf.keras.metrics.Metric):
         return combiner.reduce([self._accumulator.local_envelope()], np.dtype(self.dtype))
 
 
-class _Columns:
-    """Buffers of a batch's flattened columns (labels, predictions, weights), appended to inside a compiled step.
+class _ColumnQueue:
+    """A queue of batches' flattened columns (labels, predictions, weights), appended to inside a compiled step.
 
-    Each column is a 1-D variable of undefined length that doubles when a batch does not
-    fit, with a count of the rows written, so appending costs a few ops per batch and no
-    Python. Each column counts its own rows: a batch whose columns differ in size is
-    kept as it is, and the reducer's checks reject it when the rows are handed over.
+    Appending a batch is one enqueue of its columns and their sizes: no Python, no
+    capacity to check or grow (a variable that grows needs a ``tf.cond`` in every step,
+    which costs more than the rest of the step's appending). The queue keeps each
+    batch's tensors as they are until ``take`` dequeues them. Each column keeps its own
+    sizes: a batch whose columns differ in size is handed over on its own, and the
+    reducer's checks reject it.
 
     Args:
         dtypes: each column's name and dtype.
     """
 
     def __init__(self, dtypes: dict[str, tf.DType]) -> None:
-        self._rows = {
-            key: tf.Variable(tf.zeros([_INITIAL_ROWS], dtype), shape=tf.TensorShape([None]), trainable=False)
-            for key, dtype in dtypes.items()
-        }
-        self._sizes = {key: tf.Variable(tf.constant(0, tf.int64), trainable=False) for key in dtypes}
-        self._batches = tf.Variable(tf.constant(0, tf.int64), trainable=False)
+        self._dtypes = dict(dtypes)
+        # Unbounded (capacity -1): an enqueue never waits. Padded: a dequeue of several batches
+        # pads each column to its longest batch, and the sizes say how much of each row is data.
+        self._queue = tf.queue.PaddingFIFOQueue(
+            -1, [*self._dtypes.values(), tf.int64], shapes=[[None]] * len(self._dtypes) + [[len(self._dtypes)]]
+        )
 
     def holds(self, columns: dict[str, tf.Tensor]) -> bool:
-        """Whether these are the columns, of the dtypes, that the buffers hold."""
-        return {key: column.dtype for key, column in columns.items()} == {
-            key: rows.dtype for key, rows in self._rows.items()
-        }
+        """Whether these are the columns, of the dtypes, that the queue holds."""
+        return {key: column.dtype for key, column in columns.items()} == self._dtypes
 
     def append(self, columns: dict[str, tf.Tensor]) -> tf.Operation:
-        """The op appending a batch's columns (of the dtypes given) and counting the batch."""
-        writes = [self._append(key, column) for key, column in columns.items()]
-        with tf.control_dependencies(writes):
-            return self._batches.assign_add(1).op
+        """The op appending a batch's columns (those, of the dtypes, given to the constructor)."""
+        flat = [tf.reshape(columns[key], [-1]) for key in self._dtypes]
+        sizes = tf.stack([tf.size(column, out_type=tf.int64) for column in flat])
+        return self._queue.enqueue([*flat, sizes])
 
-    def _append(self, key: str, column: tf.Tensor) -> tf.Operation:
-        rows, size = self._rows[key], self._sizes[key]
-        values = tf.reshape(column, [-1])
-        start = size.read_value()
-        stop = start + tf.size(values, out_type=tf.int64)
+    def take(self) -> list[dict[str, np.ndarray]]:
+        """The batches appended since the last ``take`` or ``clear``, in order, as few blocks of rows as it can.
 
-        # The variable's shape, not its value: a read of its value still alive when the rows
-        # are written would make the write copy the whole buffer.
-        capacity = tf.raw_ops.VariableShape(input=rows.handle, out_type=tf.int64)[0]
-
-        def grow() -> tf.Operation:
-            kept = rows.read_value()[:start]
-            grown = tf.concat([kept, tf.zeros([tf.maximum(stop, 2 * capacity) - start], rows.dtype)], 0)
-            return rows.assign(grown, read_value=False)
-
-        grown = tf.cond(stop > capacity, grow, tf.no_op)
-        with tf.control_dependencies([grown]):
-            written = tf.raw_ops.ResourceStridedSliceAssign(
-                ref=rows.handle, begin=tf.reshape(start, [1]), end=tf.reshape(stop, [1]), strides=[1], value=values
-            )
-        with tf.control_dependencies([written]):
-            return size.assign(stop).op
-
-    def take(self) -> tuple[int, dict[str, np.ndarray]]:
-        """The batches appended since the last ``take`` or ``clear``, and their rows; then empties the buffers."""
-        batches = int(self._batches.numpy())
-        columns = {key: rows[: int(self._sizes[key].numpy())].numpy() for key, rows in self._rows.items()}
-        self.clear()
-        return batches, columns
+        Consecutive batches whose columns all have the padded width (Keras' batches but
+        the last) are one block of views of the dequeued rows, not copied again; any other
+        batch is a block of its own. Then the queue is empty.
+        """
+        blocks: list[dict[str, np.ndarray]] = []
+        widest = 1
+        while (queued := int(self._queue.size())) > 0:
+            # About _GROUP_ROWS rows at a time, so that a few long batches among short ones pad little.
+            group = min(queued, max(1, _GROUP_ROWS // widest))
+            *padded, sizes = (tensor.numpy() for tensor in self._queue.dequeue_many(group))
+            widths = [rows.shape[1] for rows in padded]
+            widest = max(widest, *widths)
+            full = np.all(sizes == widths, axis=1).tolist()
+            start = 0
+            while start < group:
+                stop = start + 1
+                if full[start]:
+                    while stop < group and full[stop]:
+                        stop += 1
+                    blocks.append({key: rows[start:stop].reshape(-1) for key, rows in zip(self._dtypes, padded)})
+                else:
+                    row_sizes = sizes[start]
+                    blocks.append(
+                        {
+                            key: rows[start, : row_sizes[index]]
+                            for index, (key, rows) in enumerate(zip(self._dtypes, padded))
+                        }
+                    )
+                start = stop
+        return blocks
 
     def clear(self) -> None:
-        """Forgets the rows, and gives back what a large evaluation made the buffers grow to."""
-        for key, rows in self._rows.items():
-            if int(tf.raw_ops.VariableShape(input=rows.handle)[0]) != _INITIAL_ROWS:
-                rows.assign(tf.zeros([_INITIAL_ROWS], rows.dtype), read_value=False)
-            self._sizes[key].assign(0)
-        self._batches.assign(0)
+        """Forgets the batches appended since the last ``take``."""
+        self.take()
+
+
+def _one_replica_per_process() -> bool:
+    """Whether this process runs a single replica: no ``tf.distribute`` strategy, or one over a device per worker.
+
+    Then one step's batch is this process's, whatever the strategy: a MultiWorkerMirroredStrategy
+    (one device per worker) enqueues each worker's batches in its own process, and the values are
+    exchanged when read. Replicas on several devices of a process would trace the step on
+    threads of their own, each of them creating the queue on the first batch.
+    """
+    return not tf.distribute.has_strategy() or len(tf.distribute.get_strategy().extended.worker_devices) == 1
 
 
 def _rank() -> int:

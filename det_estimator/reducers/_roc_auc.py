@@ -9,6 +9,7 @@ import numpy as np
 from det_estimator.reducers import _ranking as ranking
 from det_estimator.reducers import _validation as validation
 from det_estimator.reducers._base import MetricReducer
+from det_estimator.reducers._chunk_pool import key_arrays
 
 # Batches are keyed in chunks of at least this many examples: one pass over a large
 # chunk costs far less than one per small batch.
@@ -65,7 +66,10 @@ class _KeyedChunk:
     """
 
     def __init__(self, capacity: int) -> None:
-        self.keys = np.empty(capacity, np.int32)
+        # A chunk of the usual size comes from the pool: the memory of an earlier evaluation's
+        # chunk, if nothing refers to it any more, costs no page faults. A larger one (a batch
+        # larger than a chunk) is of a size that seldom recurs.
+        self.keys = key_arrays.take(capacity) if capacity == _CHUNK_EXAMPLES else np.empty(capacity, np.int32)
         self.size = 0
 
     def is_full(self) -> bool:

@@ -175,10 +175,10 @@ class CountingRocAuc(RocAuc):
         return super().accumulate(metric)
 
 
-def test_ranking_reducers_get_the_batches_buffered_in_the_step_as_one_batch_per_evaluation(monkeypatch):
+def test_ranking_reducers_get_the_batches_queued_in_the_step_in_a_few_large_batches(monkeypatch):
     from det_estimator.keras import _reducer_metric
 
-    monkeypatch.setattr(_reducer_metric, "_INITIAL_ROWS", 16, raising=False)  # doubled many times
+    monkeypatch.setattr(_reducer_metric, "_GROUP_ROWS", 300)  # handed over a few batches at a time
     monkeypatch.setattr(CountingRocAuc, "calls", [])
     x, y = data()
     # Scores with ties: the rounded first feature itself (Keras 3's evaluate and predict compute a
@@ -196,7 +196,8 @@ def test_ranking_reducers_get_the_batches_buffered_in_the_step_as_one_batch_per_
         results = model.evaluate(x[:rows], y[:rows], sample_weight=weights[:rows], batch_size=128, verbose=0)
         expected = roc_auc_score(y[:rows], scores[:rows], sample_weight=weights[:rows])
         assert results[1] == pytest.approx(expected, rel=0, abs=1e-12)
-        assert CountingRocAuc.calls == [rows]
+        # The runs of full batches of 128 (groups of 2, then the short last batch) are one call each.
+        assert sum(CountingRocAuc.calls) == rows and len(CountingRocAuc.calls) <= rows // 256 + 2
     assert metric.variables == []  # nothing for Keras to sum across processes or to save
 
 
@@ -221,3 +222,52 @@ def test_the_value_is_reduced_once_however_often_it_is_read(monkeypatch):
     assert len(reductions) == 1 and len(set(value)) == 1
     model.evaluate(x[:100], y[:100], batch_size=128, verbose=0)
     assert len(reductions) == 2
+
+
+def test_a_ranking_reducers_step_appends_with_one_enqueue_and_no_control_flow():
+    # A tf.cond in the step (to grow a buffer) cost more than the rest of the step's appending.
+    metric = det.keras.ReducerMetric(RocAuc(), name="auc")
+    labels, scores = tf.zeros([128]), tf.zeros([128, 1])
+
+    @tf.function
+    def step(y, p):
+        metric.update_state(y, p)
+
+    graph = step.get_concrete_function(labels, scores).graph.as_graph_def()
+    kinds = [node.op for node in graph.node] + [
+        node.op for function in graph.library.function for node in function.node_def
+    ]
+    assert not {"If", "StatelessIf", "While", "StatelessWhile", "PyFunc", "EagerPyFunc"} & set(kinds)
+    assert kinds.count("QueueEnqueueV2") == 1
+
+
+def test_the_full_batches_reach_the_reducer_as_one_batch_and_the_short_last_one_after_them(monkeypatch):
+    monkeypatch.setattr(CountingRocAuc, "calls", [])
+    x, y = data()
+    model = scored_model([det.keras.ReducerMetric(CountingRocAuc(), name="auc")])
+    results = model.evaluate(x, y, batch_size=128, verbose=0, return_dict=True)
+    assert CountingRocAuc.calls == [ROWS - ROWS % 128, ROWS % 128]
+    assert results["auc"] == pytest.approx(roc_auc_score(y, model.predict(x, verbose=0).ravel()), rel=0, abs=1e-12)
+
+
+def test_a_batch_whose_labels_and_scores_differ_in_size_is_refused_even_when_the_totals_match():
+    metric = det.keras.ReducerMetric(RocAuc(), name="auc")
+
+    @tf.function
+    def step(labels, scores):
+        metric.update_state(labels, scores)
+
+    step(tf.constant([0.0, 1.0, 1.0]), tf.constant([0.1, 0.2, 0.3, 0.4]))
+    step(tf.constant([0.0, 1.0, 0.0, 1.0]), tf.constant([0.5, 0.6, 0.7]))
+    with pytest.raises(MetricReductionError, match="RocAuc"):
+        metric.result()
+
+
+def test_under_a_strategy_of_one_device_the_step_enqueues_too_and_the_value_is_exact():
+    x, y = data()
+    with tf.distribute.MirroredStrategy(["/cpu:0"]).scope():
+        metric = det.keras.ReducerMetric(RocAuc(), name="auc")
+        model = scored_model([metric])
+    results = model.evaluate(x, y, batch_size=128, verbose=0, return_dict=True)
+    assert metric._queue is not None  # the queue, not a call to accumulate per batch
+    assert results["auc"] == pytest.approx(roc_auc_score(y, model.predict(x, verbose=0).ravel()), rel=0, abs=1e-12)
