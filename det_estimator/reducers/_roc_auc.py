@@ -387,8 +387,11 @@ class _ScoreRankingReducer(MetricReducer, abc.ABC):
         """
         name = type(self).__name__
         states = validation.gather_states(name, per_slot_metrics, ScoreSamples)
-        if len(states) == 1:
-            examples = states[0]._sorted_examples()
+        # A state alone with examples is sorted as a state of its own, which keeps the chunks
+        # it shares with the reducer's other states from being sorted in place under them.
+        with_examples = [state for state in states if any(len(part.keys) for part in state._parts())]
+        if len(with_examples) <= 1:
+            examples = (with_examples or states)[0]._sorted_examples()
         else:
             # One sort of every worker's examples: as fast as of one state holding them all.
             parts = [part for state in states for part in state._parts()]

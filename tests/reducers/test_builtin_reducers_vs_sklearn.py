@@ -338,3 +338,22 @@ def test_worker_split_is_uneven_and_covers_everything():
     ranges = worker_ranges(3000)
     assert [stop - start for start, stop in ranges] == [1001, 1, 0, 666, 1332]
     assert ranges[0][0] == 0 and ranges[-1][1] == 3000
+
+
+@pytest.mark.parametrize("reducer_class", [RocAuc, AveragePrecision])
+def test_reducing_a_later_state_beside_empty_ones_leaves_an_earlier_state_its_examples(reducer_class):
+    # The later state shares the reducer's chunk with the earlier one (a prefix of it). Reduced
+    # beside workers that had no examples, it is the one state with examples: sorting its
+    # chunk in place would hand the earlier state the lowest scores of both batches.
+    rng = np.random.default_rng(7)
+    first, second = [(rng.integers(0, 2, 100), rng.random(100).astype(np.float32)) for _ in range(2)]
+    reducer = reducer_class()
+    earlier = reducer.accumulate({"labels": first[0], "predictions": first[1]})
+    later = reducer.accumulate({"labels": second[0], "predictions": second[1]})
+    empty = reducer_class().accumulate({"labels": np.zeros(0), "predictions": np.zeros(0, np.float32)})
+    score = skm.roc_auc_score if reducer_class is RocAuc else skm.average_precision_score
+
+    both = reducer.cross_slot_reduce([later, empty, empty])
+
+    assert both == pytest.approx(score(np.r_[first[0], second[0]], np.r_[first[1], second[1]]), **TOLERANCE)
+    assert reducer.cross_slot_reduce([earlier]) == pytest.approx(score(*first), **TOLERANCE)
