@@ -212,7 +212,7 @@ def _copy_into(source: ExperimentStore, read: Read, target: ExperimentStore) -> 
             row["log_path"] = moved_path(row["log_path"], moves)
         return row
 
-    new_log_folders: list[Path] = []
+    new_log_folders: set[Optional[Path]] = set()
     owners_before: dict[Path, Optional[FolderOwner]] = {}
     try:
         with target._write() as transaction:
@@ -223,13 +223,14 @@ def _copy_into(source: ExperimentStore, read: Read, target: ExperimentStore) -> 
                 _advance_id_sequences(writing)
             # SQLite moves its AUTOINCREMENT counters past the ids written itself.
             log_copies = log_folder_copies(source.files_dir, target.files_dir, experiment_ids, job_ids)
-            new_log_folders = [copy for copy in log_copies.values() if not copy.exists()]
+            new_log_folders = {_outermost_missing(copy, target.files_dir) for copy in log_copies.values()}
             logs_copied = copy_log_folders(log_copies)
             # Last, just before the commit: a copy that fails before it leaves the folders the source's.
             moved, left = _move_folders(checkpoint_folders, source, target, owners_before)
     except BaseException:
-        for folder in new_log_folders:
-            shutil.rmtree(folder, ignore_errors=True)
+        for made in new_log_folders:
+            if made is not None:
+                shutil.rmtree(made, ignore_errors=True)
         for folder, owner in owners_before.items():
             if owner is None:
                 (folder / OWNER_FILE).unlink(missing_ok=True)
@@ -245,6 +246,14 @@ def _copy_into(source: ExperimentStore, read: Read, target: ExperimentStore) -> 
         folders_moved=tuple(moved),
         folders_left=tuple(left),
     )
+
+
+def _outermost_missing(folder: Path, within: Path) -> Optional[Path]:
+    """The outermost of ``folder`` and its parents below ``within`` that does not exist yet (None if it exists)."""
+    missing = None
+    while folder != within and not folder.exists():
+        missing, folder = folder, folder.parent
+    return missing
 
 
 def copy_table(
