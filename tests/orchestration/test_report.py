@@ -6,19 +6,19 @@ import shlex
 from det_estimator.orchestration import command_on
 from det_estimator.orchestration._outcome import summarize
 from det_estimator.orchestration._report import print_summary, print_trial_failures
-from det_estimator.store import ExperimentStore, MetricKind, State
+from det_estimator.store import ExperimentStore, MetricKind, State, StoreLocation
 
 
 def test_the_default_store_is_reached_without_naming_it(tmp_path, monkeypatch):
     store = tmp_path / "store.sqlite"
     monkeypatch.setenv("DET_ESTIMATOR_STORE", str(store))
-    assert command_on(store) == "det-estimator"
+    assert command_on(StoreLocation(path=store)) == "det-estimator"
 
 
 def test_the_default_store_under_xdg_data_home_is_reached_without_naming_it(tmp_path, monkeypatch):
     monkeypatch.delenv("DET_ESTIMATOR_STORE", raising=False)
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
-    assert command_on(tmp_path / "det-estimator" / "store.sqlite") == "det-estimator"
+    assert command_on(StoreLocation(path=tmp_path / "det-estimator" / "store.sqlite")) == "det-estimator"
 
 
 def test_another_store_is_named_quoted_for_the_shell(tmp_path, monkeypatch):
@@ -26,7 +26,13 @@ def test_another_store_is_named_quoted_for_the_shell(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
     store = tmp_path / "my runs" / "it's.sqlite"
     # Pasted into a shell, it splits back into the program, the option and the very path.
-    assert shlex.split(command_on(store)) == ["det-estimator", "--store", str(store)]
+    assert shlex.split(command_on(StoreLocation(path=store))) == ["det-estimator", "--store", str(store)]
+
+
+def test_a_postgresql_store_is_named_without_its_password():
+    # The shell the command is pasted into gives it (PGPASSWORD, ~/.pgpass); no terminal shows it.
+    store = StoreLocation(url="postgresql://bob:s3cret@db.example:5432/team")
+    assert command_on(store) == "det-estimator --store postgresql://bob@db.example:5432/team"
 
 
 def _failed_trials(store, errors: list[dict]) -> list:
