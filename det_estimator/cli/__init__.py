@@ -231,7 +231,9 @@ def build_parser() -> argparse.ArgumentParser:
     job_log = job_actions.add_parser("logs", parents=[store_option], help="everything the job printed")
     job_log.add_argument("job_id", metavar="ID", type=_id)
     job_log.set_defaults(run=jobs.job_logs, json=False)
-    store = commands.add_parser("store", aliases=["s"], help="the store itself: its id, and making a copy its own")
+    store = commands.add_parser(
+        "store", aliases=["s"], help="the store itself: its id, making a copy its own, copying it into another"
+    )
     store_actions = store.add_subparsers(dest="action", metavar="ACTION", required=True)
     store_actions.add_parser(
         "describe", parents=[json_option], help="the store's file, id, schema version and whether it is a copy"
