@@ -313,6 +313,33 @@ def test_a_copy_that_fails_in_the_middle_leaves_the_destination_and_the_folders_
     assert [folder_owner(folder).store_id for folder in folders] == [team_id] * len(folders)
 
 
+def test_the_copy_is_of_the_source_as_it_was_when_the_copy_began(original, postgres_url, monkeypatch):
+    team = StoreLocation(url=postgres_url)
+    before = rows(original)
+    with ExperimentStore(original) as store:
+        original_files = store.files_dir
+    copy_table = store_copy.copy_table
+    written = []
+
+    def writing_to_the_source_meanwhile(read, writing, table, seen):
+        if not written:  # after the snapshot began, before any table is read: another process records more
+            with ExperimentStore(original) as store:
+                experiment = store.create_experiment("later", SEARCH_CONFIG, "/c", "m:T", 1, False)
+                trial = store.create_trial(experiment, {}, 1, "/checkpoints")
+                store.record_metrics(trial, MetricKind.TRAINING, 1, {"loss": 1.0})
+                store.set_state(experiment, State.COMPLETED)
+            written.append(experiment)
+        return copy_table(read, writing, table, seen)
+
+    monkeypatch.setattr(store_copy, "copy_table", writing_to_the_source_meanwhile)
+    status, output = copy(original, team)
+    assert status == 0, output
+    with ExperimentStore(team) as store:
+        team_files = store.files_dir
+    assert with_files_dir(rows(team), team_files) == with_files_dir(before, original_files)
+    assert len(rows(original)["experiments"]) == len(before["experiments"]) + 1
+
+
 def test_sqlite_to_sqlite_prints_the_rows_of_each_table(original, tmp_path):
     destination = StoreLocation(path=tmp_path / "copy.sqlite")
     status, output = copy(original, destination)
