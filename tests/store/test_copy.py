@@ -220,6 +220,12 @@ def test_sqlite_to_postgresql_and_back_keeps_every_row_and_every_experiments_des
     for location in (original, team):
         with ExperimentStore(location) as store, pytest.raises(FolderOwnedError, match="belongs to another"):
             store.own_folders(experiments[0])
+    # `store detach` gives the original copies of its own, as the command's output says.
+    status, output = run_command(["--store", str(original.path), "store", "detach", "--json"])
+    assert status == 0, output
+    assert sorted(Path(source) for source, _ in json.loads(output)["copied"]) == folders
+    with ExperimentStore(original) as store:
+        store.own_folders(experiments[0])
 
 
 def test_new_rows_in_a_postgresql_copy_take_the_ids_after_the_copied_ones(original, postgres_url):
