@@ -231,7 +231,9 @@ def build_parser() -> argparse.ArgumentParser:
     job_log = job_actions.add_parser("logs", parents=[store_option], help="everything the job printed")
     job_log.add_argument("job_id", metavar="ID", type=_id)
     job_log.set_defaults(run=jobs.job_logs, json=False)
-    store = commands.add_parser("store", aliases=["s"], help="the store itself: its id, and making a copy its own")
+    store = commands.add_parser(
+        "store", aliases=["s"], help="the store itself: its id, making a copy its own, copying it into another"
+    )
     store_actions = store.add_subparsers(dest="action", metavar="ACTION", required=True)
     store_actions.add_parser(
         "describe", parents=[json_option], help="the store's file, id, schema version and whether it is a copy"
@@ -241,6 +243,23 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[json_option],
         help="make a copy of a store one of its own: a new id, and its own copies of its checkpoints and logs",
     ).set_defaults(run=stores.detach)
+    copy = store_actions.add_parser(
+        "copy",
+        help="copy every experiment, trial, metric, checkpoint record, job and log into another store, new or empty",
+        description="Copies every record of the store SRC into the store DST (SQLite or PostgreSQL, new or empty), "
+        "with their ids, and the trials' and jobs' logs into DST's files folder. The experiments' checkpoint "
+        "folders move to DST: SRC no longer writes or deletes there.",
+    )
+    copy.add_argument("source", metavar="SRC", type=_store, help="the store copied: a path, or a postgresql:// URL")
+    copy.add_argument(
+        "destination",
+        metavar="DST",
+        type=_store,
+        help="the store it is copied into: a path where there is no store yet (or an empty store), or an empty "
+        "PostgreSQL database's URL",
+    )
+    copy.add_argument("--json", action="store_true", help="print JSON for scripts")
+    copy.set_defaults(run=stores.copy)
     ui = commands.add_parser(
         "ui", parents=[store_option], help="serve a web page over the store: experiments, curves, searches, trials"
     )
@@ -318,6 +337,9 @@ _WRITING_COMMANDS = (
     | {(name, action) for name in ("experiment", "e") for action in ("pause", "resume")}
 )
 
+# Commands that name their stores themselves (SRC and DST), not by --store.
+_COPYING_COMMANDS = {("store", "copy"), ("s", "copy")}
+
 # Commands that list everything in the store, and need no id.
 _LISTING_EVERYTHING = {("experiment", "list"), ("e", "list"), ("job", "list"), ("j", "list")}
 
@@ -362,6 +384,27 @@ def _store_to_open(args: argparse.Namespace) -> Optional["StoreLocation"]:
         f"There is no experiment store at {path}. Give the --store (or {environment_variables.STORE}) of an existing "
         "store; `det-estimator experiment create` makes one."
     )
+
+
+def _copy_locations(args: argparse.Namespace) -> tuple["StoreLocation", "StoreLocation"]:
+    """``store copy``'s SRC, an existing store, and DST, where a store may be made (checked as ``--store`` is)."""
+    from det_estimator.store import parse_store_location
+
+    if args.store:
+        raise UsageError(
+            f"--store {args.store}: `store copy` names its two stores as SRC and DST, and uses no other; leave "
+            "--store out."
+        )
+    source = parse_store_location(args.source, "SRC")
+    destination = parse_store_location(args.destination, "DST")
+    if source.path is not None and not (source.path.is_file() and source.path.stat().st_size > 0):
+        raise UsageError(
+            f"SRC {source.path}: there is no experiment store there. Expected the path of an existing store, or "
+            "the URL of a PostgreSQL database holding one."
+        )
+    if destination.path is not None:
+        _check_store_folder(destination.path, "DST")
+    return source, destination
 
 
 def _check_store_folder(path: Path, named_by: str) -> None:
@@ -452,6 +495,8 @@ def _main(argv: Optional[list[str]]) -> int:
         parser.print_help()
         return 2
     try:
+        if (args.command, args.action) in _COPYING_COMMANDS:
+            return run(*_copy_locations(args), args)
         location = _store_to_open(args)
         if location is None:
             return 0

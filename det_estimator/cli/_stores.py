@@ -1,10 +1,10 @@
-"""The store commands: ``store describe`` (its id, where it is) and ``store detach`` (a copy made its own)."""
+"""The store commands: ``store describe`` (its id, where it is), ``store detach`` (a copy made its own), ``copy``."""
 
 import argparse
 import sys
 
 from det_estimator.orchestration import command_on, print_json
-from det_estimator.store import SCHEMA_VERSION, ExperimentStore
+from det_estimator.store import SCHEMA_VERSION, ExperimentStore, StoreLocation, copy_store
 
 
 def describe(store: ExperimentStore, args: argparse.Namespace) -> int:
@@ -46,4 +46,29 @@ def detach(store: ExperimentStore, args: argparse.Namespace) -> int:
             f"  {len(report.checkpoints_gone)} checkpoint(s) it listed were gone (deleted by the other store), "
             f"now recorded as deleted: {', '.join(report.checkpoints_gone)}"
         )
+    return 0
+
+
+def copy(source: StoreLocation, destination: StoreLocation, args: argparse.Namespace) -> int:
+    """Copies every record of the store ``source`` into ``destination``, new or empty, which takes over its folders."""
+    with ExperimentStore(source, create=False) as store:
+        report = copy_store(store, destination)
+    if args.json:
+        print_json(report, sys.stdout)
+        return 0
+    print(f"Copied the store {report.source} into the store {report.destination} (store {report.destination_id}):")
+    width = max(len(copied.table) for copied in report.tables)
+    for copied in report.tables:
+        print(f"  {copied.table:<{width}}  {copied.rows:>10,} rows")
+    print(f"  logs: {len(report.logs_copied)} folder(s) copied into the files folder of {report.destination}")
+    if report.folders_moved:
+        print(
+            f"The experiments' checkpoint folders belong to {report.destination} now: {report.source} no longer writes "
+            "or deletes there (it refuses to resume these experiments; run them from the copy, or give the original "
+            f"copies of its own with `{command_on(source)} store detach`)."
+        )
+        for folder in report.folders_moved:
+            print(f"  moved {folder}")
+    for folder, owner in report.folders_left:
+        print(f"  left {folder}: it belongs to a third store, {owner}")
     return 0

@@ -12,9 +12,12 @@ Reads return frozen records.
 
 A store is recognised by its marker (the ``store_info`` table) before anything is
 written, has an id of its own, and claims the folders it writes in; a copy of a store
-is read-only until ``ExperimentStore.detach`` makes it one of its own.
+is read-only until ``ExperimentStore.detach`` makes it one of its own. ``copy_store``
+copies every record of a store into another, new or empty (SQLite or PostgreSQL), which
+takes over its checkpoint folders.
 """
 
+from det_estimator.store._copy import CopyReport, StoreCopyRefusedError, TableCopied, copy_store
 from det_estimator.store._database import (
     StoreLocation,
     damaged_store_error,
@@ -74,7 +77,9 @@ __all__ = [
     "FolderOwnedError",
     "NothingToDetachError",
     "StoreCopyError",
+    "StoreCopyRefusedError",
     "CheckpointRecord",
+    "CopyReport",
     "ExperimentBusyError",
     "NoStoreError",
     "StoreUnusableError",
@@ -92,9 +97,11 @@ __all__ = [
     "StoreError",
     "StoreLocation",
     "StoreRecorder",
+    "TableCopied",
     "TrialRecord",
     "TrialRunRecord",
     "UnknownIdError",
+    "copy_store",
     "damaged_store_error",
     "default_store_path",
     "folder_owner",

@@ -7,7 +7,7 @@ folders here are copied: an interrupted detach leaves the store as it was.
 import os
 import secrets
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -42,10 +42,28 @@ class DetachPlan:
 
     def moved(self, path: str) -> str:
         """``path`` in the folder it is copied to, when it lies in a folder that moves; else as it is."""
-        for source, target in self.moves.items():
-            if path and Path(path).is_relative_to(source):
-                return str(target / Path(path).relative_to(source))
-        return path
+        return moved_path(path, self.moves)
+
+
+def moved_path(path: str, moves: Mapping[Path, Path]) -> str:
+    """``path`` in the folder it is copied to, when it lies in a folder of ``moves``; else as it is."""
+    for source, target in moves.items():
+        if path and Path(path).is_relative_to(source):
+            return str(target / Path(path).relative_to(source))
+    return path
+
+
+def log_folder_copies(
+    source_files_dir: Path, target_files_dir: Path, experiment_ids: Iterable[int], job_ids: Iterable[int]
+) -> dict[Path, Path]:
+    """Each log folder of these experiments and jobs in one store's files folder, with where its copy goes in another's.
+
+    A trial's output log and TensorBoard event files are under its experiment's folder,
+    ``experiments/<id>``; a job's output log under ``jobs/<id>``.
+    """
+    logs = [Path("experiments") / str(experiment_id) for experiment_id in experiment_ids]
+    logs += [Path("jobs") / str(job_id) for job_id in job_ids]
+    return {source_files_dir / relative: target_files_dir / relative for relative in logs}
 
 
 def plan_detach(
@@ -80,9 +98,9 @@ def plan_detach(
     if copy_of is not None:
         shared, own = store_files_dir(copy_of), files_dir
         moves[shared] = own
-        logs = [Path("experiments") / str(experiment.id) for experiment in experiments]
-        logs += [Path("jobs") / str(job.id) for job in jobs]
-        log_copies = {shared / relative: own / relative for relative in logs}
+        log_copies = log_folder_copies(
+            shared, own, [experiment.id for experiment in experiments], [job.id for job in jobs]
+        )
     return DetachPlan(new_tags, folder_copies, log_copies, moves, tuple(kept))
 
 
@@ -97,7 +115,17 @@ def copy_for_detach(plan: DetachPlan, owner: FolderOwner, listed: set[str]) -> l
         if source.is_dir():
             _copy_folder(source, target, owner, _listed_checkpoints_only(source, listed))
             copied.append((source, target))
-    for source, target in plan.log_copies.items():
+    copied.extend(copy_log_folders(plan.log_copies))
+    return copied
+
+
+def copy_log_folders(log_copies: Mapping[Path, Path]) -> list[tuple[Path, Path]]:
+    """Copies each log folder of ``log_copies`` that exists (not the owner file of its store); returns those copied.
+
+    Each is copied whole or not at all (see :func:`_copy_folder`).
+    """
+    copied = []
+    for source, target in log_copies.items():
         if source.is_dir():
             _copy_folder(source, target, None, _owner_files)
             copied.append((source, target))

@@ -669,6 +669,38 @@ CASES: list[BadInput] = [
         "it is a store of its own already, and `store detach` has nothing to do",
     ),
     BadInput(
+        "store copy from a store that does not exist",
+        ("store", "copy", "{dir}/missing.sqlite", "{dir}/new.sqlite"),
+        "missing.sqlite: there is no experiment store there",
+    ),
+    BadInput(
+        "store copy into a store that holds an experiment",
+        ("store", "copy", "{dir}/original.sqlite", "{store}"),
+        "holds 1 experiment(s) and 0 job(s): `store copy` copies into a new or empty store only",
+        prepare=_copied_store,
+    ),
+    BadInput(
+        "store copy from a copy of a store, which does not own its folders",
+        ("store", "copy", "{dir}/copy.sqlite", "{dir}/new.sqlite"),
+        "its checkpoint folders belong to that store, and cannot move to another",
+        prepare=_copied_store,
+    ),
+    BadInput(
+        "store copy of a store into itself",
+        ("store", "copy", "{store}", "{store}"),
+        "SRC and DST are the same store",
+    ),
+    BadInput(
+        "store copy given --store as well",
+        ("--store", "{store}", "store", "copy", "{store}", "{dir}/new.sqlite"),
+        "`store copy` names its two stores as SRC and DST, and uses no other",
+    ),
+    BadInput(
+        "store copy into a database URL of a scheme other than postgresql (its password not shown)",
+        ("store", "copy", "{store}", "mysql://bob:s3cret@db.example/team"),
+        "DST mysql://bob:***@db.example/team is a database URL of the scheme mysql, not a store",
+    ),
+    BadInput(
         "a database URL of a scheme other than postgresql as the store (its password not shown)",
         ("--store", "mysql://bob:s3cret@db.example:3306/team", "experiment", "list"),
         "--store mysql://bob:***@db.example:3306/team is a database URL of the scheme mysql, not a store. Expected "
