@@ -1106,9 +1106,6 @@ class ExperimentStore(JobTable):
         kept as best (:meth:`best_checkpoints`), so the summary names the one kept.
         """
         experiment = self.experiment(experiment_id)
-        metric, smaller = experiment.searcher_metric, experiment.smaller_is_better
-        best: Optional[BestValidation] = None
-        # Parsed here, not with SQLite's JSON functions, which refuse the NaN a metric may hold.
         query = (
             "SELECT m.trial_id, m.batches, m.metrics FROM metrics m JOIN trials t ON t.id = m.trial_id"
             f" WHERE t.experiment_id = :experiment_id AND m.kind = 'validation' AND {_NOT_ROLLED_BACK}"
@@ -1117,13 +1114,44 @@ class ExperimentStore(JobTable):
         if trial_id is not None:
             query += " AND m.trial_id = :trial_id"
             parameters["trial_id"] = trial_id
+        best = _BestSoFar(experiment)
         for row in self._database.read(query + " ORDER BY m.id", parameters):
-            value = json.loads(row["metrics"]).get(metric)
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or value != value:  # NaN
-                continue
-            if best is None or (value <= best.value if smaller else value >= best.value):
-                best = BestValidation(metric, float(value), row["batches"], row["trial_id"])
-        return best
+            best.see(row)
+        return best.best
+
+    def best_validations(self, experiments: Sequence[ExperimentRecord]) -> dict[int, Optional[BestValidation]]:
+        """:meth:`best_validation` of each of ``experiments``, by id, read in one query.
+
+        For the pages that list every experiment: one query per experiment would take
+        seconds for a store of a thousand.
+        """
+        best = {experiment.id: _BestSoFar(experiment) for experiment in experiments}
+        rows = self._database.read(
+            "SELECT t.experiment_id, m.trial_id, m.batches, m.metrics FROM metrics m JOIN trials t ON t.id = m.trial_id"
+            f" WHERE m.kind = 'validation' AND {_NOT_ROLLED_BACK} ORDER BY m.id",
+            {},
+        )
+        for row in rows:
+            of_experiment = best.get(row["experiment_id"])
+            if of_experiment is not None:
+                of_experiment.see(row)
+        return {experiment_id: of_experiment.best for experiment_id, of_experiment in best.items()}
+
+
+class _BestSoFar:
+    """The best validation of an experiment's searcher metric among the metric rows seen, in the order recorded."""
+
+    def __init__(self, experiment: ExperimentRecord) -> None:
+        self._metric, self._smaller = experiment.searcher_metric, experiment.smaller_is_better
+        self.best: Optional[BestValidation] = None
+
+    def see(self, row: RowMapping) -> None:
+        # Parsed here, not with the database's JSON functions, which refuse the NaN a metric may hold.
+        value = json.loads(row["metrics"]).get(self._metric)
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or value != value:  # NaN
+            return
+        if self.best is None or (value <= self.best.value if self._smaller else value >= self.best.value):
+            self.best = BestValidation(self._metric, float(value), row["batches"], row["trial_id"])
 
 
 def _state_as_seen(row: RowMapping) -> State:

@@ -57,12 +57,15 @@ class ExperimentRow:
 def experiment_rows(store: ExperimentStore, state: str = "", name: str = "") -> list[ExperimentRow]:
     """The experiments page's rows, newest first, those of ``state`` whose name holds ``name`` (either may be "")."""
     rows = []
-    for experiment in reversed(store.experiments()):
-        if state and experiment.state.value != state:
-            continue
-        if name and name.casefold() not in experiment.name.casefold():
-            continue
-        best = store.best_validation(experiment.id)
+    shown = [
+        experiment
+        for experiment in reversed(store.experiments())
+        if (not state or experiment.state.value == state)
+        and (not name or name.casefold() in experiment.name.casefold())
+    ]
+    best_of = store.best_validations(shown)
+    for experiment in shown:
+        best = best_of[experiment.id]
         rows.append(
             ExperimentRow(
                 id=experiment.id,

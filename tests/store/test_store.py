@@ -282,6 +282,28 @@ def test_best_validation_follows_the_searcher_metric_and_its_direction(store):
     assert (best.metric, best.value, best.batches, best.trial_id) == ("auc", 0.75, 15, trials[larger][0])
 
 
+def test_the_best_validations_of_all_experiments_read_at_once_are_those_read_one_by_one(store):
+    draw = random.Random(3)
+    directions = [{"metric": "loss", "smaller_is_better": True}, {"metric": "auc", "smaller_is_better": False}]
+    experiments = [new_experiment(store, config={"searcher": directions[number % 2]}) for number in range(6)]
+    for experiment_id in experiments[:-1]:  # the last one has no validation
+        for seed in range(draw.randint(1, 3)):
+            trial = store.create_trial(experiment_id, {}, seed, "/c")
+            run = store.start_run(trial)
+            for batches in range(10, 60, 10):
+                value = draw.choice([draw.random(), draw.random(), 0.5, float("nan")])
+                store.record_metrics(trial, VALIDATION, batches, {"loss": value, "auc": value}, run)
+            # A resume from batch 20: the first run's validations after it are rolled back.
+            resumed = store.start_run(trial, start_batches=20)
+            store.record_metrics(trial, VALIDATION, 30, {"loss": draw.random(), "auc": draw.random()}, resumed)
+
+    at_once = store.best_validations(store.experiments())
+
+    assert at_once == {experiment_id: store.best_validation(experiment_id) for experiment_id in experiments}
+    assert at_once[experiments[-1]] is None and all(at_once[e] is not None for e in experiments[:-1])
+    assert store.best_validations(store.experiments()[:2]).keys() == set(experiments[:2])
+
+
 def test_records_as_json_have_null_for_nan_and_names_for_states(store):
     trial_id = store.create_trial(new_experiment(store), {}, 0, "/checkpoints")
     store.record_metrics(trial_id, VALIDATION, 5, {"auc": float("nan"), "loss": float("inf"), "n": 3})

@@ -6,7 +6,7 @@ password authentication over TCP, so that tests see what a team's server does. P
 refuses to run as root: as root, the cluster belongs to the ``postgres`` user the package
 made (or ``nobody``), and every server command runs as that user.
 
-The cluster trades durability for speed (no fsync); :meth:`PostgresServer.kill` and
+The tests' cluster trades durability for speed (no fsync); :meth:`PostgresServer.kill` and
 :meth:`PostgresServer.start` let a test take the server away and bring it back.
 """
 
@@ -25,11 +25,10 @@ from typing import Optional
 SUPERUSER = "det_test"
 PASSWORD = "det-test-secret"
 _SERVER_USERS = ("postgres", "nobody")
-# What the tests ask of the server: no durability, little memory, quick to start and stop.
-_SERVER_SETTINGS = (
-    "-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c shared_buffers=16MB "
-    "-c max_connections=200 -c listen_addresses=127.0.0.1"
-)
+# What the tests ask of the server: little memory, quick to start and stop, and (but for a
+# benchmark's) no durability.
+_SERVER_SETTINGS = "-c shared_buffers=16MB -c max_connections=200 -c listen_addresses=127.0.0.1"
+_NOT_DURABLE = "-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
 
 
 def server_bin_dir() -> Optional[Path]:
@@ -72,6 +71,7 @@ class PostgresServer:
     root: Path
     port: int
     run_as: Optional[pwd.struct_passwd]
+    durable: bool = False
 
     @property
     def data_dir(self) -> Path:
@@ -104,7 +104,7 @@ class PostgresServer:
             "-l",
             str(self.log_file),
             "-o",
-            f"-p {self.port} -k {self.root} {_SERVER_SETTINGS}",
+            f"-p {self.port} -k {self.root} {_SERVER_SETTINGS}{'' if self.durable else ' ' + _NOT_DURABLE}",
             "-w",
             "-t",
             "60",
@@ -154,8 +154,13 @@ class PostgresServer:
             raise RuntimeError(f"{program} {' '.join(args)} failed ({done.returncode}): {done.stderr.strip()}\n{log}")
 
 
-def start_server() -> PostgresServer:
-    """Makes a cluster in a new temporary folder and starts it; the caller stops it."""
+def start_server(durable: bool = False) -> PostgresServer:
+    """Makes a cluster in a new temporary folder and starts it; the caller stops it.
+
+    Args:
+        durable: commits wait for the disk, as on a team's server (a benchmark's); by
+            default they do not, which the tests do not need.
+    """
     bin_dir = server_bin_dir()
     if bin_dir is None:
         raise RuntimeError(missing())
@@ -165,7 +170,7 @@ def start_server() -> PostgresServer:
     root = Path(tempfile.mkdtemp(prefix="det-estimator-postgres-"))
     if run_as is not None:
         os.chown(root, run_as.pw_uid, run_as.pw_gid)
-    server = PostgresServer(bin_dir=bin_dir, root=root, port=_free_port(), run_as=run_as)
+    server = PostgresServer(bin_dir=bin_dir, root=root, port=_free_port(), run_as=run_as, durable=durable)
     try:
         password_file = root / "password"
         password_file.write_text(PASSWORD + "\n")
