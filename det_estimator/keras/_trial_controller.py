@@ -16,7 +16,7 @@ from det_estimator.core._metrics import combine_across_ranks
 from det_estimator.errors import TrialLifecycleError
 from det_estimator.keras._context import TFKerasTrialContext
 from det_estimator.keras._devices import apply_session_config, pin_local_gpu, require_eager
-from det_estimator.keras._engine import _callback_states, _format, _inputs, _keras_compat, _random_states
+from det_estimator.keras._engine import _callback_states, _format, _inputs, _keras_compat, _random_states, _sharding
 from det_estimator.keras._engine._callbacks import TrialCallbacks
 from det_estimator.keras._engine._loop import FOREVER, TrialEngine
 from det_estimator.keras._engine._metrics import global_metrics, local_metrics, read_combined
@@ -188,7 +188,7 @@ class TFKerasTrialController(TrialController):
         if max_batches is not None:
             self._schedule.start(max_batches)
             self._model.fit(
-                _keras_compat.per_worker(self._model, self._training_stream),
+                _sharding.per_worker(self._model, self._training_stream),
                 steps_per_epoch=FOREVER,
                 epochs=1,
                 # The trial's own callbacks are the engine's to call, at the trial's points.
@@ -344,7 +344,7 @@ class TFKerasTrialController(TrialController):
                 # for a number of steps: the pass ends first.
                 steps = FOREVER
             local = self._model.evaluate(
-                _keras_compat.per_worker(self._model, dataset, like=self._validation.first_batch),
+                _sharding.per_worker(self._model, dataset, like=self._validation.first_batch),
                 steps=steps,
                 callbacks=self._callbacks.for_evaluate,
                 verbose=0,

@@ -13,7 +13,7 @@ from det_estimator.config import Length, LengthUnit
 from det_estimator.errors import DetEstimatorError
 from det_estimator.keras._api import _fit
 from det_estimator.keras._determined_callback import DeterminedCallback
-from det_estimator.keras._engine import _inference, _keras_compat
+from det_estimator.keras._engine import _inference, _keras_compat, _sharding
 from det_estimator.keras._engine._metrics import GlobalMetrics, with_searcher_metric
 from det_estimator.keras._engine._sharding import ShardedSequence, Sharder, in_input_order
 from det_estimator.lifecycle import RunError, RunLifecycle, write_process_error
@@ -538,7 +538,7 @@ class KerasContext:
         """
         if self._spans_processes(model):
             # Keras would shard the share once more and gather every worker's: each predicts its own.
-            predictions = _keras_compat.predict_locally(model, x, predict_kwargs.get("batch_size"))
+            predictions = _sharding.predict_locally(model, x, predict_kwargs.get("batch_size"))
         else:
             predictions = model.predict(x, **predict_kwargs)
         share = self._sharder.share_of(x)

@@ -25,7 +25,7 @@ import tensorflow as tf
 
 from det_estimator.core import DistributedContext, Unit
 from det_estimator.errors import PermanentTrialError
-from det_estimator.keras._engine import _keras_compat
+from det_estimator.keras._engine import _keras_compat, _sharding
 
 logger = logging.getLogger("det_estimator.keras")
 
@@ -175,7 +175,7 @@ def per_worker_inputs(
     shuffle_seed = seed if fit_kwargs.pop("shuffle", True) else None
     steps = fit_kwargs.get("steps_per_epoch") or local_steps(x, batch_size)
     training = _as_batches((x, y, fit_kwargs.pop("sample_weight", None)), batch_size, "x", shuffle_seed)
-    x, steps_per_epoch = _keras_compat.per_worker_epochs(model, training, steps)
+    x, steps_per_epoch = _sharding.per_worker_epochs(model, training, steps)
     fit_kwargs["shuffle"] = False  # shuffled above, if at all: Keras shuffles no dataset
     if fit_kwargs.get("steps_per_epoch") is None and steps_per_epoch is not None:
         fit_kwargs["steps_per_epoch"] = steps_per_epoch
@@ -221,7 +221,7 @@ def per_worker_validation(
             "the longest share (validation_steps= to context.fit, steps= to context.evaluate)."
         )
     longest = max((count for count in every if count is not None), default=0)
-    return _keras_compat.per_worker_passes(model, validation, longest)
+    return _sharding.per_worker_passes(model, validation, longest)
 
 
 def _as_batches(parts: tuple, batch_size: int, which: str, shuffle_seed: Optional[int]) -> tf.data.Dataset:

@@ -13,7 +13,6 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, Optional
 
-import numpy as np
 import tensorflow as tf
 
 # Keras 3 alone has a __version__ on tf.keras (Keras 2's is on the keras or tf_keras package).
@@ -356,7 +355,7 @@ def log_epoch_metrics(callback: tf.keras.callbacks.TensorBoard, step: int, logs:
 
 def strategy_spans_processes(model: tf.keras.Model) -> bool:
     """Whether the model's ``tf.distribute`` strategy has replicas in other processes (its metrics are global)."""
-    return _spans_workers(model.distribute_strategy)
+    return spans_workers(model.distribute_strategy)
 
 
 def executions_of_several_batches_fail(model: tf.keras.Model) -> bool:
@@ -401,7 +400,7 @@ def repair_multi_worker_fit() -> None:
 
     def build_from_local_batch(self: Any, iterator: Any = None, data_batch: Any = None) -> None:
         strategy: Any = getattr(self, "_distribute_strategy", None)
-        if iterator is None or data_batch is not None or not _spans_workers(strategy):
+        if iterator is None or data_batch is not None or not spans_workers(strategy):
             return keras_build(self, iterator=iterator, data_batch=data_batch)
         local = strategy.experimental_local_results
         for _, _, batches in iterator:
@@ -414,7 +413,7 @@ def repair_multi_worker_fit() -> None:
 
     def reduce_over_replicas(values: Any, strategy: Any, reduction: str) -> Any:
         tpu = isinstance(strategy, tf.distribute.TPUStrategy)
-        if reduction in ("auto", "mean") and not tpu and _spans_workers(strategy):
+        if reduction in ("auto", "mean") and not tpu and spans_workers(strategy):
             return tf.nest.map_structure(
                 lambda value: None if value is None else strategy.reduce("MEAN", value, axis=None), values
             )
@@ -427,86 +426,7 @@ def repair_multi_worker_fit() -> None:
     trainer.reduce_per_replica = reduce_over_replicas
 
 
-def per_worker(model: tf.keras.Model, dataset: Any, like: Optional[Any] = None) -> Any:
-    """``dataset`` as this worker's own batches under a strategy spanning processes: not sharded, not rebatched.
-
-    ``fit`` and ``evaluate`` would otherwise shard a process's share once more and split
-    its batches over the replicas. A worker whose share ends first goes on with empty
-    batches, made from the dataset's element spec: ``like``, a batch of the data, gives
-    their other dimensions where the spec leaves them unknown (a Sequence's batches).
-    Any other strategy (one process): ``dataset`` itself.
-    """
-    strategy = model.distribute_strategy
-    if not isinstance(dataset, tf.data.Dataset) or not _spans_workers(strategy):
-        return dataset
-    if like is not None:
-        shapes = tf.nest.map_structure(
-            lambda leaf: tf.TensorShape([None]).concatenate(tf.convert_to_tensor(leaf).shape[1:]), tuple(like)
-        )
-
-        def with_known_dimensions(*batch: Any) -> Any:
-            batch = tf.nest.map_structure(tf.ensure_shape, batch, shapes[: len(batch)])
-            return batch if len(batch) > 1 else batch[0]
-
-        dataset = dataset.map(with_known_dimensions)
-    return strategy.distribute_datasets_from_function(lambda _: dataset)
-
-
-def per_worker_epochs(
-    model: tf.keras.Model, dataset: tf.data.Dataset, steps: Optional[int]
-) -> tuple[Any, Optional[int]]:
-    """A worker's own training batches for ``fit``'s epochs: ``(data, steps_per_epoch)`` to give ``fit``.
-
-    Under a strategy spanning processes, ``dataset`` (one pass of ``steps`` batches, as
-    many on every worker) becomes this worker's own batches (:func:`per_worker`). Keras 3
-    reads a distributed dataset of known length afresh each epoch: it is given as it is.
-    Keras 2 runs a distributed dataset only for a number of steps, through one iterator
-    over every epoch: it is repeated, each epoch one pass. Any other strategy: ``dataset``
-    as it is, and no steps.
-    """
-    if not _spans_workers(model.distribute_strategy):
-        return dataset, None
-    if KERAS_3:
-        return per_worker(model, dataset), None
-    return per_worker(model, dataset.repeat()), steps
-
-
-def per_worker_passes(model: tf.keras.Model, dataset: tf.data.Dataset, longest: int) -> tuple[Any, Optional[int]]:
-    """A worker's own validation batches: ``(data, steps)`` to give ``fit`` (``validation_steps``) or ``evaluate``.
-
-    Under a strategy spanning processes every step is a collective: every worker runs
-    until the longest share (``longest`` batches) ends, a worker whose share ended first
-    going on with empty batches (see :func:`per_worker`). Keras 3 is given a length it
-    cannot know, and so reads each pass to its end, the longest share's (told a known
-    length, it would stop each worker at its own share's). Keras 2 runs a distributed
-    dataset only for a number of steps: the longest share's. Any other strategy:
-    ``dataset`` as it is, and no steps.
-    """
-    if not _spans_workers(model.distribute_strategy):
-        return dataset, None
-    if KERAS_3:
-        return per_worker(model, dataset.filter(lambda *batch: True)), None
-    return per_worker(model, dataset), longest
-
-
-def predict_locally(model: tf.keras.Model, x: Any, batch_size: Optional[int] = None) -> Any:
-    """This worker's predictions of ``x`` alone, under a strategy spanning processes: no collective.
-
-    ``predict`` there would shard ``x`` over the workers once more and gather every
-    worker's outputs. The model is called on each batch of ``x`` (arrays, in batches of
-    ``batch_size``, Keras' default 32; or a dataset of batches, whose first element is
-    the input), reading its variables as this worker holds them, and the outputs are
-    concatenated as ``predict`` concatenates them.
-    """
-    if isinstance(x, tf.data.Dataset):
-        batches = x.map(lambda *element: element[0]) if isinstance(x.element_spec, tuple) else x
-    else:
-        batches = tf.data.Dataset.from_tensor_slices(x).batch(batch_size or 32)
-    outputs = [tf.nest.map_structure(lambda tensor: tensor.numpy(), model(batch, training=False)) for batch in batches]
-    return tf.nest.map_structure(lambda *parts: np.concatenate(parts), *outputs)
-
-
-def _spans_workers(strategy: Any) -> bool:
+def spans_workers(strategy: Any) -> bool:
     """Whether a ``tf.distribute`` strategy has replicas in other processes."""
     in_multi_worker_mode = getattr(getattr(strategy, "extended", None), "_in_multi_worker_mode", None)
     return bool(callable(in_multi_worker_mode) and in_multi_worker_mode())

@@ -26,6 +26,11 @@ no cost; the indices are computed in the input pipeline, as ``model.fit`` does f
   batching, so that an element is a record).
 
 Predictions made on a share are put back in the input's order by :func:`in_input_order`.
+
+Under a strategy whose replicas span processes (MultiWorkerMirroredStrategy), each worker
+trains, validates and predicts on its own share as its own batches (:func:`per_worker`,
+:func:`per_worker_epochs`, :func:`per_worker_passes`, :func:`predict_locally`), not
+sharded once more by ``fit``.
 """
 
 import math
@@ -40,6 +45,7 @@ import tensorflow as tf
 
 from det_estimator._dataset_lineage import DatasetShares
 from det_estimator.core import DistributedContext
+from det_estimator.keras._engine import _keras_compat
 from det_estimator.keras._engine._sequences import DataError, Placement, as_batch, epoch_order
 
 # What wrap_data() takes.
@@ -374,3 +380,82 @@ def _as_arrays(structure: Any) -> Any:
 def _rows(leaf: Any) -> int:
     shape = getattr(leaf, "shape", None)
     return int(shape[0]) if shape is not None and len(shape) else len(leaf)
+
+
+def per_worker(model: tf.keras.Model, dataset: Any, like: Optional[Any] = None) -> Any:
+    """``dataset`` as this worker's own batches under a strategy spanning processes: not sharded, not rebatched.
+
+    ``fit`` and ``evaluate`` would otherwise shard a process's share once more and split
+    its batches over the replicas. A worker whose share ends first goes on with empty
+    batches, made from the dataset's element spec: ``like``, a batch of the data, gives
+    their other dimensions where the spec leaves them unknown (a Sequence's batches).
+    Any other strategy (one process): ``dataset`` itself.
+    """
+    strategy = model.distribute_strategy
+    if not isinstance(dataset, tf.data.Dataset) or not _keras_compat.spans_workers(strategy):
+        return dataset
+    if like is not None:
+        shapes = tf.nest.map_structure(
+            lambda leaf: tf.TensorShape([None]).concatenate(tf.convert_to_tensor(leaf).shape[1:]), tuple(like)
+        )
+
+        def with_known_dimensions(*batch: Any) -> Any:
+            batch = tf.nest.map_structure(tf.ensure_shape, batch, shapes[: len(batch)])
+            return batch if len(batch) > 1 else batch[0]
+
+        dataset = dataset.map(with_known_dimensions)
+    return strategy.distribute_datasets_from_function(lambda _: dataset)
+
+
+def per_worker_epochs(
+    model: tf.keras.Model, dataset: tf.data.Dataset, steps: Optional[int]
+) -> tuple[Any, Optional[int]]:
+    """A worker's own training batches for ``fit``'s epochs: ``(data, steps_per_epoch)`` to give ``fit``.
+
+    Under a strategy spanning processes, ``dataset`` (one pass of ``steps`` batches, as
+    many on every worker) becomes this worker's own batches (:func:`per_worker`). Keras 3
+    reads a distributed dataset of known length afresh each epoch: it is given as it is.
+    Keras 2 runs a distributed dataset only for a number of steps, through one iterator
+    over every epoch: it is repeated, each epoch one pass. Any other strategy: ``dataset``
+    as it is, and no steps.
+    """
+    if not _keras_compat.spans_workers(model.distribute_strategy):
+        return dataset, None
+    if _keras_compat.KERAS_3:
+        return per_worker(model, dataset), None
+    return per_worker(model, dataset.repeat()), steps
+
+
+def per_worker_passes(model: tf.keras.Model, dataset: tf.data.Dataset, longest: int) -> tuple[Any, Optional[int]]:
+    """A worker's own validation batches: ``(data, steps)`` to give ``fit`` (``validation_steps``) or ``evaluate``.
+
+    Under a strategy spanning processes every step is a collective: every worker runs
+    until the longest share (``longest`` batches) ends, a worker whose share ended first
+    going on with empty batches (see :func:`per_worker`). Keras 3 is given a length it
+    cannot know, and so reads each pass to its end, the longest share's (told a known
+    length, it would stop each worker at its own share's). Keras 2 runs a distributed
+    dataset only for a number of steps: the longest share's. Any other strategy:
+    ``dataset`` as it is, and no steps.
+    """
+    if not _keras_compat.spans_workers(model.distribute_strategy):
+        return dataset, None
+    if _keras_compat.KERAS_3:
+        return per_worker(model, dataset.filter(lambda *batch: True)), None
+    return per_worker(model, dataset), longest
+
+
+def predict_locally(model: tf.keras.Model, x: Any, batch_size: Optional[int] = None) -> Any:
+    """This worker's predictions of ``x`` alone, under a strategy spanning processes: no collective.
+
+    ``predict`` there would shard ``x`` over the workers once more and gather every
+    worker's outputs. The model is called on each batch of ``x`` (arrays, in batches of
+    ``batch_size``, Keras' default 32; or a dataset of batches, whose first element is
+    the input), reading its variables as this worker holds them, and the outputs are
+    concatenated as ``predict`` concatenates them.
+    """
+    if isinstance(x, tf.data.Dataset):
+        batches = x.map(lambda *element: element[0]) if isinstance(x.element_spec, tuple) else x
+    else:
+        batches = tf.data.Dataset.from_tensor_slices(x).batch(batch_size or 32)
+    outputs = [tf.nest.map_structure(lambda tensor: tensor.numpy(), model(batch, training=False)) for batch in batches]
+    return tf.nest.map_structure(lambda *parts: np.concatenate(parts), *outputs)
