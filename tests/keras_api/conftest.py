@@ -6,7 +6,11 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
+import numpy as np
 import pytest
+import yaml
+
+from det_estimator.store import ExperimentStore, State
 
 COMMAND = str(Path(sys.executable).with_name("det-estimator"))
 WORKERS = Path(__file__).parent / "workers"
@@ -51,3 +55,38 @@ def det_command(store: Path, *args: Any, timeout: float = 300, check: bool = Tru
 @pytest.fixture
 def det():
     return det_command
+
+
+def assert_a_paused_dropout_run_resumes_to_the_uninterrupted_weights(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, entrypoint_script: str, environment_variables: list[str]
+) -> None:
+    """``workers/fit_dropout.py`` on 2 slots, run through, then paused at batch 20 and resumed: the same weights.
+
+    The pause lands in the second epoch, after each process's short batch of the first (66
+    and 65 records in batches of 4); the experiment runs the trial again from its checkpoint.
+    """
+    raw = {
+        "name": "fit-dropout",
+        "entrypoint_script": entrypoint_script,
+        "hyperparameters": {"global_batch_size": 8},
+        "records_per_epoch": 131,
+        "searcher": {"name": "single", "metric": "val_loss", "max_length": {"epochs": 3}},
+        "checkpoint_storage": {"type": "shared_fs", "host_path": str(tmp_path / "checkpoints")},
+        "resources": {"slots_per_trial": 2},
+        "reproducibility": {"experiment_seed": 1},
+        "environment": {"environment_variables": environment_variables},
+    }
+    path = tmp_path / "dropout.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    store = tmp_path / "store.sqlite"
+    monkeypatch.setenv("DROPOUT_OUT", str(tmp_path / "uninterrupted.npy"))
+    det_command(store, "experiment", "create", path, WORKERS, timeout=400)
+
+    monkeypatch.setenv("DROPOUT_OUT", str(tmp_path / "resumed.npy"))
+    monkeypatch.setenv("DROPOUT_PAUSE_AT", "20")
+    monkeypatch.setenv("DROPOUT_MARKER", str(tmp_path / "paused"))
+    det_command(store, "experiment", "create", path, WORKERS, timeout=400)
+    with ExperimentStore(store) as opened:
+        paused, resumed = opened.trial_runs(2)
+    assert paused.state == State.PAUSED and 20 <= resumed.start_batches < 34
+    np.testing.assert_array_equal(np.load(tmp_path / "resumed.npy"), np.load(tmp_path / "uninterrupted.npy"))

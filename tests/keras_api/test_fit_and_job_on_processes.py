@@ -14,9 +14,9 @@ import tensorflow as tf
 import yaml
 
 from det_estimator.keras._engine._inference import load_model
-from det_estimator.store import ExperimentStore, State
+from det_estimator.store import ExperimentStore
 
-from .conftest import WORKERS, det_command
+from .conftest import WORKERS, assert_a_paused_dropout_run_resumes_to_the_uninterrupted_weights, det_command
 
 GLOBAL_BATCH_SIZE, LEARNING_RATE, EPOCHS = 32, 0.05, 3
 
@@ -133,29 +133,6 @@ def test_job_run_on_two_processes_gives_model_predict_of_the_whole_input_in_orde
 
 
 def test_a_paused_trial_on_two_processes_resumes_with_each_process_s_dropout_masks(tmp_path, monkeypatch):
-    raw = {
-        "name": "fit-dropout",
-        "entrypoint_script": "python3 fit_dropout.py",
-        "hyperparameters": {"global_batch_size": 8},
-        "records_per_epoch": 131,
-        "searcher": {"name": "single", "metric": "val_loss", "max_length": {"epochs": 3}},
-        "checkpoint_storage": {"type": "shared_fs", "host_path": str(tmp_path / "checkpoints")},
-        "resources": {"slots_per_trial": 2},
-        "reproducibility": {"experiment_seed": 1},
-    }
-    path = tmp_path / "dropout.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    store = tmp_path / "store.sqlite"
-    monkeypatch.setenv("DROPOUT_OUT", str(tmp_path / "uninterrupted.npy"))
-    det_command(store, "experiment", "create", path, WORKERS, timeout=400)
-
-    # Paused in the second epoch, after each process's short batch of the first: a pause
-    # of the trial's own process, which the experiment runs again from its checkpoint.
-    monkeypatch.setenv("DROPOUT_OUT", str(tmp_path / "resumed.npy"))
-    monkeypatch.setenv("DROPOUT_PAUSE_AT", "20")
-    monkeypatch.setenv("DROPOUT_MARKER", str(tmp_path / "paused"))
-    det_command(store, "experiment", "create", path, WORKERS, timeout=400)
-    with ExperimentStore(store) as opened:
-        paused, resumed = opened.trial_runs(2)
-    assert paused.state == State.PAUSED and 20 <= resumed.start_batches < 34
-    np.testing.assert_array_equal(np.load(tmp_path / "resumed.npy"), np.load(tmp_path / "uninterrupted.npy"))
+    assert_a_paused_dropout_run_resumes_to_the_uninterrupted_weights(
+        tmp_path, monkeypatch, "python3 fit_dropout.py", []
+    )

@@ -13,12 +13,10 @@ import sys
 
 import numpy as np
 import pytest
-import yaml
 
 from det_estimator.keras._engine import _keras_compat
-from det_estimator.store import ExperimentStore, State
 
-from .conftest import WORKERS, det_command
+from .conftest import WORKERS, assert_a_paused_dropout_run_resumes_to_the_uninterrupted_weights
 
 sys.path.insert(0, str(WORKERS))
 import under_strategy  # noqa: E402
@@ -76,28 +74,9 @@ def test_fit_refuses_a_sequence_saying_what_it_takes(reports):
 def test_a_paused_trial_of_the_strategy_resumes_to_the_uninterrupted_weights(tmp_path, monkeypatch, keras):
     if keras == "tf-keras" and not _keras_compat.KERAS_3:
         pytest.skip("tf.keras is Keras 2 here: the tf.keras case runs it already")
-    raw = {
-        "name": "fit-dropout",
-        "entrypoint_script": "python3 -m det_estimator.launch.tensorflow -- python3 fit_dropout.py",
-        "hyperparameters": {"global_batch_size": 8},
-        "records_per_epoch": 131,
-        "searcher": {"name": "single", "metric": "val_loss", "max_length": {"epochs": 3}},
-        "checkpoint_storage": {"type": "shared_fs", "host_path": str(tmp_path / "checkpoints")},
-        "resources": {"slots_per_trial": 2},
-        "reproducibility": {"experiment_seed": 1},
-        "environment": {"environment_variables": ["TF_USE_LEGACY_KERAS=1"] if keras == "tf-keras" else []},
-    }
-    path = tmp_path / "dropout.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    store = tmp_path / "store.sqlite"
-    monkeypatch.setenv("DROPOUT_OUT", str(tmp_path / "uninterrupted.npy"))
-    det_command(store, "experiment", "create", path, WORKERS, timeout=400)
-
-    monkeypatch.setenv("DROPOUT_OUT", str(tmp_path / "resumed.npy"))
-    monkeypatch.setenv("DROPOUT_PAUSE_AT", "20")
-    monkeypatch.setenv("DROPOUT_MARKER", str(tmp_path / "paused"))
-    det_command(store, "experiment", "create", path, WORKERS, timeout=400)
-    with ExperimentStore(store) as opened:
-        paused, resumed = opened.trial_runs(2)
-    assert paused.state == State.PAUSED and 20 <= resumed.start_batches < 34
-    np.testing.assert_array_equal(np.load(tmp_path / "resumed.npy"), np.load(tmp_path / "uninterrupted.npy"))
+    assert_a_paused_dropout_run_resumes_to_the_uninterrupted_weights(
+        tmp_path,
+        monkeypatch,
+        "python3 -m det_estimator.launch.tensorflow -- python3 fit_dropout.py",
+        ["TF_USE_LEGACY_KERAS=1"] if keras == "tf-keras" else [],
+    )

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from det_estimator._pids import process_exists
+
 SUPERUSER = "det_test"
 PASSWORD = "det-test-secret"
 _SERVER_USERS = ("postgres", "nobody")
@@ -117,7 +119,7 @@ class PostgresServer:
         pid = int(pid_file.read_text().split()[0])
         os.kill(pid, 9)
         deadline = time.monotonic() + 30
-        while _process_exists(pid) and time.monotonic() < deadline:
+        while process_exists(pid) and time.monotonic() < deadline:
             time.sleep(0.05)
         # Its backends end when they see the postmaster gone; a new postmaster waits for them
         # through the shared memory lock, so wait here until they have.
@@ -194,16 +196,6 @@ def start_server(durable: bool = False) -> PostgresServer:
         server.stop()
         raise
     return server
-
-
-def _process_exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _port_open(port: int) -> bool:
