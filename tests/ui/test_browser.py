@@ -179,9 +179,15 @@ def browser():
 
 
 def wait_for(condition, timeout=60.0, what="the condition"):
+    """Polls `condition`; an element the page's refresh replaced between finding and reading it counts as not yet."""
+    from selenium.common.exceptions import StaleElementReferenceException
+
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        value = condition()
+        try:
+            value = condition()
+        except StaleElementReferenceException:
+            value = None
         if value:
             return value
         time.sleep(0.2)
@@ -334,8 +340,8 @@ def test_pause_from_the_page_pauses_a_running_experiment_which_resume_from_the_p
                 what="the experiment to start training",
             )
         browser.get(f"{server}/experiments/{experiment_id}")
-        assert browser.find_element(By.ID, "experiment-state").text == "ACTIVE"
-        browser.find_element(By.ID, "pause").click()
+        wait_for(lambda: browser.find_element(By.ID, "experiment-state").text == "ACTIVE", what="ACTIVE on the page")
+        click(browser, "#pause")
         wait_for(lambda: "Pausing experiment" in browser.find_element(By.ID, "notice").text, what="the notice")
         browser.execute_script("window.notReloaded = true")
         assert running.wait(timeout=120) == 0
