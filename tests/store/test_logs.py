@@ -4,6 +4,7 @@ import threading
 import time
 
 import pytest
+import sqlalchemy
 
 from det_estimator.store import ExperimentStore, LogOwner
 from det_estimator.store import _logs as logs
@@ -89,6 +90,8 @@ def test_a_postgresql_log_survives_the_server_s_restart_says_so_once_and_keeps_w
         writer = store.log_writer(trial, lambda message: (lost.append(message), said.set()))
         writer.write("before the restart\n")
         wait_for(lambda: store.has_log(trial))
+        # The tests' server commits without waiting for its WAL: written out before the crash, it stays.
+        postgres_server.sql(sqlalchemy.make_url(postgres_url).database, "CHECKPOINT")
         postgres_server.kill()
         try:
             # Written while the server is down: write() returns at once, whatever the database does.
