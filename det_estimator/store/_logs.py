@@ -476,31 +476,38 @@ def _read_file(path: Path, offset: Optional[int]) -> LogPart:
 
 
 def _read_chunks(database: Database, owner: LogOwner, offset: Optional[int]) -> LogPart:
-    """The newest chunks after chunk ``offset`` (any, when None), back to :data:`TAIL_CHARACTERS` of text."""
+    """The newest chunks after chunk ``offset`` (any, when None), back to :data:`TAIL_CHARACTERS` of text.
+
+    Read newest first, a few rows and then more at a time: a chunk holds up to 64 KiB of
+    a busy run's output, or the one line a quiet run printed in half a second.
+    """
     after = offset or 0
     newest: list[str] = []
-    size, last, before = 0, None, None
-    while size < TAIL_CHARACTERS:
+    size, last, before, rows_wanted, more = 0, None, None, 4, True
+    while more and size < TAIL_CHARACTERS:
         parameters: dict[str, Any] = {"owner": owner.id, "after": after}
         if before is not None:
             parameters["before"] = before
         rows = database.read(
             f"SELECT id, text FROM log_chunks WHERE {owner.column} = :owner AND id > :after"
             + (" AND id < :before" if before is not None else "")
-            + f" ORDER BY id DESC LIMIT {_PAGE_ROWS}",
+            + f" ORDER BY id DESC LIMIT {rows_wanted}",
             parameters,
         )
-        if last is None and rows:
-            last = rows[0]["id"]
-        newest.extend(row["text"] for row in rows)
-        size += sum(len(row["text"]) for row in rows)
-        if len(rows) < _PAGE_ROWS:
-            break
-        before = rows[-1]["id"]
+        more = len(rows) == rows_wanted
+        for row in rows:
+            if size >= TAIL_CHARACTERS:
+                more = True
+                break
+            last = row["id"] if last is None else last
+            newest.append(row["text"])
+            size += len(row["text"])
+            before = row["id"]
+        rows_wanted = min(rows_wanted * 4, _PAGE_ROWS)
     if last is None:
         return LogPart("", after, missing="" if offset else "it has printed nothing yet")
     text = "".join(reversed(newest))
-    skipped = len(text) > TAIL_CHARACTERS
+    skipped = size > TAIL_CHARACTERS or (size == TAIL_CHARACTERS and more)
     return LogPart(text[-TAIL_CHARACTERS:], int(last), skipped)
 
 
