@@ -397,6 +397,14 @@ class TrialProcess:
         """Ends the run's processes at once (the launcher is going away)."""
         self._processes.kill()
 
+    def close_log(self) -> None:
+        """Writes out what the trial's log still holds, when the launcher leaves without :meth:`finish`.
+
+        A PostgreSQL store's log is written every half second, by a thread that ends with
+        the launcher: the last lines, which tell why it left, would be lost.
+        """
+        self._log.close()
+
 
 # A run's own files (its info, its pause file) go in a directory named after its launcher's process.
 _SCRATCH_PREFIX = ".det-estimator-run-"
