@@ -28,6 +28,7 @@ from det_estimator.store import (
     BestValidation,
     ExperimentBusyError,
     ExperimentStore,
+    LogOwner,
     MetricKind,
     State,
     TrialRecord,
@@ -399,7 +400,7 @@ def _describe_trial(store: ExperimentStore, trial: TrialRecord) -> None:
     )
     print(f"  hyperparameters: {format_metrics(trial.hparams) or '-'}")
     print(f"  checkpoints in:  {trial.checkpoint_dir}")
-    print(f"  log:             {trial.log_path}")
+    print(f"  log:             {store.log_location(LogOwner.trial(trial.id))}")
     print(f"  tensorboard:     {trial.tensorboard_dir}")
     runs = store.trial_runs(trial.id)
     if len(runs) > 1 or any(run.error for run in runs):
@@ -478,18 +479,19 @@ def plot(store: ExperimentStore, args: argparse.Namespace) -> int:
 def trial_logs(store: ExperimentStore, args: argparse.Namespace) -> int:
     """Everything a trial's processes printed."""
     trial = store.trial(args.trial_id)
-    if store.trial_runs(trial.id) and not Path(trial.log_path).exists():
+    owner = LogOwner.trial(trial.id)
+    if store.trial_runs(trial.id) and not store.has_log(owner):
         # Only a launched run writes the log (opened before its processes start); a run in
         # its caller's process printed there, and nothing more will come.
         print(
-            f"Trial {trial.id} has no log at {trial.log_path}: its runs were not launched by det-estimator "
+            f"Trial {trial.id} has no log ({store.log_location(owner)}): its runs were not launched by det-estimator "
             "(run_trial on one slot, det.init(local=True) and a script calling det.core.init() run by hand "
             "print their output where they run; experiment create and resume keep it), or the file was moved "
             "or deleted.",
             file=sys.stderr,
         )
         return 1
-    return print_log(f"Trial {trial.id}", trial.log_path)
+    return print_log(store, owner)
 
 
 def check_context_dir(config: str, context_dir: str, command: str) -> Path:

@@ -17,7 +17,7 @@ from det_estimator.orchestration import command_on, print_json
 from det_estimator.orchestration._jobs import JobConfigError, load_job_config, run_job
 from det_estimator.orchestration._processes import device_type
 from det_estimator.orchestration._report import failure_place_and_text
-from det_estimator.store import ExperimentStore, State, to_json_value
+from det_estimator.store import ExperimentStore, LogOwner, State, to_json_value
 
 
 def run(open_store: Callable[[], ExperimentStore], args: argparse.Namespace) -> int:
@@ -90,4 +90,4 @@ def list_jobs(store: ExperimentStore, args: argparse.Namespace) -> int:
 
 def job_logs(store: ExperimentStore, args: argparse.Namespace) -> int:
     """Everything a job's processes printed."""
-    return print_log(f"Job {args.job_id}", store.job(args.job_id).log_path)
+    return print_log(store, LogOwner.job(store.job(args.job_id).id))

@@ -2,10 +2,10 @@
 
 import sys
 import time
-from pathlib import Path
 from typing import Any, Optional, TextIO
 
 from det_estimator.orchestration import format_value
+from det_estimator.store import ExperimentStore, LogOwner
 
 
 def print_table(header: list[str], rows: list[list[Any]], stream: Optional[TextIO] = None) -> None:
@@ -33,18 +33,16 @@ def _cell(value: Any) -> str:
     return format_value(value)
 
 
-def print_log(what: str, log_path: str) -> int:
+def print_log(store: ExperimentStore, owner: LogOwner) -> int:
     """Writes a trial's or job's whole output log to stdout; 1 (with a message) when it has none yet.
 
     Args:
-        what: how the message names its owner, e.g. ``"Trial 3"``.
-        log_path: the log file.
+        store: the store that keeps the log.
+        owner: the trial or job.
     """
-    log = Path(log_path)
-    if not log.exists():
-        print(f"{what} has no log yet ({log}).", file=sys.stderr)
+    if not store.has_log(owner):
+        print(f"{str(owner).capitalize()} has no log yet ({store.log_location(owner)}).", file=sys.stderr)
         return 1
-    with log.open(encoding="utf-8", errors="replace") as lines:
-        for line in lines:
-            sys.stdout.write(line)
+    for text in store.log_texts(owner):
+        sys.stdout.write(text)
     return 0

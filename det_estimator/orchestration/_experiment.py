@@ -374,6 +374,8 @@ class _ExperimentLoop:
         """Ends what still runs (this process is leaving on an error of its own)."""
         for process in self._running.values():
             process.kill()
+        for process in self._running.values():
+            process.close_log()
 
 
 @contextlib.contextmanager

@@ -18,6 +18,7 @@ task type ``BATCH_INFERENCE``: ``det.keras.init()`` there gives a context withou
 """
 
 import shlex
+import sys
 import tempfile
 import threading
 import time
@@ -33,7 +34,7 @@ from det_estimator.config._json_values import freeze_mapping, thaw
 from det_estimator.errors import DetEstimatorError
 from det_estimator.lifecycle import Ending, ErrorKind, RunError, RunLifecycle, cause_among_processes
 from det_estimator.orchestration._processes import device_type, first_traceback, start_processes
-from det_estimator.store import ExperimentStore, JobRecord
+from det_estimator.store import ExperimentStore, JobRecord, LogOwner, LogWriter
 
 _KEYS = ("entrypoint", "entrypoint_script", "name", "description", "labels", "data", "resources", "environment")
 _RESOURCE_KEYS = ("slots", "slots_per_trial")
@@ -167,13 +168,19 @@ def run_job(
     """
     lifecycle = RunLifecycle(store)
     job_id, info = lifecycle.begin_job(spec.name, spec.config, context_dir, list(spec.command), spec.slots, spec.data)
-    log_path = Path(store.job(job_id).log_path)
-    log_path.parent.mkdir(parents=True, exist_ok=True)
+    said = stream or sys.stderr
+    log = store.log_writer(LogOwner.job(job_id), lambda message: print(message, file=said, flush=True))
     with tempfile.TemporaryDirectory(prefix=".det-estimator-job-") as scratch:
-        status, interrupted = _run_processes(
-            info, spec, context_dir, Path(scratch), log_path, job_id, stream if verbose else None
-        )
-        error = _error_of(log_path, status, interrupted, Path(scratch)) if status or interrupted else None
+        try:
+            status, interrupted = _run_processes(
+                info, spec, context_dir, Path(scratch), log, job_id, stream if verbose else None
+            )
+        finally:
+            log.close()
+        error: Optional[RunError] = None
+        if status or interrupted:
+            output = store.log_text(LogOwner.job(job_id)) if log.intact else ""
+            error = _error_of(output, status, interrupted, Path(scratch))
     lifecycle.end_job(job_id, Ending(exit_status=status, stopped=interrupted), error)
     return JobOutcome(store.job(job_id))
 
@@ -183,39 +190,36 @@ def _run_processes(
     spec: JobSpec,
     cwd: str,
     scratch: Path,
-    log_path: Path,
+    log: LogWriter,
     job_id: int,
     echo: Optional[TextIO],
 ) -> tuple[int, bool]:
     """Runs the job's processes, copying their output to the log; returns (exit status, interrupted)."""
     interrupted = threading.Event()
     command = launcher.script_command(list(spec.command))
-    with log_path.open("a", encoding="utf-8") as log:
-        started = time.strftime("%Y-%m-%d %H:%M:%S")
-        shown = launcher.describe(launcher.process_command(command, spec.slots, None))
-        log.write(f"--- det-estimator: job {job_id}, {started}: {shown} ---\n")
-        log.flush()
+    started = time.strftime("%Y-%m-%d %H:%M:%S")
+    shown = launcher.describe(launcher.process_command(command, spec.slots, None))
+    log.write(f"--- det-estimator: job {job_id}, {started}: {shown} ---\n")
 
-        def copy(line: str) -> None:
-            log.write(line)
-            log.flush()
-            if echo is not None:
-                echo.write(line)
-                echo.flush()
+    def copy(line: str) -> None:
+        log.write(line)
+        if echo is not None:
+            echo.write(line)
+            echo.flush()
 
-        environment = spec.environment.variables_for(device_type())
-        processes = start_processes(info, command, cwd, scratch, copy, environment=environment)
+    environment = spec.environment.variables_for(device_type())
+    processes = start_processes(info, command, cwd, scratch, copy, environment=environment)
 
-        def stop() -> None:
-            interrupted.set()
-            processes.terminate()
+    def stop() -> None:
+        interrupted.set()
+        processes.terminate()
 
-        with launcher.pause_on_signals(stop):
-            status = processes.wait()
+    with launcher.pause_on_signals(stop):
+        status = processes.wait()
     return status, interrupted.is_set()
 
 
-def _error_of(log_path: Path, status: Optional[int], interrupted: bool, scratch: Path) -> RunError:
+def _error_of(output: str, status: Optional[int], interrupted: bool, scratch: Path) -> RunError:
     """The job's error: the root cause a process recorded, as an experiment's; else the first traceback of its log.
 
     A process that failed inside ``det.keras.init()``'s context recorded the root cause
@@ -228,7 +232,7 @@ def _error_of(log_path: Path, status: Optional[int], interrupted: bool, scratch:
     recorded = cause_among_processes(scratch)
     if recorded is not None:
         return recorded
-    lines = log_path.read_text(encoding="utf-8", errors="replace").splitlines()
+    lines = output.splitlines()
     block = first_traceback(lines)
     if block:
         return RunError(ErrorKind.OUTPUT, block[-1], traceback="\n".join(block) + "\n")

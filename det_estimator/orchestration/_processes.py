@@ -13,7 +13,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional, TextIO
+from typing import Callable, Optional
 
 from det_estimator import _environment_variables as environment_variables
 from det_estimator import _heartbeat, _info, launcher
@@ -24,6 +24,8 @@ from det_estimator.orchestration._hangs import HangState, HangWatch, hang_error
 from det_estimator.store import (
     ExperimentRecord,
     ExperimentStore,
+    LogOwner,
+    LogWriter,
     State,
     TrialRecord,
     TrialRunRecord,
@@ -236,7 +238,7 @@ class TrialProcess:
         allocation: Allocation,
         info: _info.ClusterInfo,
         scratch: tempfile.TemporaryDirectory,
-        log: "_TrialLog",
+        log: LogWriter,
         processes: RunProcesses,
         display: Optional[Display] = None,
         hang_timeout_seconds: float = 0,
@@ -298,7 +300,7 @@ class TrialProcess:
         command = (
             launcher.worker_command() if experiment.command is None else launcher.script_command(experiment.command)
         )
-        log = _TrialLog(Path(trial.log_path), display)
+        log = store.log_writer(LogOwner.trial(trial.id), display.message)
         log.write(_run_header(store, info))
 
         def output_line(line: str) -> None:
@@ -381,7 +383,7 @@ class TrialProcess:
         first_failure: Optional[tuple[int, int]] = None
         if ending.failed and not self.stopped:
             # A log that could not be written lacks this run's end, or is all of an earlier run.
-            lines = _run_lines(Path(self.trial.log_path)) if self._log.intact else []
+            lines = _run_lines(self._store.log_text(LogOwner.trial(self.trial.id))) if self._log.intact else []
             first_failure = first_failed_process(lines)
             record_failure_from_log(self._store, self.info.require_trial().run_id, lines, status)
         # Read before the run ends: a failed run's end sets the progress back to its latest checkpoint.
@@ -395,58 +397,13 @@ class TrialProcess:
         """Ends the run's processes at once (the launcher is going away)."""
         self._processes.kill()
 
+    def close_log(self) -> None:
+        """Writes out what the trial's log still holds, when the launcher leaves without :meth:`finish`.
 
-class _TrialLog:
-    """A trial's output log, appended to line by line as its processes print.
-
-    A log that cannot be written (its disk full, its folder gone) keeps nothing more of
-    this run, says so once on the display, and raises nothing: the processes' output must
-    still be read, as a process blocks once its pipe is full, and training goes on.
-    """
-
-    def __init__(self, path: Path, display: Display) -> None:
-        self._path = path
-        self._display = display
-        self._file: Optional[TextIO] = None
-        self.intact = True  # every line written so far is in the file
-        # The processes' lines come from the pump's thread; the launcher's own (a hang) from its loop.
-        self._lock = threading.Lock()
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = path.open("a", encoding="utf-8")
-        except OSError as error:
-            self._lost(error)
-
-    def write(self, text: str) -> None:
-        with self._lock:
-            if self._file is None:
-                return
-            try:
-                self._file.write(text)
-                self._file.flush()
-            except OSError as error:
-                self._lost(error)
-
-    def close(self) -> None:
-        if self._file is None:
-            return
-        try:
-            self._file.close()
-        except OSError as error:
-            self._lost(error)
-        self._file = None
-
-    def _lost(self, error: OSError) -> None:
-        self.intact = False
-        if self._file is not None:
-            # What a failed flush left in the buffer would fail again at close.
-            with contextlib.suppress(OSError):
-                self._file.close()
-            self._file = None
-        self._display.message(
-            f"The trial's log {self._path} cannot be written ({error.strerror or error}): what the trial prints "
-            "from now on is not kept there. Training goes on."
-        )
+        A PostgreSQL store's log is written every half second, by a thread that ends with
+        the launcher: the last lines, which tell why it left, would be lost.
+        """
+        self._log.close()
 
 
 # A run's own files (its info, its pause file) go in a directory named after its launcher's process.
@@ -476,9 +433,9 @@ def _run_header(store: ExperimentStore, info: _info.ClusterInfo) -> str:
     return f"--- det-estimator: run {number} of trial {run.trial_id}, {started}, {start} ---\n"
 
 
-def _run_lines(log_path: Path) -> list[str]:
+def _run_lines(log: str) -> list[str]:
     """The lines the last run wrote to the trial's log (the log holds every run of the trial)."""
-    lines = log_path.read_text(encoding="utf-8", errors="replace").splitlines()
+    lines = log.splitlines()
     starts = [index for index, line in enumerate(lines) if line.startswith("--- det-estimator: run ")]
     return lines[starts[-1] + 1 :] if starts else lines
 

@@ -13,6 +13,7 @@ from det_estimator.orchestration._outcome import ExperimentSummary, summarize
 from det_estimator.orchestration._restarts import CONFIG_ERRORS, numbers_aside
 from det_estimator.store import (
     ExperimentStore,
+    LogOwner,
     State,
     StoreLocation,
     TrialRecord,
@@ -250,10 +251,12 @@ def print_failure(store: ExperimentStore, experiment_id: int, stream: TextIO) ->
     stream.write(f"Experiment {experiment_id} failed ({experiment.state}).")
     if len(logged) == 1:
         (trial,) = logged
-        stream.write(f" The whole output of trial {trial.id}: {command} trial logs {trial.id}  ({trial.log_path})\n")
+        where = store.log_location(LogOwner.trial(trial.id))
+        stream.write(f" The whole output of trial {trial.id}: {command} trial logs {trial.id}  ({where})\n")
     else:
         # A search's trials: one line each, not one line as long as all of them.
         stream.write(" The whole output of each trial:\n")
         for trial in logged:
-            stream.write(f"  trial {trial.id}: {command} trial logs {trial.id}  ({trial.log_path})\n")
+            where = store.log_location(LogOwner.trial(trial.id))
+            stream.write(f"  trial {trial.id}: {command} trial logs {trial.id}  ({where})\n")
     stream.flush()

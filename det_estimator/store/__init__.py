@@ -5,8 +5,9 @@ One SQLite database (WAL mode) per user by default, at
 ``DET_ESTIMATOR_STORE`` points, which may also be a PostgreSQL database's URL (see
 ``_database``): experiments with their configs and states, trials
 with their hyperparameters and runs, training and validation metrics per step, and
-checkpoints (uuid, step, path, size, metadata). Trial logs and TensorBoard event files
-are kept beside it (for a PostgreSQL store, in the folder it records). Checkpoint files
+checkpoints (uuid, step, path, size, metadata), and the output logs of trials and jobs
+(files beside an SQLite store, rows of a PostgreSQL one: see ``_logs``). TensorBoard
+event files are kept beside it (for a PostgreSQL store, in the folder it records). Checkpoint files
 themselves live in the experiment's ``checkpoint_storage``; the store only records them.
 Reads return frozen records.
 
@@ -44,6 +45,7 @@ from det_estimator.store._identity import (
 )
 from det_estimator.store._jobs import BATCH_INFERENCE, JobRecord
 from det_estimator.store._launchers import launcher_alive, launcher_columns
+from det_estimator.store._logs import LogKind, LogOwner, LogPart, LogWriter
 from det_estimator.store._recorder import StoreRecorder
 from det_estimator.store._records import (
     Assignment,
@@ -88,6 +90,10 @@ __all__ = [
     "StoreFullError",
     "StoreLockedError",
     "JobRecord",
+    "LogKind",
+    "LogOwner",
+    "LogPart",
+    "LogWriter",
     "MetricKind",
     "MetricRecord",
     "NewTrial",

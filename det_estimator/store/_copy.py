@@ -13,36 +13,41 @@ each folder the source owned records the destination as its owner afterwards, so
 source no longer writes or deletes there, as in any folder another store owns (``store
 detach`` on the source gives it copies of its own). The trials' and jobs' logs and
 TensorBoard event files are copied into the destination's files folder, and the paths
-it records rewritten to them.
+it records rewritten to them. The output logs go where the destination keeps its logs
+(see ``_logs``): as files between two SQLite stores; into the destination's
+``log_chunks`` (PostgreSQL), or out of the source's into files (SQLite), otherwise.
 """
 
 import contextlib
 import os
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
 import sqlalchemy
-from sqlalchemy import Select, Table, func, select
+from sqlalchemy import Executable, Table, func, select
 from sqlalchemy.engine import Connection
 
-from det_estimator.store._database import StoreLocation
+from det_estimator.store._database import StoreLocation, Transaction
 from det_estimator.store._detach import copy_log_folders, log_folder_copies, moved_path
 from det_estimator.store._errors import StoreUnusableError
 from det_estimator.store._identity import OWNER_FILE, FolderOwner, folder_owner, write_folder_owner
 from det_estimator.store._launchers import launcher_alive
+from det_estimator.store._logs import LogOwner, append_chunks, chunk_texts, file_texts, write_log_file
 from det_estimator.store._records import State
 from det_estimator.store._store import ExperimentStore
-from det_estimator.store._tables import EXPERIMENTS, JOBS, METADATA, STORE_INFO, TRIALS
+from det_estimator.store._tables import EXPERIMENTS, JOBS, LOG_CHUNKS, METADATA, STORE_INFO, TRIALS
 
 # Rows read from the source, and written to the destination, at a time.
 BATCH_ROWS = 2000
 
-# Every table but the marker, parents before the tables that refer to them. The
-# destination keeps its own marker: its id, home and files folder.
-COPIED_TABLES: tuple[Table, ...] = tuple(table for table in METADATA.sorted_tables if table is not STORE_INFO)
+# Every table but the marker and the logs, parents before the tables that refer to them. The
+# destination keeps its own marker: its id, home and files folder; the logs go where it keeps them.
+COPIED_TABLES: tuple[Table, ...] = tuple(
+    table for table in METADATA.sorted_tables if table is not STORE_INFO and table is not LOG_CHUNKS
+)
 
 
 class StoreCopyRefusedError(StoreUnusableError):
@@ -67,7 +72,9 @@ class CopyReport:
         destination_id: the destination's id, which it keeps.
         tables: each table copied, in the order copied, with its rows.
         logs_copied: each log folder (a trial's output log and TensorBoard event files, a
-            job's log) copied, with its copy in the destination's files folder.
+            job's log) copied, with its copy in the destination's files folder; and each
+            log copied between the files of one store and the database of the other, as
+            ``trial <id>`` or ``job <id>`` with where it was and where it went.
         folders_moved: the checkpoint folders that belong to the destination now.
         folders_left: checkpoint folders that a third store owns, with its path: neither
             the source nor the destination writes there.
@@ -129,7 +136,7 @@ def _refuse_the_same_store(source: StoreLocation, destination: StoreLocation) ->
 
 
 # A query of the source's snapshot: the rows it returns, each by column name.
-Read = Callable[[Select], list[dict[str, Any]]]
+Read = Callable[[Executable], list[dict[str, Any]]]
 
 
 @contextlib.contextmanager
@@ -143,7 +150,7 @@ def _snapshot(store: ExperimentStore) -> Iterator[Read]:
     """
     database = store._database  # the store's own connection: on SQLite, the only one it has
 
-    def read(query: Select) -> list[dict[str, Any]]:
+    def read(query: Executable) -> list[dict[str, Any]]:
         try:
             return [dict(row) for row in connection.execute(query).mappings()]
         except sqlalchemy.exc.DBAPIError as error:
@@ -201,15 +208,21 @@ def _copy_into(source: ExperimentStore, read: Read, target: ExperimentStore) -> 
     job_ids: list[int] = []
     checkpoint_folders: set[Path] = set()
 
+    # Each log: whose, its file in the source (SQLite), and in the destination (SQLite).
+    logs: list[tuple[LogOwner, Path, Path]] = []
+
     def seen(table: Table, row: dict[str, Any]) -> dict[str, Any]:
         if table is EXPERIMENTS:
             experiment_ids.append(int(row["id"]))
-        elif table is JOBS:
-            job_ids.append(int(row["id"]))
-            row["log_path"] = moved_path(row["log_path"], moves)
-        elif table is TRIALS:
-            checkpoint_folders.add(Path(row["checkpoint_dir"]).parent)
-            row["log_path"] = moved_path(row["log_path"], moves)
+        elif table in (JOBS, TRIALS):
+            owner = LogOwner.job(int(row["id"])) if table is JOBS else LogOwner.trial(int(row["id"]))
+            if table is JOBS:
+                job_ids.append(owner.id)
+            else:
+                checkpoint_folders.add(Path(row["checkpoint_dir"]).parent)
+            moved = moved_path(row["log_path"], moves)
+            logs.append((owner, Path(row["log_path"]), Path(moved)))
+            row["log_path"] = moved
         return row
 
     new_log_folders: set[Optional[Path]] = set()
@@ -224,7 +237,10 @@ def _copy_into(source: ExperimentStore, read: Read, target: ExperimentStore) -> 
             # SQLite moves its AUTOINCREMENT counters past the ids written itself.
             log_copies = log_folder_copies(source.files_dir, target.files_dir, experiment_ids, job_ids)
             new_log_folders = {_outermost_missing(copy, target.files_dir) for copy in log_copies.values()}
-            logs_copied = copy_log_folders(log_copies)
+            files_to_files = source.location.is_sqlite and target.location.is_sqlite
+            logs_copied = [(str(copied), str(copy)) for copied, copy in copy_log_folders(log_copies, files_to_files)]
+            if not files_to_files:
+                logs_copied += _copy_logs(logs, read, source, transaction, target)
             # Last, just before the commit: a copy that fails before it leaves the folders the source's.
             moved, left = _move_folders(checkpoint_folders, source, target, owners_before)
     except BaseException:
@@ -242,10 +258,41 @@ def _copy_into(source: ExperimentStore, read: Read, target: ExperimentStore) -> 
         destination=target.location.shown,
         destination_id=target.store_id,
         tables=tables,
-        logs_copied=tuple((str(copied), str(copy)) for copied, copy in logs_copied),
+        logs_copied=tuple(logs_copied),
         folders_moved=tuple(moved),
         folders_left=tuple(left),
     )
+
+
+def _copy_logs(
+    logs: list[tuple[LogOwner, Path, Path]],
+    read: Read,
+    source: ExperimentStore,
+    transaction: Transaction,
+    target: ExperimentStore,
+) -> list[tuple[str, str]]:
+    """Copies each log from where the source keeps it to where the destination does; returns those copied.
+
+    From the source's files (SQLite) or its ``log_chunks`` (read in the copy's snapshot),
+    into the destination's ``log_chunks`` (in the copy's transaction) or files (in the
+    folders a failed copy removes).
+    """
+
+    def fetch(sql: str, parameters: Mapping[str, Any]) -> list[Any]:
+        return read(sqlalchemy.text(sql).bindparams(**parameters))
+
+    copied = []
+    for owner, source_file, target_file in logs:
+        texts = file_texts(source_file) if source.location.is_sqlite else chunk_texts(fetch, owner)
+        if target.location.is_sqlite:
+            written = write_log_file(target_file, texts)
+        else:
+            written = append_chunks(transaction, owner, texts) > 0
+        if written:
+            was = str(source_file) if source.location.is_sqlite else f"{owner} in {source.location}"
+            went = str(target_file) if target.location.is_sqlite else f"{owner} in {target.location}"
+            copied.append((was, went))
+    return copied
 
 
 def _outermost_missing(folder: Path, within: Path) -> Optional[Path]:

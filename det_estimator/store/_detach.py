@@ -14,6 +14,7 @@ from typing import Optional
 
 from det_estimator.store._identity import OWNER_FILE, FolderOwner, folder_owner, write_folder_owner
 from det_estimator.store._jobs import JobRecord
+from det_estimator.store._logs import LOG_FILE_NAME
 from det_estimator.store._records import ExperimentRecord, TrialRecord
 
 
@@ -119,15 +120,17 @@ def copy_for_detach(plan: DetachPlan, owner: FolderOwner, listed: set[str]) -> l
     return copied
 
 
-def copy_log_folders(log_copies: Mapping[Path, Path]) -> list[tuple[Path, Path]]:
+def copy_log_folders(log_copies: Mapping[Path, Path], with_log_files: bool = True) -> list[tuple[Path, Path]]:
     """Copies each log folder of ``log_copies`` that exists (not the owner file of its store); returns those copied.
 
-    Each is copied whole or not at all (see :func:`_copy_folder`).
+    Each is copied whole or not at all (see :func:`_copy_folder`). Without
+    ``with_log_files``, the output logs are left out (a store that keeps its logs in its
+    database gets them there), and the TensorBoard event files copied alone.
     """
     copied = []
     for source, target in log_copies.items():
         if source.is_dir():
-            _copy_folder(source, target, None, _owner_files)
+            _copy_folder(source, target, None, _owner_files if with_log_files else _owner_and_log_files)
             copied.append((source, target))
     return copied
 
@@ -135,6 +138,11 @@ def copy_log_folders(log_copies: Mapping[Path, Path]) -> list[tuple[Path, Path]]
 def _owner_files(directory: str, names: list[str]) -> set[str]:
     """What a copy of a folder leaves out: the owner file of the store it came from."""
     return {name for name in names if name.startswith(OWNER_FILE)}
+
+
+def _owner_and_log_files(directory: str, names: list[str]) -> set[str]:
+    """What a copy of a folder leaves out: the owner file of the store it came from, and the output logs."""
+    return _owner_files(directory, names) | {name for name in names if name == LOG_FILE_NAME}
 
 
 def _listed_checkpoints_only(source: Path, listed: set[str]) -> Callable[[str, list[str]], set[str]]:

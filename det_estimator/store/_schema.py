@@ -187,7 +187,9 @@ MIGRATIONS: list[str] = [
     # (it had SQLite's rowid, which PostgreSQL has no equivalent of; the ids stay what they
     # were, so a follower that read up to an id reads on from it), and the marker records
     # the folder of the store's own files, which a store in a database server has nowhere
-    # beside it to keep (NULL for an SQLite store, whose files are beside its file).
+    # beside it to keep (NULL for an SQLite store, whose files are beside its file). Trials'
+    # and jobs' output logs, which a PostgreSQL store keeps in log_chunks (an SQLite store
+    # keeps them as files, see _logs; the table is there, empty, for one schema).
     """
     ALTER TABLE metrics RENAME TO metrics_before_9;
     CREATE TABLE metrics (
@@ -204,6 +206,16 @@ MIGRATIONS: list[str] = [
     DROP TABLE metrics_before_9;
     CREATE INDEX metrics_by_trial ON metrics (trial_id, kind, batches);
     ALTER TABLE store_info ADD COLUMN files_dir TEXT;
+    CREATE TABLE log_chunks (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        trial_id INTEGER REFERENCES trials(id),
+        job_id INTEGER REFERENCES jobs(id),
+        written_at REAL NOT NULL,
+        text TEXT NOT NULL,
+        CONSTRAINT log_chunks_one_owner CHECK ((trial_id IS NULL) <> (job_id IS NULL))
+    );
+    CREATE INDEX log_chunks_by_trial ON log_chunks (trial_id, id);
+    CREATE INDEX log_chunks_by_job ON log_chunks (job_id, id);
     """,
 ]
 

@@ -49,6 +49,7 @@ from det_estimator.store._identity import (
 )
 from det_estimator.store._jobs import JobTable
 from det_estimator.store._launchers import launcher_alive, launcher_columns, state_as_seen
+from det_estimator.store._logs import LogTable
 from det_estimator.store._records import (
     Assignment,
     BestValidation,
@@ -123,7 +124,7 @@ def _check_files_dir(folder: Path, location: StoreLocation) -> None:
 _LOCK_WAIT_SECONDS = 60.0
 
 
-class ExperimentStore(JobTable):
+class ExperimentStore(JobTable, LogTable):
     """The record of every experiment run on this store.
 
     SQLite in WAL mode: readers never block the writer, and several processes (two
@@ -134,8 +135,9 @@ class ExperimentStore(JobTable):
     folder never share them.
 
     Or a PostgreSQL database, which many processes on many machines write at once: its
-    writers take turns through the store's advisory lock (see ``_database``), and its
-    files go in the folder its marker records (:attr:`files_dir`).
+    writers take turns through the store's advisory lock (see ``_database``), the trials'
+    and jobs' output logs are in the database (see ``_logs``), and its other files go in
+    the folder its marker records (:attr:`files_dir`).
 
     A store is recognised by its marker before anything is written to the file (see
     ``_identity``): another application's database is refused and left as it is. Each

@@ -161,6 +161,19 @@ TRIAL_RESTARTS = Table(
     Index("trial_restarts_by_trial", "trial_id"),
 )
 
+LOG_CHUNKS = Table(
+    "log_chunks",
+    METADATA,
+    _id(),
+    Column("trial_id", BigInteger, ForeignKey("trials.id")),
+    Column("job_id", BigInteger, ForeignKey("jobs.id")),
+    _timestamp("written_at"),
+    Column("text", Text, nullable=False),
+    CheckConstraint("(trial_id IS NULL) <> (job_id IS NULL)", name="log_chunks_one_owner"),
+    Index("log_chunks_by_trial", "trial_id", "id"),
+    Index("log_chunks_by_job", "job_id", "id"),
+)
+
 STORE_INFO = Table(
     "store_info",
     METADATA,

@@ -33,6 +33,7 @@ from det_estimator import orchestration
 from det_estimator.errors import DetEstimatorError
 from det_estimator.store import (
     ExperimentStore,
+    LogOwner,
     NoStoreError,
     State,
     StoreError,
@@ -43,7 +44,6 @@ from det_estimator.store import (
 )
 from det_estimator.ui import _views as views
 from det_estimator.ui._access import TOKEN_COOKIE, TOKEN_FIELD, TOKEN_HEADER, Access
-from det_estimator.ui._logs import read_log
 
 _log = logging.getLogger("det_estimator.ui")
 _HERE = Path(__file__).parent
@@ -218,7 +218,7 @@ class _Pages:
     def trial(self, request: Request) -> Response:
         def render(store: ExperimentStore) -> Response:
             page = views.trial_page(store, request.path_params["trial_id"])
-            return self._render("trial.html", page=page, log=read_log(store, page.trial))
+            return self._render("trial.html", page=page, log=store.read_log(LogOwner.trial(page.trial.id)))
 
         return self._with_store(render)
 
@@ -233,7 +233,7 @@ class _Pages:
 
         def answer(store: ExperimentStore) -> Response:
             trial = store.trial(request.path_params["trial_id"])
-            chunk = read_log(store, trial, offset)
+            chunk = store.read_log(LogOwner.trial(trial.id), offset)
             return _json({**to_json_value(chunk), "running": trial.state == State.ACTIVE})
 
         return self._with_store(answer, as_json=True)

@@ -435,7 +435,7 @@ class CheckpointView:
 
 @dataclass(frozen=True)
 class TrialPage:
-    """Everything the trial page shows but its log (:mod:`det_estimator.ui._logs`)."""
+    """Everything the trial page shows but its log (``ExperimentStore.read_log``)."""
 
     experiment: ExperimentRecord
     trial: TrialRecord

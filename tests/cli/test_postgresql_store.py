@@ -64,7 +64,7 @@ def test_an_experiment_on_postgresql_runs_pauses_resumes_once_and_reads_back_wit
     assert batches == sorted(set(batches)) and batches[-1] == SLOW_BATCHES, "a validation missing or recorded twice"
     assert [run["state"] for run in trial["runs"]] == ["PAUSED", "COMPLETED"]
     logs = det.ok("trial", "logs", trial["id"])
-    # Both runs' output, read from the files folder the store records.
+    # Both runs' output, read from the database.
     assert f"--- det-estimator: run 1 of trial {trial['id']}" in logs.stdout
     assert f"--- det-estimator: run 2 of trial {trial['id']}" in logs.stdout
     store = det.json("store", "describe")
@@ -164,3 +164,9 @@ def test_a_search_records_the_same_on_postgresql_as_on_sqlite(make_det, postgres
         [v["metrics"] for v in t["validations"]] for t in on_sqlite["trials"]
     ]
     assert _shape(on_postgresql) == _shape(on_sqlite)
+
+    # Another machine, where the store's files folder is not: the trials' logs come from the database.
+    shutil.move(tmp_path / "store-files", tmp_path / "on-the-first-machine")  # DET_ESTIMATOR_STORE_FILES
+    for trial in on_postgresql["trials"]:
+        logs = det.ok("trial", "logs", trial["id"])
+        assert logs.stdout.startswith(f"--- det-estimator: run 1 of trial {trial['id']}, "), logs.stdout

@@ -29,7 +29,7 @@ def test_a_trial_run_in_its_callers_process_is_said_to_print_its_output_where_it
         opened.start_run(trial.id)  # as run_trial on one slot and a script run by hand do, with no log file
     status, output = run_command(["--store", str(store), "trial", "logs", "1"])
     assert status == 1, output
-    assert output.startswith("Trial 1 has no log at ") and "its runs were not launched by det-estimator" in output
+    assert output.startswith("Trial 1 has no log (") and "its runs were not launched by det-estimator" in output
 
 
 CHATTY_SCRIPT = """

@@ -69,8 +69,10 @@ def test_a_missing_config_context_or_script_is_refused_with_exit_status_2(tmp_pa
     assert det(store, "job", "list").stdout.startswith("No jobs yet")
 
 
-def test_a_job_runs_its_script_with_its_data_and_records_how_it_ended(tmp_path, det):
-    store = tmp_path / "store.sqlite"
+@pytest.mark.parametrize("database", ["sqlite", "postgresql"])
+def test_a_job_runs_its_script_with_its_data_and_records_how_it_ended(tmp_path, det, database, request):
+    # On PostgreSQL, its log is in the database: read back, and the cause of its failure read from it.
+    store = tmp_path / "store.sqlite" if database == "sqlite" else request.getfixturevalue("postgres_url")
     (tmp_path / "job.py").write_text(
         "import json, det_estimator as det\n"
         "info = det.get_cluster_info()\n"
@@ -107,7 +109,9 @@ def test_a_job_runs_its_script_with_its_data_and_records_how_it_ended(tmp_path, 
     )
     assert failed.returncode == 1 and "RuntimeError: no model here" in failed.stderr
     # The hint names the store it was given: pasted into the same shell, it finds the job.
-    assert f"its output: det-estimator --store {store} job logs 2" in failed.stdout
+    shown = str(store).replace(":det-test-secret@", "@")
+    assert f"its output: det-estimator --store {shown} job logs 2" in failed.stdout
+    assert "RuntimeError: no model here" in det(store, "job", "logs", 2).stdout
     jobs = json.loads(det(store, "job", "list", "--json").stdout)
     assert [(job["name"], job["state"], job["exit_status"]) for job in jobs] == [
         ("ok", "COMPLETED", 0),

@@ -14,6 +14,7 @@ from det_estimator.store import (
     Assignment,
     ExperimentStore,
     FolderOwnedError,
+    LogOwner,
     MetricKind,
     NewTrial,
     SearchState,
@@ -22,7 +23,7 @@ from det_estimator.store import (
     folder_owner,
 )
 from det_estimator.store import _copy as store_copy
-from det_estimator.store._tables import METADATA, STORE_INFO
+from det_estimator.store._tables import LOG_CHUNKS, METADATA, STORE_INFO
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
 from command_in_process import run_command  # noqa: E402
@@ -37,7 +38,8 @@ SEARCH_CONFIG = {
     "checkpoint_storage": {"type": "shared_fs", "host_path": "checkpoints", "save_trial_latest": 1},
     "max_restarts": 5,
 }  # fmt: skip
-TABLES = [table.name for table in METADATA.sorted_tables if table is not STORE_INFO]
+# Every table but the marker and the logs, which each store keeps its own way (files, or log_chunks).
+TABLES = [table.name for table in METADATA.sorted_tables if table not in (STORE_INFO, LOG_CHUNKS)]
 
 
 def fill(store: ExperimentStore, checkpoints: Path) -> None:
@@ -83,10 +85,8 @@ def fill(store: ExperimentStore, checkpoints: Path) -> None:
         store.report_search_metric(trial_id, 20, 1.0 / (request_id + 20))
         store.set_trial_state(trial_id, State.COMPLETED)
         store.set_search_state(trial_id, SearchState.CLOSED)
-        log = Path(trial.log_path)
-        log.parent.mkdir(parents=True, exist_ok=True)
-        log.write_text(f"--- det-estimator: run 1 of trial {trial_id}\nloss went down\n")
-        Path(trial.tensorboard_dir).mkdir()
+        write_log(store, LogOwner.trial(trial_id), f"--- det-estimator: run 1 of trial {trial_id}\nloss went down\n")
+        Path(trial.tensorboard_dir).mkdir(parents=True)
         (Path(trial.tensorboard_dir) / "events.out.tfevents.1").write_bytes(b"\x00event")
     store.set_state(search, State.COMPLETED)
 
@@ -103,12 +103,17 @@ def fill(store: ExperimentStore, checkpoints: Path) -> None:
     store.set_state(paused, State.PAUSED)
 
     job = store.create_job("inference", {"entrypoint_script": "infer.py"}, "/context", ["python3", "infer.py"], 2)
-    job_log = Path(store.job(job).log_path)
-    job_log.parent.mkdir(parents=True)
-    job_log.write_text("predicted 100 rows\n")
+    write_log(store, LogOwner.job(job), "predicted 100 rows\n")
     store.end_job(job, State.COMPLETED, exit_status=0)
     for experiment in (search, paused):
         store.own_folders(experiment)
+
+
+def write_log(store: ExperimentStore, owner: LogOwner, text: str) -> None:
+    """Writes a trial's or job's log as a run does, through the store."""
+    writer = store.log_writer(owner, pytest.fail)
+    writer.write(text)
+    writer.close()
 
 
 def rows(location: StoreLocation) -> dict[str, list[dict[str, Any]]]:
@@ -124,7 +129,7 @@ def rows(location: StoreLocation) -> dict[str, list[dict[str, Any]]]:
                     ).mappings()
                 ]
                 for table in METADATA.sorted_tables
-                if table is not STORE_INFO
+                if table.name in TABLES
             }
     finally:
         engine.dispose()
@@ -184,6 +189,15 @@ def test_sqlite_to_postgresql_and_back_keeps_every_row_and_every_experiments_des
     with ExperimentStore(team) as store:
         # The copied experiments' folders are the copy's now.
         assert [folder_owner(folder).store_id for folder in folders] == [store.store_id] * len(folders)
+        # Its logs are in the database, where every machine reads them; its files folder has the event files alone.
+        for trial in store.trials(experiments[0]):
+            assert store.log_text(LogOwner.trial(trial.id)).startswith(
+                f"--- det-estimator: run 1 of trial {trial.id}\n"
+            )
+        assert store.log_text(LogOwner.job(store.jobs()[0].id)) == "predicted 100 rows\n"
+        assert not list(store.files_dir.rglob("output.log")) and list(store.files_dir.rglob("events.out.*"))
+    # The 8 trials' logs and the job's into the database; the search's and the job's folders (event files).
+    assert len(report["logs_copied"]) == TRIALS + 1 + 2
     status, output = copy(team, back)
     assert status == 0, output
     assert f"The experiments' checkpoint folders belong to {back.path} now" in output

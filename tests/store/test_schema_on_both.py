@@ -66,5 +66,5 @@ def test_timestamps_are_eight_byte_floats_and_counts_sixty_four_bit_integers_on_
     assert types[("metrics", "recorded_at")] is sqlalchemy.dialects.postgresql.DOUBLE_PRECISION
     for big in [("checkpoints", "size_bytes"), ("experiments", "launcher_pid"), ("experiments", "launcher_started")]:
         assert types[big] is sqlalchemy.BIGINT, big
-    for table in ["experiments", "trials", "metrics", "trial_runs", "jobs", "trial_restarts"]:
+    for table in ["experiments", "trials", "metrics", "trial_runs", "jobs", "trial_restarts", "log_chunks"]:
         assert types[(table, "id")] is sqlalchemy.BIGINT, table

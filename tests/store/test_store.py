@@ -52,6 +52,7 @@ TABLES = [
     "checkpoints",
     "experiments",
     "jobs",
+    "log_chunks",
     "metrics",
     "sqlite_sequence",
     "store_info",

@@ -5,7 +5,7 @@ import re
 import pytest
 from starlette.testclient import TestClient
 
-from det_estimator.store import ExperimentStore, StoreLocation
+from det_estimator.store import ExperimentStore, LogOwner, StoreLocation
 from det_estimator.ui import Access, Settings, create_app
 
 from .conftest import XSS
@@ -186,13 +186,26 @@ def test_the_pages_read_a_store_in_postgresql_naming_it_without_its_password(pos
     with ExperimentStore(postgres_url) as store:
         config = {"searcher": {"name": "single", "metric": "loss", "smaller_is_better": True}}
         experiment_id = store.create_experiment("on-a-server", config, "/context", "model_def:Trial", 1, False)
+        trial_id = store.create_trial(experiment_id, {}, 1, "/checkpoints")
+        log = store.log_writer(LogOwner.trial(trial_id), pytest.fail)
+        log.write(f"first line {XSS}\n")
+        log.close()
     location = StoreLocation(url=postgres_url)
 
-    page = client(location).get("/")
+    web = client(location)
+    page = web.get("/")
 
     assert page.status_code == 200 and "on-a-server" in page.text
     assert location.shown in page.text and "det-test-secret" not in page.text
     assert f"/experiments/{experiment_id}" in page.text
+    # The trial's log, from the database, and then what it printed since.
+    assert "first line &lt;script&gt;" in web.get(f"/trials/{trial_id}").text
+    chunk = web.get(f"/trials/{trial_id}/log").json()
+    with ExperimentStore(postgres_url) as store:
+        log = store.log_writer(LogOwner.trial(trial_id), pytest.fail)
+        log.write("second line\n")
+        log.close()
+    assert web.get(f"/trials/{trial_id}/log", params={"offset": chunk["offset"]}).json()["text"] == "second line\n"
 
 
 def test_a_page_over_an_empty_postgresql_database_says_there_is_no_store_and_makes_none(postgres_server, postgres_url):
