@@ -357,6 +357,7 @@ def main() -> None:
         help="run one part only: faults on one host or two, failures not retried, or the hang",
     )
     args = parser.parse_args()
+    sys.path.insert(0, str(ROOT))  # two_hosts_support imports tests.conftest
     two = _load("two_hosts_support", ROOT / "tests" / "distributed" / "two_hosts_support.py")
     rows, notes = [], []
     with tempfile.TemporaryDirectory(prefix="det-faults-") as scratch:

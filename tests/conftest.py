@@ -135,15 +135,19 @@ def _group_by_xdist_group(config, items) -> None:
             item._id = NodeId.parse(item.nodeid + suffix)
 
 
-def load_module(path: Path):
-    """Imports a file as a module named after it, registered so that later imports find it."""
-    if path.stem in sys.modules:
-        return sys.modules[path.stem]
-    spec = importlib.util.spec_from_file_location(path.stem, path)
+def load_module(path: Path, name: Optional[str] = None):
+    """Imports a file as a module named after it (or ``name``), registered so that later imports find it.
+
+    A conftest's helpers need a ``name``: every conftest's file is named alike.
+    """
+    name = name or path.stem
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     # Registered under its plain name, as worker processes import it (they put its
     # directory on sys.path).
-    sys.modules[path.stem] = module
+    sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
 

@@ -1,12 +1,22 @@
 """Command-line arguments shared by the launchers, and where their processes run."""
 
 import argparse
+import contextlib
 import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Optional
 
 from det_estimator import _environment_variables as environment_variables
 from det_estimator import _info
-from det_estimator.launcher import HostSlots, parse_hosts, resolve_slots
+from det_estimator.launcher import (
+    HostSlots,
+    holds_store_password,
+    parse_hosts,
+    resolve_slots,
+    without_store_password,
+)
 
 
 def parse(prog: str, description: str, argv: Optional[list[str]]) -> tuple[argparse.Namespace, list[str]]:
@@ -57,3 +67,19 @@ def chief_settings(entries: list[HostSlots]) -> dict[str, str]:
         environment_variables.CHIEF_IP: os.environ.get(environment_variables.CHIEF_IP) or chief_address(hosts),
         environment_variables.CHIEF_PORT: os.environ.get(environment_variables.CHIEF_PORT) or str(free_port()),
     }
+
+
+@contextlib.contextmanager
+def processes_environment() -> Iterator[dict[str, str]]:
+    """The environment the launcher's processes inherit: its own, but for a PostgreSQL password in it.
+
+    horovodrun, and the launcher's ssh to another host, write the environment on command
+    lines that ``ps`` shows, so the password goes into a file instead, in a hidden folder
+    of the working directory (which the processes of every host run in), removed when the
+    job ends. Under an experiment the run's launcher has done so already.
+    """
+    if not holds_store_password(os.environ):
+        yield dict(os.environ)
+        return
+    with tempfile.TemporaryDirectory(prefix=".det-estimator-launch-", dir=os.getcwd()) as folder:
+        yield without_store_password(os.environ, Path(folder))

@@ -25,7 +25,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         exec_single(command)
     slots = sum(entry.slots for entry in entries)
     run = horovodrun_command(slots, script_command(command), entries)
-    return Job([ProcessSpec(0, "localhost", run, _args.chief_settings(entries))], prefix=False).run()
+    with _args.processes_environment() as env:
+        return Job([ProcessSpec(0, "localhost", run, _args.chief_settings(entries))], prefix=False, env=env).run()
 
 
 if __name__ == "__main__":

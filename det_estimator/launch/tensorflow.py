@@ -63,7 +63,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     entries = _args.placement(args)
     if len(entries) == 1 and entries[0].slots == 1 and entries[0].is_local:
         exec_single(command, unset=(TF_CONFIG,))
-    return Job(tf_config_processes(command, entries, args.port)).run()
+    with _args.processes_environment() as env:
+        return Job(tf_config_processes(command, entries, args.port), env=env).run()
 
 
 if __name__ == "__main__":

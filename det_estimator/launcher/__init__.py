@@ -19,6 +19,7 @@ from det_estimator.launcher._launch import (
     worker_command,
 )
 from det_estimator.launcher._startup_hook import has_hook as has_startup_hook
+from det_estimator.launcher._store_password import holds_store_password, without_store_password
 
 __all__ = [
     "address_towards",
@@ -32,6 +33,7 @@ __all__ = [
     "format_hosts",
     "free_port",
     "has_startup_hook",
+    "holds_store_password",
     "horovod_installed",
     "horovodrun_command",
     "is_self_launching",
@@ -44,5 +46,6 @@ __all__ = [
     "slots_on_this_machine",
     "end_supervised",
     "start",
+    "without_store_password",
     "worker_command",
 ]

@@ -107,6 +107,7 @@ class Job:
         cwd: their working directory (default: the launcher's).
         output: where their lines go (default: this process's stdout).
         prefix: prefix each line with ``[rank]``.
+        env: the environment they inherit (default: the launcher's).
     """
 
     def __init__(
@@ -115,9 +116,11 @@ class Job:
         cwd: Optional[str] = None,
         output: Optional[TextIO] = None,
         prefix: bool = True,
+        env: Optional[Mapping[str, str]] = None,
     ) -> None:
         self._specs = list(processes)
         self._cwd = cwd or os.getcwd()
+        self._env = dict(os.environ if env is None else env)
         self._output = output or sys.stdout
         self._prefix = prefix
         self._lock = threading.Lock()
@@ -145,7 +148,7 @@ class Job:
                 signal.signal(sig, handler)
 
     def _start(self, spec: ProcessSpec) -> None:
-        env = {key: value for key, value in os.environ.items() if key not in spec.unset}
+        env = {key: value for key, value in self._env.items() if key not in spec.unset}
         env.update(spec.env)
         env.setdefault("PYTHONUNBUFFERED", "1")
         command = script_command(spec.command) if spec.host in LOCAL_HOSTS else _ssh_command(spec, self._cwd, env)

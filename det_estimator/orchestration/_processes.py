@@ -150,7 +150,9 @@ def start_processes(
     The run's info is written into ``scratch`` and named by ``DET_CLUSTER_INFO`` in every
     process, with where the chief listens (``DET_CHIEF_IP``, ``DET_CHIEF_PORT``); on
     several slots (or other hosts) the command runs under horovodrun. A ``startup-hook.sh``
-    in ``cwd`` (the context directory) runs before the command, once per host.
+    in ``cwd`` (the context directory) runs before the command, once per host. A
+    PostgreSQL password in the environment goes into a file in ``scratch`` instead
+    (:func:`~det_estimator.launcher.without_store_password`).
 
     Args:
         info: the run's info (:meth:`RunLifecycle.begin` or ``begin_job`` made it).
@@ -177,6 +179,8 @@ def start_processes(
         },
     )
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    # horovodrun writes the environment on the command lines it runs, which `ps` shows.
+    env = launcher.without_store_password(env, scratch)
     # Supervised: what the run's processes start (a data-loading pool, a server) ends with
     # the run, also when this process is killed.
     # The context directory's startup-hook.sh runs first, once per host, as in the reference.

@@ -4,64 +4,22 @@ an sshd in each, the code, store and checkpoints on the shared file system.
 Skipped, with the reason, only where namespaces cannot be made (not root, no sshd).
 """
 
-import importlib.util
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import load_module
+
 HERE = Path(__file__).parent
-SUPPORT = HERE.parent / "support"
-CLI_CONFTEST = HERE.parent / "cli" / "conftest.py"
 # Past this after a host died, the job counts as hung and the test fails.
 HANG_SECONDS = 120
 
+two = load_module(HERE / "two_hosts_support.py")
+cli = two.cli
+hosts, det = two.hosts, two.det  # the fixtures
 
-def _load(name: str, path: Path):
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-two = _load("two_hosts_support", HERE / "two_hosts_support.py")
-cli = _load("cli_helpers_for_two_hosts", CLI_CONFTEST)
-
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(two.unavailable() is not None, reason=f"two hosts cannot be made here: {two.unavailable()}"),
-]
-
-
-@pytest.fixture
-def hosts(tmp_path):
-    with two.two_hosts(tmp_path / "hosts") as made:
-        yield made
-
-
-class DetInHostA(cli.Det):
-    """The command, run inside the first host's namespace, with the ssh that reaches the second."""
-
-    def __init__(self, store: Path, hosts) -> None:
-        super().__init__(store)
-        self.hosts = hosts
-
-    def env(self) -> dict:
-        return self.hosts.env(cli.Det.env())
-
-    def command(self, args: tuple) -> list:
-        return self.hosts.command_in(self.hosts.a, super().command(args))
-
-
-@pytest.fixture
-def det(tmp_path, hosts):
-    command = DetInHostA(tmp_path / "store.sqlite", hosts)
-    yield command
-    for running in command.started:
-        running.kill()
+pytestmark = two.requires_two_hosts
 
 
 @pytest.fixture

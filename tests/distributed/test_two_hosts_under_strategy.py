@@ -8,70 +8,31 @@ pauses and resumes to the analytic trial's closed form; the script (its entrypoi
 TensorFlow launcher) trains to plain Keras' weights.
 """
 
-import importlib.util
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from det_estimator import launcher
+from tests.conftest import load_module
 
 HERE = Path(__file__).parent
 SUPPORT = HERE.parent / "support"
 RUN_TIMEOUT = 300
 
-
-def _load(name: str, path: Path):
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-two = _load("two_hosts_support", HERE / "two_hosts_support.py")
-cli = _load("cli_helpers_for_two_hosts", HERE.parent / "cli" / "conftest.py")
+two = load_module(HERE / "two_hosts_support.py")
+cli = two.cli
+hosts, det = two.hosts, two.det  # the fixtures
 
 pytestmark = [
-    pytest.mark.slow,
+    *two.requires_two_hosts,
     pytest.mark.timeout(3 * RUN_TIMEOUT),
-    pytest.mark.skipif(two.unavailable() is not None, reason=f"two hosts cannot be made here: {two.unavailable()}"),
     pytest.mark.skipif(
         launcher.horovod_installed(), reason="a trial's workers run under the TensorFlow launcher only without Horovod"
     ),
 ]
-
-
-class DetInHostA(cli.Det):
-    """The command, run inside the first host's namespace, with the ssh that reaches the second."""
-
-    def __init__(self, store: Path, hosts) -> None:
-        super().__init__(store)
-        self.hosts = hosts
-
-    def env(self) -> dict:
-        return self.hosts.env(cli.Det.env())
-
-    def command(self, args: tuple) -> list:
-        return self.hosts.command_in(self.hosts.a, super().command(args))
-
-
-@pytest.fixture
-def hosts(tmp_path):
-    with two.two_hosts(tmp_path / "hosts") as made:
-        yield made
-
-
-@pytest.fixture
-def det(tmp_path, hosts):
-    command = DetInHostA(tmp_path / "store.sqlite", hosts)
-    yield command
-    for running in command.started:
-        running.kill()
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +73,7 @@ def test_a_keras_trial_on_two_hosts_pauses_and_resumes_to_the_closed_form(det, h
 
 
 def test_a_determined_callback_script_on_two_hosts_trains_to_plain_keras_weights(det, hosts, tmp_path):
-    linear = _load("linear_script", HERE.parent / "keras_callback" / "linear_script.py")
+    linear = load_module(HERE.parent / "keras_callback" / "linear_script.py")
     context = tmp_path / "context"
     context.mkdir()
     shutil.copy(HERE.parent / "keras_callback" / "linear_script.py", context)

@@ -7,8 +7,9 @@ namespace; horovodrun reaches the second over ssh, with a key made here, through
 ``ssh`` wrapper first on ``PATH`` that adds this set-up's client config (horovodrun calls
 plain ``ssh``).
 
-Used by tests/distributed/test_two_hosts.py and benchmarks/faults.py. Needs root, ``ip``
-and ``/usr/sbin/sshd`` (scripts/setup_system.sh installs it); :func:`unavailable` says why not.
+Used by the tests/distributed/test_two_hosts*.py files, which share the fixtures and the
+command below, and by benchmarks/faults.py. Needs root, ``ip`` and ``/usr/sbin/sshd``
+(scripts/setup_system.sh installs it); :func:`unavailable` says why not.
 """
 
 import contextlib
@@ -23,6 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+import pytest
+
+from tests.conftest import load_module
+
+TESTS = Path(__file__).parents[1]
 SSHD = "/usr/sbin/sshd"
 # The name of each host's one network interface.
 INTERFACE = "detnet0"
@@ -216,3 +222,44 @@ def two_hosts(directory: Path) -> Iterator[TwoHosts]:
         yield made
     finally:
         made.teardown()
+
+
+# What the tests of two hosts share.
+cli = load_module(TESTS / "cli" / "conftest.py", "cli_helpers_for_two_hosts")
+
+# Every test of two hosts is long, and needs root and an sshd (skipped, saying why, without them).
+requires_two_hosts = [
+    pytest.mark.slow,
+    pytest.mark.skipif(unavailable() is not None, reason=f"two hosts cannot be made here: {unavailable()}"),
+]
+
+
+class DetInHost(cli.Det):
+    """The command, run inside a host's namespace (the first's unless told), with the ssh that reaches the other."""
+
+    def __init__(self, store: Path, hosts: TwoHosts, host: Optional[Host] = None) -> None:
+        super().__init__(store)
+        self.hosts = hosts
+        self.host = host or hosts.a
+
+    def env(self) -> dict[str, str]:
+        return self.hosts.env(cli.Det.env())
+
+    def command(self, args: tuple) -> list[str]:
+        return self.hosts.command_in(self.host, super().command(args))
+
+
+@pytest.fixture
+def hosts(tmp_path):
+    """The two hosts, removed at the end with whatever still runs in them."""
+    with two_hosts(tmp_path / "hosts") as made:
+        yield made
+
+
+@pytest.fixture
+def det(tmp_path, hosts):
+    """The command in the first host, on an SQLite store of the test's own; what a failed test left running ends."""
+    command = DetInHost(tmp_path / "store.sqlite", hosts)
+    yield command
+    for running in command.started:
+        running.kill()

@@ -7,7 +7,9 @@ refuses to run as root: as root, the cluster belongs to the ``postgres`` user th
 made (or ``nobody``), and every server command runs as that user.
 
 The tests' cluster trades durability for speed (no fsync); :meth:`PostgresServer.kill` and
-:meth:`PostgresServer.start` let a test take the server away and bring it back.
+:meth:`PostgresServer.start` let a test take the server away and bring it back. A test of
+several hosts starts it inside one host's network namespace, listening on that host's
+address (``start_server(address=..., namespace=...)``), for the other hosts to reach it.
 """
 
 import glob
@@ -29,7 +31,7 @@ PASSWORD = "det-test-secret"
 _SERVER_USERS = ("postgres", "nobody")
 # What the tests ask of the server: little memory, quick to start and stop, and (but for a
 # benchmark's) no durability.
-_SERVER_SETTINGS = "-c shared_buffers=16MB -c max_connections=200 -c listen_addresses=127.0.0.1"
+_SERVER_SETTINGS = "-c shared_buffers=16MB -c max_connections=200"
 _NOT_DURABLE = "-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
 
 
@@ -74,6 +76,9 @@ class PostgresServer:
     port: int
     run_as: Optional[pwd.struct_passwd]
     durable: bool = False
+    # Where it listens, and the network namespace it runs in (None: this machine's own).
+    address: str = "127.0.0.1"
+    namespace: Optional[str] = None
 
     @property
     def data_dir(self) -> Path:
@@ -84,9 +89,9 @@ class PostgresServer:
         return self.root / "server.log"
 
     def url(self, database: str, password: Optional[str] = PASSWORD, user: str = SUPERUSER) -> str:
-        """``postgresql://user:password@127.0.0.1:port/database``; ``password=None`` leaves it out."""
+        """``postgresql://user:password@ADDRESS:port/database``; ``password=None`` leaves it out."""
         credentials = user if password is None else f"{user}:{password}"
-        return f"postgresql://{credentials}@127.0.0.1:{self.port}/{database}"
+        return f"postgresql://{credentials}@{self.address}:{self.port}/{database}"
 
     def new_database(self, name: str) -> str:
         """Makes an empty database ``name`` and returns its URL (with the password)."""
@@ -106,7 +111,8 @@ class PostgresServer:
             "-l",
             str(self.log_file),
             "-o",
-            f"-p {self.port} -k {self.root} {_SERVER_SETTINGS}{'' if self.durable else ' ' + _NOT_DURABLE}",
+            f"-p {self.port} -k {self.root} -c listen_addresses={self.address} {_SERVER_SETTINGS}"
+            f"{'' if self.durable else ' ' + _NOT_DURABLE}",
             "-w",
             "-t",
             "60",
@@ -122,8 +128,9 @@ class PostgresServer:
         while process_exists(pid) and time.monotonic() < deadline:
             time.sleep(0.05)
         # Its backends end when they see the postmaster gone; a new postmaster waits for them
-        # through the shared memory lock, so wait here until they have.
-        while _port_open(self.port) and time.monotonic() < deadline:
+        # through the shared memory lock, so wait here until they have (seen from this
+        # machine's network: a server in a namespace is not, and no test kills one).
+        while self.namespace is None and _port_open(self.port) and time.monotonic() < deadline:
             time.sleep(0.05)
 
     def stop(self) -> None:
@@ -134,21 +141,31 @@ class PostgresServer:
 
     def _client(self, program: str, *args: str) -> str:
         environment = {**os.environ, "PGPASSWORD": PASSWORD}
-        command = [str(self.bin_dir / program), "-h", "127.0.0.1", "-p", str(self.port), "-U", SUPERUSER, *args]
+        command = [str(self.bin_dir / program), "-h", self.address, "-p", str(self.port), "-U", SUPERUSER, *args]
+        command = [*self._in_namespace(), *command]
         done = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=60)
         if done.returncode != 0:
             raise RuntimeError(f"{' '.join(command)} failed ({done.returncode}): {done.stderr.strip()}")
         return done.stdout
 
+    def _in_namespace(self) -> list[str]:
+        """What runs a command in the server's network namespace (as root, who may enter it)."""
+        return [] if self.namespace is None else ["ip", "netns", "exec", self.namespace]
+
     def _server(self, program: str, *args: str, check: bool = True) -> None:
+        command = [str(self.bin_dir / program), *args]
         run_as = {} if self.run_as is None else {"user": self.run_as.pw_uid, "group": self.run_as.pw_gid}
+        if self.namespace is not None and self.run_as is not None:
+            # Enter the namespace as root first, then become the server's user.
+            ids = ["--reuid", str(self.run_as.pw_uid), "--regid", str(self.run_as.pw_gid), "--clear-groups"]
+            command, run_as = [*self._in_namespace(), "setpriv", *ids, *command], {}
         done = subprocess.run(
-            [str(self.bin_dir / program), *args],
+            command,
             capture_output=True,
             text=True,
             timeout=120,
             cwd=self.root,
-            extra_groups=[] if self.run_as is not None else None,
+            extra_groups=[] if run_as else None,
             **run_as,
         )
         if check and done.returncode != 0:
@@ -156,12 +173,14 @@ class PostgresServer:
             raise RuntimeError(f"{program} {' '.join(args)} failed ({done.returncode}): {done.stderr.strip()}\n{log}")
 
 
-def start_server(durable: bool = False) -> PostgresServer:
+def start_server(durable: bool = False, address: str = "127.0.0.1", namespace: Optional[str] = None) -> PostgresServer:
     """Makes a cluster in a new temporary folder and starts it; the caller stops it.
 
     Args:
         durable: commits wait for the disk, as on a team's server (a benchmark's); by
             default they do not, which the tests do not need.
+        address: where it listens; clients of its network (``samenet``) may log in.
+        namespace: the network namespace it runs in, whose address ``address`` is (as root).
     """
     bin_dir = server_bin_dir()
     if bin_dir is None:
@@ -172,7 +191,7 @@ def start_server(durable: bool = False) -> PostgresServer:
     root = Path(tempfile.mkdtemp(prefix="det-estimator-postgres-"))
     if run_as is not None:
         os.chown(root, run_as.pw_uid, run_as.pw_gid)
-    server = PostgresServer(bin_dir=bin_dir, root=root, port=_free_port(), run_as=run_as, durable=durable)
+    server = PostgresServer(bin_dir, root, _free_port(), run_as, durable, address, namespace)
     try:
         password_file = root / "password"
         password_file.write_text(PASSWORD + "\n")
@@ -191,6 +210,10 @@ def start_server(durable: bool = False) -> PostgresServer:
             "--locale=C",
             "--no-sync",
         )
+        if address != "127.0.0.1":
+            # initdb lets in only the loopback addresses over TCP; the other hosts come from the server's network.
+            with open(server.data_dir / "pg_hba.conf", "a", encoding="utf-8") as rules:
+                rules.write("host all all samenet scram-sha-256\n")
         server.start()
     except BaseException:
         server.stop()
