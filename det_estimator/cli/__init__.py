@@ -232,7 +232,9 @@ def build_parser() -> argparse.ArgumentParser:
     job_log.add_argument("job_id", metavar="ID", type=_id)
     job_log.set_defaults(run=jobs.job_logs, json=False)
     store = commands.add_parser(
-        "store", aliases=["s"], help="the store itself: its id, making a copy its own, copying it into another"
+        "store",
+        aliases=["s"],
+        help="the store itself: its id, making a copy its own, copying it into another, upgrading its schema",
     )
     store_actions = store.add_subparsers(dest="action", metavar="ACTION", required=True)
     store_actions.add_parser(
@@ -243,6 +245,14 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[json_option],
         help="make a copy of a store one of its own: a new id, and its own copies of its checkpoints and logs",
     ).set_defaults(run=stores.detach)
+    store_actions.add_parser(
+        "upgrade",
+        parents=[json_option],
+        help="upgrade a store of an older schema to this det-estimator's (which refuses it until then)",
+        description="Upgrades the store, made by an older det-estimator, to this release's schema, in one "
+        "transaction. Run it while nothing runs on the store; older releases cannot open it afterwards. A store "
+        "at this release's schema is left as it is.",
+    ).set_defaults(run=stores.upgrade)
     copy = store_actions.add_parser(
         "copy",
         help="copy every experiment, trial, metric, checkpoint record, job and log into another store, new or empty",
@@ -331,6 +341,8 @@ def _named_store(args: argparse.Namespace) -> "StoreLocation":
 _CREATING_COMMANDS = {("experiment", "create"), ("e", "create"), ("job", "run"), ("j", "run")}
 # Commands that write to the store, which must then be writable.
 _DETACHING_COMMANDS = {("store", "detach"), ("s", "detach")}
+# The command that upgrades a store of an older schema, which every other command refuses.
+_UPGRADING_COMMANDS = {("store", "upgrade"), ("s", "upgrade")}
 _WRITING_COMMANDS = (
     _CREATING_COMMANDS
     | _DETACHING_COMMANDS
@@ -431,16 +443,18 @@ def _check_store_folder(path: Path, named_by: str) -> None:
 
 
 def _open_store(
-    location: "StoreLocation", writing: bool, detaching: bool = False, create: bool = True
+    location: "StoreLocation", writing: bool, detaching: bool = False, create: bool = True, upgrade: bool = False
 ) -> "ExperimentStore":
     """The store at ``location`` (made there if missing, when ``create``); checked writable for a command that writes.
+
+    A store of an older schema is upgraded when ``upgrade`` (``store upgrade``), else refused.
 
     A copy of another store is read-only (``store detach`` aside): a command that reads
     it says so once, on stderr, and one that writes is refused.
     """
     from det_estimator.store import ExperimentStore
 
-    store = ExperimentStore(location, create=create)
+    store = ExperimentStore(location, create=create, upgrade=upgrade)
     if writing:
         try:
             store.check_writable(detaching=detaching)
@@ -511,7 +525,10 @@ def _main(argv: Optional[list[str]]) -> int:
             return run(functools.partial(_open_store, location, writing=True), args)
         command = (args.command, args.action)
         writing = command in _WRITING_COMMANDS
-        with _open_store(location, writing, command in _DETACHING_COMMANDS, create=False) as store:
+        opened = _open_store(
+            location, writing, command in _DETACHING_COMMANDS, create=False, upgrade=command in _UPGRADING_COMMANDS
+        )
+        with opened as store:
             return run(store, args)
     except (UsageError, UnknownIdError, StoreUnusableError) as error:
         print(f"det-estimator: error: {error}", file=sys.stderr)

@@ -1,4 +1,4 @@
-"""The store commands: ``store describe`` (its id, where it is), ``store detach`` (a copy made its own), ``copy``."""
+"""The store commands: ``describe`` (its id, where it is), ``detach`` (a copy made its own), ``copy``, ``upgrade``."""
 
 import argparse
 import sys
@@ -71,4 +71,28 @@ def copy(source: StoreLocation, destination: StoreLocation, args: argparse.Names
             print(f"  moved {folder}")
     for folder, owner in report.folders_left:
         print(f"  left {folder}: it belongs to a third store, {owner}")
+    return 0
+
+
+def upgrade(store: ExperimentStore, args: argparse.Namespace) -> int:
+    """Says what opening the store for ``store upgrade`` did: upgraded it from an older schema, or nothing."""
+    schema = store.schema
+    if args.json:
+        print_json(
+            {
+                "path": store.home,
+                "from_version": schema.from_version,
+                "to_version": schema.to_version,
+                "upgraded": schema.upgraded,
+            },
+            sys.stdout,
+        )
+        return 0
+    if schema.upgraded:
+        print(f"Upgraded the store {store.home} from schema version {schema.from_version} to {schema.to_version}.")
+    else:
+        print(
+            f"The store {store.home} is at schema version {schema.to_version}, this det-estimator's: nothing to "
+            "upgrade."
+        )
     return 0

@@ -46,6 +46,8 @@ def check_resumable(experiment: ExperimentRecord, command: str = "det-estimator"
     """
     if experiment.state not in (State.PAUSED, State.INTERRUPTED, State.ERROR):
         hint = "it is running" if experiment.state == State.ACTIVE else "it has completed"
+        if experiment.state == State.ACTIVE and experiment.launcher_pid is not None:
+            hint += f" (process {experiment.launcher_pid} on {experiment.launcher_host})"
         raise ActionRefusedError(f"Experiment {experiment.id} is {experiment.state}: {hint}; nothing to resume.")
     searcher = experiment.config["searcher"]["name"]
     if experiment.state == State.ERROR and searcher != "single":

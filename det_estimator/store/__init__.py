@@ -33,6 +33,7 @@ from det_estimator.store._errors import (
     StoreFullError,
     StoreLockedError,
     StoreUnusableError,
+    StoreUpgradeNeededError,
     UnknownIdError,
 )
 from det_estimator.store._event_files import session_start
@@ -62,7 +63,7 @@ from det_estimator.store._records import (
     to_json_value,
 )
 from det_estimator.store._restarts import RestartRecord
-from det_estimator.store._schema import SCHEMA_VERSION
+from det_estimator.store._schema import SCHEMA_VERSION, SchemaUpgrade
 from det_estimator.store._store import (
     STORE_VARIABLE,
     ExperimentStore,
@@ -72,6 +73,7 @@ from det_estimator.store._store import (
 __all__ = [
     "BATCH_INFERENCE",
     "SCHEMA_VERSION",
+    "SchemaUpgrade",
     "STORE_VARIABLE",
     "Assignment",
     "BestValidation",
@@ -85,6 +87,7 @@ __all__ = [
     "ExperimentBusyError",
     "NoStoreError",
     "StoreUnusableError",
+    "StoreUpgradeNeededError",
     "ExperimentRecord",
     "ExperimentStore",
     "StoreFullError",

@@ -27,14 +27,14 @@ from pathlib import Path
 from typing import Any, Optional
 
 import sqlalchemy
-from sqlalchemy import Executable, Table, func, select
+from sqlalchemy import ColumnElement, Executable, Table, func, literal_column, select
 from sqlalchemy.engine import Connection
 
 from det_estimator.store._database import StoreLocation, Transaction
 from det_estimator.store._detach import copy_log_folders, log_folder_copies, moved_path
 from det_estimator.store._errors import StoreUnusableError
 from det_estimator.store._identity import OWNER_FILE, FolderOwner, folder_owner, write_folder_owner
-from det_estimator.store._launchers import launcher_alive
+from det_estimator.store._launchers import database_clock, launcher_alive
 from det_estimator.store._logs import LogOwner, append_chunks, chunk_texts, file_texts, write_log_file
 from det_estimator.store._records import State
 from det_estimator.store._store import ExperimentStore
@@ -173,14 +173,19 @@ def _snapshot(store: ExperimentStore) -> Iterator[Read]:
 def _refuse_a_running_source(location: StoreLocation, read: Read) -> None:
     """Refuses a source with an experiment or a job whose launcher lives: it writes records and logs as it runs."""
     running = []
+    clock: ColumnElement[float] = literal_column(database_clock(location.is_sqlite))
     for table, what in ((EXPERIMENTS, "experiment"), (JOBS, "job")):
+        silence = (clock - func.coalesce(table.c.launcher_seen_at, 0)).label("launcher_silence")
         rows = read(
-            select(table.c.id, table.c.launcher_pid, table.c.launcher_host, table.c.launcher_started)
+            select(table.c.id, table.c.launcher_pid, table.c.launcher_host, table.c.launcher_started, silence)
             .where(table.c.state == State.ACTIVE.value)
             .order_by(table.c.id)
         )
         for row in rows:
-            if launcher_alive(row["launcher_pid"], row["launcher_host"], row["launcher_started"]):
+            alive = launcher_alive(
+                row["launcher_pid"], row["launcher_host"], row["launcher_started"], row["launcher_silence"]
+            )
+            if alive:
                 running.append(f"{what} {row['id']} (process {row['launcher_pid']} on {row['launcher_host']})")
     if running:
         raise StoreCopyRefusedError(

@@ -19,6 +19,10 @@ class StoreUnusableError(StoreError):
     """The store file cannot be opened, read or written (corrupt, read-only, of a newer schema, not a file)."""
 
 
+class StoreUpgradeNeededError(StoreUnusableError):
+    """The store has an older schema, which ``det-estimator store upgrade`` upgrades; it is not used until then."""
+
+
 class NoStoreError(StoreUnusableError):
     """A command that reads a store was given a database that holds none (a store is made only by creating)."""
 

@@ -16,7 +16,13 @@ from sqlalchemy.engine import RowMapping
 
 from det_estimator.store._database import Database, StoreLocation, Transaction
 from det_estimator.store._errors import UnknownIdError
-from det_estimator.store._launchers import launcher_columns, state_as_seen
+from det_estimator.store._launchers import (
+    Launched,
+    LauncherHeartbeat,
+    launcher_columns,
+    launcher_silence,
+    state_as_seen,
+)
 from det_estimator.store._records import State
 
 BATCH_INFERENCE = "BATCH_INFERENCE"
@@ -57,6 +63,8 @@ class _Store(Protocol):
     """What :class:`JobTable`'s methods use of the ``ExperimentStore`` they are methods of."""
 
     _database: Database
+    _clock: str
+    _heartbeat: LauncherHeartbeat
     location: StoreLocation
 
     @property
@@ -77,7 +85,7 @@ class JobTable:
         slots: int,
         kind: str = BATCH_INFERENCE,
     ) -> int:
-        """Records a new ACTIVE job run by this process; returns its id.
+        """Records a new ACTIVE job run by this process, which refreshes its heartbeat until it ends; returns its id.
 
         Its output log goes to ``<store files>/jobs/<id>/output.log``.
         """
@@ -85,8 +93,9 @@ class JobTable:
             pid, host, started = launcher_columns()
             job_id = db.insert(
                 "INSERT INTO jobs (name, kind, state, config, context_dir, command, slots, log_path, created_at,"
-                " launcher_pid, launcher_host, launcher_started) VALUES (:name, :kind, :state, :config,"
-                " :context_dir, :command, :slots, '', :created_at, :pid, :host, :started) RETURNING id",
+                " launcher_pid, launcher_host, launcher_started, launcher_seen_at) VALUES (:name, :kind, :state,"
+                f" :config, :context_dir, :command, :slots, '', :created_at, :pid, :host, :started, {self._clock})"
+                " RETURNING id",
                 {
                     "name": name,
                     "kind": kind,
@@ -103,6 +112,7 @@ class JobTable:
             )
             log_path = self.files_dir / "jobs" / str(job_id) / "output.log"
             db.execute("UPDATE jobs SET log_path = :log_path WHERE id = :id", {"log_path": str(log_path), "id": job_id})
+        self._heartbeat.add(Launched("jobs", job_id))
         return job_id
 
     def end_job(
@@ -113,6 +123,7 @@ class JobTable:
         error: Optional[dict[str, Any]] = None,
     ) -> None:
         """Records how a job ended."""
+        self._heartbeat.discard(Launched("jobs", job_id))
         with self._write() as db:
             db.execute(
                 "UPDATE jobs SET state = :state, ended_at = :ended, exit_status = :exit_status, error = :error"
@@ -128,7 +139,7 @@ class JobTable:
 
     def jobs(self: _Store) -> list[JobRecord]:
         """Every job, oldest first."""
-        rows = self._database.read("SELECT * FROM jobs ORDER BY id")
+        rows = self._database.read(f"{_jobs_read(self._database)} ORDER BY j.id")
         return [_job_record(row) for row in rows]
 
     def job(self: _Store, job_id: int) -> JobRecord:
@@ -137,10 +148,15 @@ class JobTable:
         Raises:
             UnknownIdError: there is no job ``job_id``.
         """
-        row = self._database.read_one("SELECT * FROM jobs WHERE id = :id", {"id": job_id})
+        row = self._database.read_one(f"{_jobs_read(self._database)} WHERE j.id = :id", {"id": job_id})
         if row is None:
             raise UnknownIdError(f"There is no job {job_id} in the store {self.location}.")
         return _job_record(row)
+
+
+def _jobs_read(database: Database) -> str:
+    """The query of jobs with their launcher's silence, from which their state as seen is read."""
+    return f"SELECT j.*, {launcher_silence(database.is_sqlite, 'j')} FROM jobs j"
 
 
 def _job_record(row: RowMapping) -> JobRecord:
@@ -148,7 +164,13 @@ def _job_record(row: RowMapping) -> JobRecord:
         id=row["id"],
         name=row["name"],
         kind=row["kind"],
-        state=state_as_seen(State(row["state"]), row["launcher_pid"], row["launcher_host"], row["launcher_started"]),
+        state=state_as_seen(
+            State(row["state"]),
+            row["launcher_pid"],
+            row["launcher_host"],
+            row["launcher_started"],
+            row["launcher_silence"],
+        ),
         config=json.loads(row["config"]),
         context_dir=row["context_dir"],
         command=json.loads(row["command"]),

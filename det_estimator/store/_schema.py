@@ -4,21 +4,27 @@ An SQLite store's schema version lives in SQLite's ``user_version``, and from ve
 also in the ``store_info`` table, the store's marker: the application that made it, its
 schema version and the store's id, in a table (not only in SQLite's header) so that a
 store in another database keeps them. Migration ``i`` (0-based) takes an SQLite store
-from version ``i`` to ``i + 1``; a store newer than :data:`SCHEMA_VERSION` was made by a
-newer det-estimator and is refused.
+from version ``i`` to ``i + 1``. A new store is made at the newest version when first
+opened; a store of an older schema only by ``det-estimator store upgrade``
+(:func:`refuse_an_older_schema`: whatever else opens it is refused, saying so), and a store
+newer than :data:`SCHEMA_VERSION` was made by a newer det-estimator and is refused.
 
 A PostgreSQL store is made at the current version from the tables of ``_tables``, in one
 transaction under the store's write lock (:func:`open_postgresql_store`), and has no
 older versions. The next change of the schema (version 10) is written once per
 database: a step appended to :data:`MIGRATIONS` for SQLite, and the same change made to
 ``_tables`` and run on PostgreSQL as a step of its own, in the same kind of transaction
-under the lock, that reads and updates ``store_info.schema_version`` (an Alembic
-revision, once there are several, whose ``upgrade()`` issues the ``op.add_column`` and
-whose version table is ``store_info``); a test reflects both databases and compares them.
+under the lock, that reads and updates ``store_info.schema_version``; it runs from
+``store upgrade`` as the SQLite chain does, and an older PostgreSQL store is refused
+elsewhere with the same message. A test reflects both databases and compares them. One
+such step needs no library; once there are several, an Alembic revision per step (its
+``upgrade()`` issuing the ``op.add_column``, its version table ``store_info``) keeps
+them in order.
 """
 
 import re
 import secrets
+import shlex
 import sqlite3
 import time
 from collections.abc import Callable
@@ -28,7 +34,7 @@ from typing import Optional
 
 from det_estimator import _environment_variables as environment_variables
 from det_estimator.store._database import Database
-from det_estimator.store._errors import NoStoreError, StoreError, StoreUnusableError
+from det_estimator.store._errors import NoStoreError, StoreError, StoreUnusableError, StoreUpgradeNeededError
 from det_estimator.store._tables import METADATA
 
 # The marker's application name, and SQLite's header field that says the same ("detE").
@@ -189,7 +195,9 @@ MIGRATIONS: list[str] = [
     # the folder of the store's own files, which a store in a database server has nowhere
     # beside it to keep (NULL for an SQLite store, whose files are beside its file). Trials'
     # and jobs' output logs, which a PostgreSQL store keeps in log_chunks (an SQLite store
-    # keeps them as files, see _logs; the table is there, empty, for one schema).
+    # keeps them as files, see _logs; the table is there, empty, for one schema). An
+    # experiment's and a job's launcher refresh a heartbeat, by the database's clock, which
+    # tells whether one on another machine still runs (see _launchers).
     """
     ALTER TABLE metrics RENAME TO metrics_before_9;
     CREATE TABLE metrics (
@@ -216,6 +224,8 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX log_chunks_by_trial ON log_chunks (trial_id, id);
     CREATE INDEX log_chunks_by_job ON log_chunks (job_id, id);
+    ALTER TABLE experiments ADD COLUMN launcher_seen_at REAL;
+    ALTER TABLE jobs ADD COLUMN launcher_seen_at REAL;
     """,
 ]
 
@@ -230,11 +240,58 @@ def tables_of_version(version: int, migrations: Optional[list[str]] = None) -> s
     return {name for step in steps for name in re.findall(r"CREATE TABLE (\w+)", step)}
 
 
-def migrate(connection: sqlite3.Connection, path: str, migrations: Optional[list[str]] = None) -> None:
-    """Brings the store at ``path`` to the newest schema, one transaction per step.
+@dataclass(frozen=True)
+class SchemaUpgrade:
+    """The schema version a store had when it was opened, and the one it has.
 
-    Safe when several processes open a new or old store at once: each step re-reads
-    the version inside its write transaction, so it runs exactly once.
+    Attributes:
+        from_version: the version it had (0: a new store, made at this opening).
+        to_version: the version it has now, :data:`SCHEMA_VERSION`.
+    """
+
+    from_version: int
+    to_version: int
+
+    @property
+    def upgraded(self) -> bool:
+        """Whether this opening upgraded an existing store."""
+        return 0 < self.from_version < self.to_version
+
+
+def refuse_an_older_schema(connection: sqlite3.Connection, path: str, upgrade: bool = False) -> None:
+    """Refuses an SQLite store of an older schema unless ``upgrade``; called before a byte of the store is written.
+
+    A store of an older schema is upgraded explicitly (``det-estimator store upgrade``),
+    not by whatever opens it first: an upgrade cannot be undone (older releases then
+    refuse the store), so it is the user's decision, taken when nothing runs on it. A
+    new store (version 0) is made by :func:`migrate` at whatever opening comes first.
+
+    Args:
+        connection: a connection to the store.
+        path: the store's file, for messages.
+        upgrade: the store is opened to be upgraded.
+
+    Raises:
+        StoreUpgradeNeededError: the store has an older schema, and ``upgrade`` is False.
+    """
+    version = _user_version(connection)
+    if 0 < version < SCHEMA_VERSION and not upgrade:
+        command = f"det-estimator --store {shlex.quote(path)} store upgrade"
+        raise StoreUpgradeNeededError(
+            f"The store {path} has schema version {version}, older than this det-estimator's {SCHEMA_VERSION}. "
+            f"Upgrade it once, while nothing runs on it: `{command}` (det-estimator releases before this one "
+            "cannot open it afterwards: keep a copy of the file to go back to them), then run the command again."
+        )
+
+
+def migrate(connection: sqlite3.Connection, path: str, migrations: Optional[list[str]] = None) -> int:
+    """Brings the store at ``path`` to the newest schema, every step in one transaction; returns the version it had.
+
+    A store is at its old version or the new one, never between: a step that fails
+    leaves it as it was, and a process opening a new store while another makes it never
+    sees it half made (at an older version, which it would refuse). Safe when several
+    processes do it at once: the version is read again inside the write transaction,
+    so each step runs exactly once.
 
     Args:
         connection: a connection in autocommit mode (``isolation_level=None``).
@@ -245,30 +302,35 @@ def migrate(connection: sqlite3.Connection, path: str, migrations: Optional[list
         StoreError: the store was made by a newer det-estimator.
     """
     migrations = MIGRATIONS if migrations is None else migrations
-    while True:
-        version = _user_version(connection)
-        if version > len(migrations):
-            raise StoreError(
-                f"The store {path} has schema version {version}, made by a newer det-estimator; this "
-                f"version reads schema versions up to {len(migrations)}. Upgrade det-estimator, or point "
-                f"--store (or {environment_variables.STORE}) at another file."
-            )
-        if version == len(migrations):
-            return
-        connection.execute("BEGIN IMMEDIATE")
-        try:
-            version = _user_version(connection)
-            if version < len(migrations):
-                for statement in migrations[version].split(";"):
-                    if statement.strip():
-                        connection.execute(statement)
-                connection.execute(f"PRAGMA user_version = {version + 1}")
-                if version + 1 >= MARKED_VERSION:
-                    connection.execute("UPDATE store_info SET schema_version = ?", (version + 1,))
-            connection.execute("COMMIT")
-        except BaseException:
-            connection.execute("ROLLBACK")
-            raise
+    _refuse_a_newer_store(connection, path, migrations)
+    if _user_version(connection) == len(migrations):
+        return len(migrations)
+    connection.execute("BEGIN IMMEDIATE")
+    try:
+        _refuse_a_newer_store(connection, path, migrations)
+        found = _user_version(connection)
+        for version in range(found, len(migrations)):
+            for statement in migrations[version].split(";"):
+                if statement.strip():
+                    connection.execute(statement)
+            connection.execute(f"PRAGMA user_version = {version + 1}")
+            if version + 1 >= MARKED_VERSION:
+                connection.execute("UPDATE store_info SET schema_version = ?", (version + 1,))
+        connection.execute("COMMIT")
+    except BaseException:
+        connection.execute("ROLLBACK")
+        raise
+    return found
+
+
+def _refuse_a_newer_store(connection: sqlite3.Connection, path: str, migrations: list[str]) -> None:
+    version = _user_version(connection)
+    if version > len(migrations):
+        raise StoreError(
+            f"The store {path} has schema version {version}, made by a newer det-estimator; this "
+            f"version reads schema versions up to {len(migrations)}. Upgrade det-estimator, or point "
+            f"--store (or {environment_variables.STORE}) at another file."
+        )
 
 
 def _user_version(connection: sqlite3.Connection) -> int:

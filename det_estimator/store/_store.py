@@ -6,7 +6,8 @@ import os
 import secrets
 import sqlite3
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Union
 
@@ -48,7 +49,15 @@ from det_estimator.store._identity import (
     write_folder_owner,
 )
 from det_estimator.store._jobs import JobTable
-from det_estimator.store._launchers import launcher_alive, launcher_columns, state_as_seen
+from det_estimator.store._launchers import (
+    Launched,
+    LauncherHeartbeat,
+    database_clock,
+    launcher_alive,
+    launcher_columns,
+    launcher_silence,
+    state_as_seen,
+)
 from det_estimator.store._logs import LogTable
 from det_estimator.store._records import (
     Assignment,
@@ -64,7 +73,13 @@ from det_estimator.store._records import (
     TrialRunRecord,
 )
 from det_estimator.store._restarts import RestartRecord
-from det_estimator.store._schema import migrate, open_postgresql_store
+from det_estimator.store._schema import (
+    SCHEMA_VERSION,
+    SchemaUpgrade,
+    migrate,
+    open_postgresql_store,
+    refuse_an_older_schema,
+)
 
 STORE_VARIABLE = environment_variables.STORE
 
@@ -154,25 +169,43 @@ class ExperimentStore(JobTable, LogTable):
         create: make a store in an empty PostgreSQL database; else one is refused
             (:class:`NoStoreError`). The command decides itself whether to make a missing
             SQLite file.
+        upgrade: upgrade a store of an older schema (``store upgrade``); else one is
+            refused (:class:`StoreUpgradeNeededError`).
 
     Attributes:
         location: where the store is.
         store_id: the store's id, which the folders it writes record.
         copy_of: the store this one is a copy of, while that one exists; None for a store
             of its own.
+        schema: the schema version the store had when opened, and the one it has.
 
     Raises:
         StoreError: the file is not a det-estimator store, or of a newer schema.
+        StoreUpgradeNeededError: the store has an older schema, and ``upgrade`` is False.
     """
 
-    def __init__(self, path: Union[str, os.PathLike, StoreLocation, None] = None, create: bool = True) -> None:
+    def __init__(
+        self, path: Union[str, os.PathLike, StoreLocation, None] = None, create: bool = True, upgrade: bool = False
+    ) -> None:
         self.location = store_location(path)
         self.copy_of: Optional[Path] = None
         self._files_dir: Optional[Path] = None
+        # Heartbeats are written, and their age read, by the database's clock, whose SQL differs per database.
+        self._clock = database_clock(self.location.is_sqlite)
+        self._reads = _Reads.of(self.location.is_sqlite)
+        # What this process launches beats from a thread of its own, through a connection of its own.
+        self._heartbeat = LauncherHeartbeat(self.for_thread)
+        # A PostgreSQL store has no older schema yet (see _schema).
+        self.schema = SchemaUpgrade(SCHEMA_VERSION, SCHEMA_VERSION)
         if self.location.path is None:
             self._open_postgresql(create)
-        else:
-            self._open_sqlite()
+            return
+        try:
+            self._open_sqlite(upgrade)
+        except BaseException:
+            if hasattr(self, "_database"):  # a store refused once its connection was open (an older schema, say)
+                self._database.close()
+            raise
 
     @property
     def path(self) -> Path:
@@ -200,7 +233,7 @@ class ExperimentStore(JobTable, LogTable):
         self.store_id = marker.store_id
         self._files_dir = marker.files_dir
 
-    def _open_sqlite(self) -> None:
+    def _open_sqlite(self, upgrade: bool) -> None:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as error:
@@ -222,8 +255,9 @@ class ExperimentStore(JobTable, LogTable):
                 raise StoreUnusableError(foreign_database_message(self.path, found.tables))
             self._database = Database(self.location, _LOCK_WAIT_SECONDS)
             connection = self._database.sqlite_connection()
+            refuse_an_older_schema(connection, str(self.path), upgrade)
             enable_wal(connection, deadline=time.monotonic() + _LOCK_WAIT_SECONDS)
-            migrate(connection, str(self.path))
+            self.schema = SchemaUpgrade(migrate(connection, str(self.path)), SCHEMA_VERSION)
             self.store_id = self._settle_home()
         except sqlite3.DatabaseError as error:
             # Reading the marker reaches past the first page, where a damaged store shows.
@@ -439,6 +473,7 @@ class ExperimentStore(JobTable, LogTable):
         return ExperimentStore(self.location)
 
     def close(self) -> None:
+        self._heartbeat.stop()
         self._database.close()
 
     def __enter__(self) -> "ExperimentStore":
@@ -491,12 +526,12 @@ class ExperimentStore(JobTable, LogTable):
         """
         with self._write() as db:
             pid, host, started = launcher_columns()
-            return db.insert(
+            experiment_id = db.insert(
                 "INSERT INTO experiments (name, state, config, context_dir, entrypoint, command, slots, hosts,"
                 " test_mode, created_at, run_key, storage_tag, trial_class, launcher_pid, launcher_host,"
-                " launcher_started) VALUES (:name, :state, :config, :context_dir, :entrypoint, :command, :slots,"
-                " :hosts, :test_mode, :created_at, :run_key, :storage_tag, :trial_class, :launcher_pid,"
-                " :launcher_host, :launcher_started) RETURNING id",
+                " launcher_started, launcher_seen_at) VALUES (:name, :state, :config, :context_dir, :entrypoint,"
+                " :command, :slots, :hosts, :test_mode, :created_at, :run_key, :storage_tag, :trial_class,"
+                f" :launcher_pid, :launcher_host, :launcher_started, {self._clock}) RETURNING id",
                 {
                     "name": name,
                     "state": State.ACTIVE.value,
@@ -516,6 +551,8 @@ class ExperimentStore(JobTable, LogTable):
                     "launcher_started": started,
                 },
             )
+        self._heartbeat.add(Launched("experiments", experiment_id))
+        return experiment_id
 
     def create_trial(
         self,
@@ -700,14 +737,19 @@ class ExperimentStore(JobTable, LogTable):
         while the first still runs, is refused. A launcher that died (killed, or its
         machine rebooted) no longer counts, so the claim survives crashes.
 
+        The claim is taken under the store's write lock, so of several processes claiming
+        at once (on any machines) exactly one wins. From then on this process refreshes
+        the experiment's heartbeat, until it pauses or ends it (see ``_launchers``).
+
         Raises:
-            ExperimentBusyError: another live process runs it (or one on another machine,
-                whose liveness cannot be checked from here).
+            ExperimentBusyError: another live process runs it (on another machine: one whose
+                heartbeat is younger than the lease).
         """
         pid, host, started = launcher_columns(pid)
         with self._write() as db:
             row = db.row(
-                "SELECT launcher_pid, launcher_host, launcher_started FROM experiments WHERE id = :id",
+                "SELECT e.launcher_pid, e.launcher_host, e.launcher_started,"
+                f" {launcher_silence(self.location.is_sqlite, 'e')} FROM experiments e WHERE e.id = :id",
                 {"id": experiment_id},
             )
             if row is None:
@@ -716,7 +758,7 @@ class ExperimentStore(JobTable, LogTable):
             if (
                 current is not None
                 and (current, current_host) != (pid, host)
-                and launcher_alive(current, current_host, row["launcher_started"])
+                and launcher_alive(current, current_host, row["launcher_started"], row["launcher_silence"])
             ):
                 where = "this machine" if current_host == host else current_host
                 raise ExperimentBusyError(
@@ -725,21 +767,53 @@ class ExperimentStore(JobTable, LogTable):
                 )
             db.execute(
                 "UPDATE experiments SET launcher_pid = :pid, launcher_host = :host, launcher_started = :started,"
-                " pause_requested_at = NULL WHERE id = :id",
+                f" launcher_seen_at = {self._clock}, pause_requested_at = NULL WHERE id = :id",
                 {"pid": pid, "host": host, "started": started, "id": experiment_id},
             )
             if current is not None and (current, current_host) != (pid, host):
                 _end_runs_of_a_dead_launcher(db, experiment_id)
+        self._beat_if_mine(Launched("experiments", experiment_id), pid)
 
     def set_launcher(self, experiment_id: int, pid: int) -> None:
-        """Records the process that runs the experiment now, without checking for another."""
+        """Records the process that runs the experiment now, with a fresh heartbeat, without checking for another."""
         launcher_pid, host, started = launcher_columns(pid)
         with self._write() as db:
             db.execute(
-                "UPDATE experiments SET launcher_pid = :pid, launcher_host = :host, launcher_started = :started"
-                " WHERE id = :id",
+                "UPDATE experiments SET launcher_pid = :pid, launcher_host = :host, launcher_started = :started,"
+                f" launcher_seen_at = {self._clock} WHERE id = :id",
                 {"pid": launcher_pid, "host": host, "started": started, "id": experiment_id},
             )
+        self._beat_if_mine(Launched("experiments", experiment_id), pid)
+
+    def _beat_if_mine(self, launched: Launched, pid: int) -> None:
+        """Refreshes the heartbeat of ``launched`` from now on if this process is its launcher ``pid``; else no more."""
+        if pid == os.getpid():
+            self._heartbeat.add(launched)
+        else:
+            self._heartbeat.discard(launched)
+
+    def refresh_heartbeats(self, launched: Collection[Launched]) -> set[Launched]:
+        """Refreshes the heartbeat of those of ``launched`` still launched by this process; returns them.
+
+        Called every ``HEARTBEAT_SECONDS`` by the thread of :class:`LauncherHeartbeat`,
+        through a connection of its own. A record claimed by another launcher (once this
+        one's lease ran out) is left alone, and not returned. (A record this process
+        pauses or ends stops being beaten then, see :meth:`set_state`; its state is not
+        asked here, as a claim makes a paused experiment this process's before it makes
+        it ACTIVE.)
+        """
+        pid, host, _ = launcher_columns()
+        kept = set()
+        with self._write() as db:
+            for each in sorted(launched, key=lambda record: (record.table, record.id)):
+                refreshed = db.row(
+                    f"UPDATE {each.table} SET launcher_seen_at = {self._clock} WHERE id = :id AND launcher_pid = :pid"
+                    " AND launcher_host = :host RETURNING id",
+                    {"id": each.id, "pid": pid, "host": host},
+                )
+                if refreshed is not None:
+                    kept.add(each)
+        return kept
 
     def set_state(self, experiment_id: int, state: State) -> None:
         """Sets an experiment's state; a final state records the time, and reaches its trials still ACTIVE.
@@ -749,6 +823,8 @@ class ExperimentStore(JobTable, LogTable):
         """
         state = State(state)
         ended = time.time() if state.is_final else None
+        if state != State.ACTIVE:
+            self._heartbeat.discard(Launched("experiments", experiment_id))
         with self._write() as db:
             db.execute(
                 "UPDATE experiments SET state = :state, ended_at = :ended WHERE id = :id",
@@ -945,7 +1021,7 @@ class ExperimentStore(JobTable, LogTable):
 
     def experiments(self) -> list[ExperimentRecord]:
         """Every experiment, oldest first, with its trials' progress."""
-        rows = self._database.read(f"{_EXPERIMENTS_WITH_PROGRESS} GROUP BY e.id ORDER BY e.id")
+        rows = self._database.read(f"{self._reads.experiments} GROUP BY e.id ORDER BY e.id")
         return [_experiment_record(row) for row in rows]
 
     def experiment(self, experiment_id: int) -> ExperimentRecord:
@@ -955,7 +1031,7 @@ class ExperimentStore(JobTable, LogTable):
             UnknownIdError: there is no experiment ``experiment_id``.
         """
         row = self._database.read_one(
-            f"{_EXPERIMENTS_WITH_PROGRESS} WHERE e.id = :id GROUP BY e.id", {"id": experiment_id}
+            f"{self._reads.experiments} WHERE e.id = :id GROUP BY e.id", {"id": experiment_id}
         )
         if row is None:
             raise UnknownIdError(f"There is no experiment {experiment_id} in the store {self.location}.")
@@ -971,7 +1047,7 @@ class ExperimentStore(JobTable, LogTable):
     def trials(self, experiment_id: int) -> list[TrialRecord]:
         """An experiment's trials, oldest first."""
         rows = self._database.read(
-            f"{_TRIALS_WITH_LAUNCHER} WHERE t.experiment_id = :id ORDER BY t.id", {"id": experiment_id}
+            f"{self._reads.trials} WHERE t.experiment_id = :id ORDER BY t.id", {"id": experiment_id}
         )
         return [_trial_record(row) for row in rows]
 
@@ -981,19 +1057,19 @@ class ExperimentStore(JobTable, LogTable):
         Raises:
             UnknownIdError: there is no trial ``trial_id``.
         """
-        row = self._database.read_one(f"{_TRIALS_WITH_LAUNCHER} WHERE t.id = :id", {"id": trial_id})
+        row = self._database.read_one(f"{self._reads.trials} WHERE t.id = :id", {"id": trial_id})
         if row is None:
             raise UnknownIdError(f"There is no trial {trial_id} in the store {self.location}.")
         return _trial_record(row)
 
     def trial_runs(self, trial_id: int) -> list[TrialRunRecord]:
         """A trial's runs, oldest first."""
-        rows = self._database.read(f"{_RUNS_WITH_LAUNCHER} WHERE r.trial_id = :id ORDER BY r.id", {"id": trial_id})
+        rows = self._database.read(f"{self._reads.runs} WHERE r.trial_id = :id ORDER BY r.id", {"id": trial_id})
         return [_run_record(row) for row in rows]
 
     def trial_run(self, run_id: int) -> TrialRunRecord:
         """One run of a trial."""
-        row = self._database.read_one(f"{_RUNS_WITH_LAUNCHER} WHERE r.id = :id", {"id": run_id})
+        row = self._database.read_one(f"{self._reads.runs} WHERE r.id = :id", {"id": run_id})
         if row is None:
             raise UnknownIdError(f"There is no trial run {run_id} in the store {self.location}.")
         return _run_record(row)
@@ -1157,8 +1233,14 @@ class _BestSoFar:
 
 
 def _state_as_seen(row: RowMapping) -> State:
-    """The row's state as seen now (:func:`state_as_seen`); the row joins the experiment's launcher."""
-    return state_as_seen(State(row["state"]), row["launcher_pid"], row["launcher_host"], row["launcher_started"])
+    """The row's state as seen now (:func:`state_as_seen`); the row joins the experiment's launcher and its silence."""
+    return state_as_seen(
+        State(row["state"]),
+        row["launcher_pid"],
+        row["launcher_host"],
+        row["launcher_started"],
+        row["launcher_silence"],
+    )
 
 
 def _experiment_record(row: RowMapping) -> ExperimentRecord:
@@ -1268,22 +1350,35 @@ _NOT_ROLLED_BACK = (
 )
 
 
-# A run is read with its experiment's launcher, which an ACTIVE run cannot outlive.
-# An experiment with the sums of its trials' progress (see ExperimentRecord).
-_EXPERIMENTS_WITH_PROGRESS = (
-    "SELECT e.*, CAST(COALESCE(SUM(t.batches_trained), 0) AS BIGINT) AS batches_trained,"
-    " MAX(t.max_batches) AS max_batches, COUNT(t.id) AS num_trials"
-    " FROM experiments e LEFT JOIN trials t ON t.experiment_id = e.id"
-)
-# Trials and runs with their experiment's launcher, from which their state as seen is read.
-_TRIALS_WITH_LAUNCHER = (
-    "SELECT t.*, e.launcher_pid, e.launcher_host, e.launcher_started"
-    " FROM trials t JOIN experiments e ON e.id = t.experiment_id"
-)
-_RUNS_WITH_LAUNCHER = (
-    "SELECT r.*, e.launcher_pid, e.launcher_host, e.launcher_started FROM trial_runs r"
-    " JOIN trials t ON t.id = r.trial_id JOIN experiments e ON e.id = t.experiment_id"
-)
+@dataclass(frozen=True)
+class _Reads:
+    """The queries that read a record's state as seen: with its experiment's launcher, and that launcher's silence.
+
+    A run is read with its experiment's launcher, which an ACTIVE run cannot outlive. The
+    silence is measured by the database's clock, whose SQL differs between the databases.
+    """
+
+    experiments: str
+    trials: str
+    runs: str
+
+    @classmethod
+    def of(cls, is_sqlite: bool) -> "_Reads":
+        silence = launcher_silence(is_sqlite, "e")
+        launcher = f"e.launcher_pid, e.launcher_host, e.launcher_started, {silence}"
+        return cls(
+            # An experiment with the sums of its trials' progress (see ExperimentRecord).
+            experiments=(
+                f"SELECT e.*, {silence}, CAST(COALESCE(SUM(t.batches_trained), 0) AS BIGINT) AS batches_trained,"
+                " MAX(t.max_batches) AS max_batches, COUNT(t.id) AS num_trials"
+                " FROM experiments e LEFT JOIN trials t ON t.experiment_id = e.id"
+            ),
+            trials=f"SELECT t.*, {launcher} FROM trials t JOIN experiments e ON e.id = t.experiment_id",
+            runs=(
+                f"SELECT r.*, {launcher} FROM trial_runs r"
+                " JOIN trials t ON t.id = r.trial_id JOIN experiments e ON e.id = t.experiment_id"
+            ),
+        )
 
 
 def _run_record(row: RowMapping) -> TrialRunRecord:

@@ -59,6 +59,7 @@ EXPERIMENTS = Table(
     Column("trial_class", Text),
     Column("searcher_state", Text),
     Column("launcher_started", BigInteger),
+    _timestamp("launcher_seen_at", nullable=True),
     Index("experiments_by_run_key", "run_key"),
 )
 
@@ -147,6 +148,7 @@ JOBS = Table(
     Column("launcher_pid", BigInteger),
     Column("launcher_host", Text),
     Column("launcher_started", BigInteger),
+    _timestamp("launcher_seen_at", nullable=True),
 )
 
 TRIAL_RESTARTS = Table(

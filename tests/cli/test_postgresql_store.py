@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from det_estimator.store._launchers import LEASE_SECONDS
+
 SUPPORT = Path(__file__).parents[1] / "support"
 BATCHES = 10
 SLOW_BATCHES = 30
@@ -36,7 +38,7 @@ def pg_det(make_det, postgres_url):
 
 @pytest.mark.estimator  # the analytic trial is an EstimatorTrial
 def test_an_experiment_on_postgresql_runs_pauses_resumes_once_and_reads_back_without_its_password(
-    pg_det, context, tmp_path
+    pg_det, postgres_server, context, tmp_path
 ):
     det = pg_det
     running = det.start("experiment", "create", context.write_config(SLOW_BATCHES, hparams=SLOW), context.directory)
@@ -46,6 +48,26 @@ def test_an_experiment_on_postgresql_runs_pauses_resumes_once_and_reads_back_wit
     created = running.finish()
     assert created.returncode == 0, created.stdout + created.stderr
     assert det.experiment(experiment_id)["state"] == "PAUSED"
+
+    # As if it ran on another machine, whose launcher beats: it is ACTIVE there, and a resume here is refused.
+    database = det.store.rsplit("/", 1)[1]
+    postgres_server.sql(
+        database,
+        "UPDATE experiments SET state = 'ACTIVE', launcher_host = 'host2',"
+        f" launcher_seen_at = EXTRACT(EPOCH FROM now()) WHERE id = {experiment_id}",
+    )
+    assert det.experiment(experiment_id)["state"] == "ACTIVE"
+    refused = det("experiment", "resume", experiment_id)
+    assert (
+        refused.returncode == 2 and f"Experiment {experiment_id} is ACTIVE: it is running (process " in refused.stderr
+    )
+    assert " on host2); nothing to resume." in refused.stderr
+    # That machine went down: a lease later, by the database server's clock, it reads INTERRUPTED, and resumes here.
+    postgres_server.sql(
+        database,
+        f"UPDATE experiments SET launcher_seen_at = launcher_seen_at - {LEASE_SECONDS} WHERE id = {experiment_id}",
+    )
+    assert det.experiment(experiment_id)["state"] == "INTERRUPTED"
 
     # Two launchers race to resume it: the store's write lock lets exactly one claim it.
     resumes = det.start("experiment", "resume", experiment_id), det.start("experiment", "resume", experiment_id)

@@ -1,4 +1,5 @@
-"""The command and a store's identity: another application's database untouched, a copy read-only, ``store detach``."""
+"""The command and a store's identity: another application's database untouched, a copy read-only, ``store detach``,
+and ``store upgrade`` of a store of an older schema."""
 
 import contextlib
 import hashlib
@@ -11,7 +12,8 @@ from pathlib import Path
 import pytest
 from starlette.testclient import TestClient
 
-from det_estimator.store import ExperimentStore, State, folder_owner
+from det_estimator.store import SCHEMA_VERSION, ExperimentStore, State, folder_owner
+from det_estimator.store._schema import MIGRATIONS, migrate
 from det_estimator.ui import Access, Settings, create_app
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
@@ -36,6 +38,7 @@ COMMANDS = [
     ["job", "logs", "1"],
     ["store", "describe"],
     ["store", "detach"],
+    ["store", "upgrade"],
 ]
 
 
@@ -134,3 +137,35 @@ def test_store_describe_shows_the_store_its_id_and_that_it_is_a_copy(original_an
     assert status == 0, output
     assert f"store:           {copy}\n" in output and f"id:              {store_id}\n" in output
     assert f"a copy of:       {original} (read-only until `det-estimator --store {copy} store detach`)" in output
+
+
+def test_a_store_of_an_older_schema_is_refused_until_store_upgrade_upgrades_it_once(tmp_path):
+    path = tmp_path / "old.sqlite"
+    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as connection:
+        migrate(connection, str(path), MIGRATIONS[:7])  # the release before the marker
+        connection.execute(
+            "INSERT INTO experiments (name, state, config, context_dir, entrypoint, slots, test_mode, created_at)"
+            " VALUES ('old', 'PAUSED', '{\"searcher\": {\"metric\": \"loss\"}}', '/c', 'm:T', 1, 0, 1.0)"
+        )
+    before = path.read_bytes()
+
+    for command in (["experiment", "list"], ["experiment", "resume", "1"]):
+        status, output = run_command(["--store", str(path), *command])
+        assert status == 2, output
+        assert f"The store {path} has schema version 7, older than this det-estimator's {SCHEMA_VERSION}" in output
+        assert f"`det-estimator --store {path} store upgrade`" in output and "Traceback" not in output
+    assert path.read_bytes() == before
+
+    status, output = run_command(["--store", str(path), "store", "upgrade"])
+    assert (status, output) == (0, f"Upgraded the store {path} from schema version 7 to {SCHEMA_VERSION}.\n")
+    status, output = run_command(["--store", str(path), "store", "upgrade", "--json"])
+    assert status == 0 and json.loads(output) == {
+        "path": str(path),
+        "from_version": SCHEMA_VERSION,
+        "to_version": SCHEMA_VERSION,
+        "upgraded": False,
+    }
+    status, output = run_command(["--store", str(path), "s", "upgrade"])
+    assert status == 0 and "is at schema version 9, this det-estimator's: nothing to upgrade" in output, output
+    status, output = run_command(["--store", str(path), "experiment", "list", "--json"])
+    assert status == 0 and [(e["id"], e["name"], e["state"]) for e in json.loads(output)] == [(1, "old", "PAUSED")]

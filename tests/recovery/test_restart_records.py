@@ -41,7 +41,7 @@ def test_a_store_of_the_previous_schema_gains_the_restart_records_and_keeps_its_
         " VALUES (1, 'COMPLETED', '{}', 0, '/k', '/l', 0, 3)"
     )
     connection.close()
-    with ExperimentStore(path) as store:
+    with ExperimentStore(path, upgrade=True) as store:
         assert store.experiment(1).name == "old"
         assert store.trial(1).restarts == 3  # counted before causes were recorded
         assert store.restarts(1) == []

@@ -103,7 +103,7 @@ def test_a_store_of_the_release_before_the_marker_opens_and_gets_it(tmp_path):
             " VALUES ('old', 'PAUSED', '{}', '/c', 'm:T', 1, 0, 1.0)"
         )
 
-    with ExperimentStore(path) as store:
+    with ExperimentStore(path, upgrade=True) as store:
         assert store.experiment(1).name == "old" and store.copy_of is None
         store_id = store.store_id
     with ExperimentStore(path) as store:

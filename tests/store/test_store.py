@@ -31,12 +31,15 @@ from det_estimator.store import (
     StoreFullError,
     StoreLockedError,
     StoreRecorder,
+    StoreUpgradeNeededError,
     UnknownIdError,
     default_store_path,
     to_json_value,
     trial_checkpoint_dir,
 )
+from det_estimator.store import _launchers as launchers_module
 from det_estimator.store import _store as store_module
+from det_estimator.store._launchers import LEASE_SECONDS, Launched
 from det_estimator.store._schema import MIGRATIONS, migrate
 
 ACTIVE, PAUSED, COMPLETED, ERROR, INTERRUPTED = (
@@ -516,13 +519,100 @@ def test_active_experiment_with_a_live_launcher_reads_as_active(store):
     assert [e.state for e in store.experiments()] == [ACTIVE]
 
 
-def test_launcher_on_another_host_is_assumed_alive(store, beside):
+def test_a_launcher_on_another_host_is_alive_while_it_beats_and_its_experiment_resumable_after_the_lease(store, beside):
     experiment_id = new_experiment(store)
-    store.set_launcher(experiment_id, dead_pid())
+    trial_id = store.create_trial(experiment_id, {}, 0, "/checkpoints")
+    run_id = store.start_run(trial_id)
+    store.set_launcher(experiment_id, dead_pid())  # its heartbeat written now, and not refreshed by this process
+    assert store._heartbeat.beating == frozenset()
     with beside(store) as connection:
         connection.execute("UPDATE experiments SET launcher_host = 'another-machine'")
 
-    assert store.experiment(experiment_id).state == ACTIVE
+    # Its pid means nothing here: its heartbeat, younger than the lease, keeps it alive.
+    assert store.experiment(experiment_id).state == ACTIVE and store.trial_run(run_id).state == ACTIVE
+    with pytest.raises(ExperimentBusyError, match="being run by process .* on another-machine"):
+        store.claim(experiment_id)
+
+    # Its machine went down a lease ago, by the database's clock: the experiment reads INTERRUPTED.
+    with beside(store) as connection:
+        connection.execute(f"UPDATE experiments SET launcher_seen_at = launcher_seen_at - {LEASE_SECONDS}")
+    assert store.experiment(experiment_id).state == INTERRUPTED
+    assert [e.state for e in store.experiments()] == [INTERRUPTED]
+    assert (store.trial(trial_id).state, store.trial_run(run_id).state) == (INTERRUPTED, INTERRUPTED)
+
+    store.claim(experiment_id)  # resumed from this machine, which beats for it from now on
+    assert store.experiment(experiment_id).launcher_pid == os.getpid()
+    assert store._heartbeat.beating == {Launched("experiments", experiment_id)}
+    assert store.trial_run(run_id).ended_at is not None  # the dead launcher's run, ended as INTERRUPTED
+
+
+def test_a_launcher_beats_from_a_thread_until_its_experiment_pauses_and_its_job_ends(store, beside, monkeypatch):
+    monkeypatch.setattr(launchers_module, "HEARTBEAT_SECONDS", 0.05)
+    with ExperimentStore(store.location) as launcher:
+        experiment_id, job_id = new_experiment(launcher), launcher.create_job("job", {}, "/context", ["p.py"], 1)
+        launched = {Launched("experiments", experiment_id), Launched("jobs", job_id)}
+        assert launcher._heartbeat.beating == launched
+        ids = {"experiments": experiment_id, "jobs": job_id}
+        with beside(store) as connection:
+            for table, id in ids.items():
+                connection.execute(f"UPDATE {table} SET launcher_seen_at = 0 WHERE id = :id", {"id": id})
+        # The heartbeat's thread refreshes both, by the database's clock.
+        deadline = time.monotonic() + 60
+        while min(seen_at(beside, store, table, id) for table, id in ids.items()) == 0:
+            assert time.monotonic() < deadline, "the launcher's heartbeat was not refreshed"
+            time.sleep(0.05)
+
+        launcher.set_state(experiment_id, PAUSED)
+        launcher.end_job(job_id, COMPLETED, 0)
+        assert launcher._heartbeat.beating == frozenset()
+        launcher.claim(experiment_id)
+        assert launcher._heartbeat.beating == {Launched("experiments", experiment_id)}
+        with beside(store) as connection:  # another launcher took it over: a beat leaves it alone, and stops
+            connection.execute(
+                "UPDATE experiments SET launcher_pid = launcher_pid + 1 WHERE id = :id", {"id": experiment_id}
+            )
+        assert launcher.refresh_heartbeats(launched) == {Launched("jobs", job_id)}
+        deadline = time.monotonic() + 60
+        while launcher._heartbeat.beating:
+            assert time.monotonic() < deadline, "the launcher still beats for an experiment it no longer runs"
+            time.sleep(0.05)
+
+
+def seen_at(beside, store, table, id):
+    with beside(store) as connection:
+        ((value,),) = connection.rows(f"SELECT launcher_seen_at FROM {table} WHERE id = :id", {"id": id})
+    return value
+
+
+# A launcher whose code has ended, the process kept up by another thread, beats no more.
+MAIN_THREAD_ENDS = textwrap.dedent(
+    """
+    import sys, threading, time
+    from det_estimator.store import ExperimentStore, _launchers
+
+    _launchers.HEARTBEAT_SECONDS = 0.05
+    store = ExperimentStore(sys.argv[1])
+    experiment_id = store.create_experiment("e", {}, "/context", "model_def:Trial", 1, False)
+    print(experiment_id, flush=True)
+
+    def outlive_main():
+        deadline = time.monotonic() + 60
+        while store._heartbeat.beating and time.monotonic() < deadline:
+            time.sleep(0.05)
+        print("stopped" if not store._heartbeat.beating else "still beating", flush=True)
+
+    threading.Thread(target=outlive_main).start()
+    """
+)
+
+
+@pytest.mark.timeout(120)
+def test_a_process_whose_main_thread_ended_stops_beating(sqlite_store):
+    result = subprocess.run(
+        [sys.executable, "-c", MAIN_THREAD_ENDS, str(sqlite_store.path)], capture_output=True, text=True, timeout=100
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["1", "stopped"]
 
 
 def test_finished_experiment_with_a_dead_launcher_keeps_its_state(store):
@@ -534,9 +624,19 @@ def test_finished_experiment_with_a_dead_launcher_keeps_its_state(store):
 
 
 def test_a_job_whose_launcher_is_gone_reads_as_interrupted_and_an_ended_one_keeps_its_state(store, beside):
-    running, killed, reused, ended = (store.create_job(f"job{i}", {}, "/context", ["predict.py"], 1) for i in range(4))
+    jobs = [store.create_job(f"job{i}", {}, "/context", ["predict.py"], 1) for i in range(6)]
+    running, killed, reused, ended, elsewhere, gone_elsewhere = jobs
     store.end_job(ended, COMPLETED, 0)
     with beside(store) as connection:
+        # Two launched from another machine: one beating, one whose heartbeat stopped a lease ago.
+        connection.execute(
+            "UPDATE jobs SET launcher_host = 'another-machine' WHERE id IN (:elsewhere, :gone)",
+            {"elsewhere": elsewhere, "gone": gone_elsewhere},
+        )
+        connection.execute(
+            f"UPDATE jobs SET launcher_seen_at = launcher_seen_at - {LEASE_SECONDS} WHERE id = :id",
+            {"id": gone_elsewhere},
+        )
         connection.execute(
             "UPDATE jobs SET launcher_pid = :pid WHERE id IN (:killed, :ended)",
             {"pid": dead_pid(), "killed": killed, "ended": ended},
@@ -544,7 +644,7 @@ def test_a_job_whose_launcher_is_gone_reads_as_interrupted_and_an_ended_one_keep
         # The system gave the killed launcher's pid to a process that started later.
         connection.execute("UPDATE jobs SET launcher_started = launcher_started - 1 WHERE id = :id", {"id": reused})
 
-    assert [job.state for job in store.jobs()] == [ACTIVE, INTERRUPTED, INTERRUPTED, COMPLETED]
+    assert [job.state for job in store.jobs()] == [ACTIVE, INTERRUPTED, INTERRUPTED, COMPLETED, ACTIVE, INTERRUPTED]
     assert store.job(killed).state == INTERRUPTED
 
 
@@ -675,10 +775,15 @@ def test_migration_brings_an_old_store_up_to_date_keeping_its_rows(tmp_path, con
 
 def test_failing_migration_step_leaves_the_store_at_the_previous_version(tmp_path, connection):
     path = str(tmp_path / "migrated.sqlite")
+    broken = "ALTER TABLE things ADD COLUMN colour TEXT; INSERT INTO no_such_table VALUES (1)"
+    with pytest.raises(sqlite3.OperationalError, match="no_such_table"):
+        migrate(connection, path, [FIRST_STEP, broken])
+    # The steps run in one transaction: the first step's table is gone with the failed second's.
+    assert user_version(connection) == 0 and connection.execute("SELECT name FROM sqlite_master").fetchall() == []
+
     migrate(connection, path, [FIRST_STEP])
     connection.execute("INSERT INTO things (name) VALUES ('kettle')")
 
-    broken = "ALTER TABLE things ADD COLUMN colour TEXT; INSERT INTO no_such_table VALUES (1)"
     with pytest.raises(sqlite3.OperationalError, match="no_such_table"):
         migrate(connection, path, [FIRST_STEP, broken])
     assert user_version(connection) == 1
@@ -718,7 +823,16 @@ def test_a_store_of_the_first_schema_is_migrated_with_its_records(tmp_path):
             "INSERT INTO metrics (trial_id, kind, batches, metrics, recorded_at) VALUES (1, 'training', 5, '{}', 2.0)"
         )
 
-    with ExperimentStore(path) as store:
+    # Opened as every command opens it, it is refused, and left as it is, until upgraded explicitly.
+    with pytest.raises(StoreUpgradeNeededError) as refused:
+        ExperimentStore(path)
+    assert str(refused.value).startswith(f"The store {path} has schema version 1, older than this det-estimator's 9.")
+    assert f"det-estimator --store {path} store upgrade" in str(refused.value)
+    with raw(path) as connection:
+        assert user_version(connection) == 1
+
+    with ExperimentStore(path, upgrade=True) as store:
+        assert (store.schema.from_version, store.schema.to_version, store.schema.upgraded) == (1, SCHEMA_VERSION, True)
         assert store.experiment(1).name == "old" and store.experiment(1).state == PAUSED
         assert store.trial(1).checkpoint_dir == "/old/checkpoints" and store.trial(1).log_path == "/old/output.log"
         assert plain(store.metrics(1, TRAINING)) == [(5, {})]
@@ -1105,7 +1219,7 @@ def test_a_store_of_schema_8_gets_metric_ids_of_its_own_equal_to_their_rowids(tm
                 f" VALUES ({rowid}, 1, 'training', {batches}, '{{\"loss\": {batches}}}', 1.0)"
             )
 
-    with ExperimentStore(path) as store:
+    with ExperimentStore(path, upgrade=True) as store:
         assert [(m.id, m.batches) for m in store.metrics(1, "training")] == [(3, 10), (7, 20), (8, 30)]
         assert [m.id for m in store.metrics(1, "training", after_id=3)] == [7, 8]
         store.record_metrics(1, "training", 40, {"loss": 40})
