@@ -31,6 +31,7 @@ from det_estimator.store._errors import (
     StoreError,
     StoreFullError,
     StoreLockedError,
+    StoreUnavailableError,
     StoreUnusableError,
     UnknownIdError,
 )
@@ -87,6 +88,7 @@ __all__ = [
     "ExperimentStore",
     "StoreFullError",
     "StoreLockedError",
+    "StoreUnavailableError",
     "JobRecord",
     "MetricKind",
     "MetricRecord",

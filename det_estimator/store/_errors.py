@@ -19,6 +19,10 @@ class StoreUnusableError(StoreError):
     """The store file cannot be opened, read or written (corrupt, read-only, of a newer schema, not a file)."""
 
 
+class StoreUnavailableError(StoreUnusableError):
+    """The store's database server, reached before, stopped answering and did not answer again in time."""
+
+
 class NoStoreError(StoreUnusableError):
     """A command that reads a store was given a database that holds none (a store is made only by creating)."""
 

@@ -14,7 +14,7 @@ from typing import Any, Optional, Protocol
 
 from sqlalchemy.engine import RowMapping
 
-from det_estimator.store._database import Database, StoreLocation, Transaction
+from det_estimator.store._database import Database, StoreLocation, Transaction, retried
 from det_estimator.store._errors import UnknownIdError
 from det_estimator.store._launchers import launcher_columns, state_as_seen
 from det_estimator.store._records import State
@@ -68,6 +68,7 @@ class _Store(Protocol):
 class JobTable:
     """The store's methods for jobs; a base of ``ExperimentStore``, which provides what :class:`_Store` lists."""
 
+    @retried
     def create_job(
         self: _Store,
         name: str,
@@ -105,6 +106,7 @@ class JobTable:
             db.execute("UPDATE jobs SET log_path = :log_path WHERE id = :id", {"log_path": str(log_path), "id": job_id})
         return job_id
 
+    @retried
     def end_job(
         self: _Store,
         job_id: int,

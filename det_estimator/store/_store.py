@@ -23,6 +23,7 @@ from det_estimator.store._database import (
     enable_wal,
     is_locked,
     locked_message,
+    retried,
     store_location,
 )
 from det_estimator.store._detach import copy_for_detach, plan_detach, store_files_dir
@@ -455,6 +456,7 @@ class ExperimentStore(JobTable):
 
     # Experiments and trials.
 
+    @retried
     def create_experiment(
         self,
         name: str,
@@ -515,6 +517,7 @@ class ExperimentStore(JobTable):
                 },
             )
 
+    @retried
     def create_trial(
         self,
         experiment_id: int,
@@ -575,6 +578,7 @@ class ExperimentStore(JobTable):
         found = self._database.read_one("SELECT searcher_state FROM experiments WHERE id = :id", {"id": experiment_id})
         return None if found is None or found["searcher_state"] is None else json.loads(found["searcher_state"])
 
+    @retried
     def apply_search_step(
         self,
         experiment_id: int,
@@ -632,6 +636,7 @@ class ExperimentStore(JobTable):
                 )
         return created
 
+    @retried
     def adopt_trial(self, trial_id: int, request_id: int) -> None:
         """Makes a trial recorded outside a search (by ``core.init()``, or an older store) its ``request_id``."""
         with self._write() as db:
@@ -639,6 +644,7 @@ class ExperimentStore(JobTable):
                 "UPDATE trials SET request_id = :request_id WHERE id = :id", {"request_id": request_id, "id": trial_id}
             )
 
+    @retried
     def set_search_state(self, trial_id: int, search_state: SearchState) -> None:
         """Records where a trial stands in its search (it started, or ended early)."""
         with self._write() as db:
@@ -647,6 +653,7 @@ class ExperimentStore(JobTable):
                 {"search_state": SearchState(search_state).value, "id": trial_id},
             )
 
+    @retried
     def report_search_metric(self, trial_id: int, length: int, metric: Any) -> None:
         """The trial completed the operation of ``length`` with this searcher metric; the search answers later."""
         with self._write() as db:
@@ -655,6 +662,7 @@ class ExperimentStore(JobTable):
                 {"length": length, "metric": json.dumps(metric), "id": trial_id},
             )
 
+    @retried
     def count_restart(self, trial_id: int, failed_run_id: Optional[int] = None, cause: str = "") -> int:
         """Counts one more automatic restart of a failed trial, with its cause; returns how many it has had.
 
@@ -691,6 +699,7 @@ class ExperimentStore(JobTable):
             for row in rows
         ]
 
+    @retried
     def claim(self, experiment_id: int, pid: Optional[int] = None) -> None:
         """Makes process ``pid`` (default: this one) the experiment's launcher, if no live one is.
 
@@ -729,6 +738,7 @@ class ExperimentStore(JobTable):
             if current is not None and (current, current_host) != (pid, host):
                 _end_runs_of_a_dead_launcher(db, experiment_id)
 
+    @retried
     def set_launcher(self, experiment_id: int, pid: int) -> None:
         """Records the process that runs the experiment now, without checking for another."""
         launcher_pid, host, started = launcher_columns(pid)
@@ -739,6 +749,7 @@ class ExperimentStore(JobTable):
                 {"pid": launcher_pid, "host": host, "started": started, "id": experiment_id},
             )
 
+    @retried
     def set_state(self, experiment_id: int, state: State) -> None:
         """Sets an experiment's state; a final state records the time, and reaches its trials still ACTIVE.
 
@@ -758,6 +769,7 @@ class ExperimentStore(JobTable):
                     {"state": state.value, "ended": ended, "id": experiment_id, "active": State.ACTIVE.value},
                 )
 
+    @retried
     def update_experiment(self, experiment_id: int, config: dict[str, Any], slots: int, test: bool) -> None:
         """Replaces the config of an experiment run again under the same run key (its length may have grown)."""
         with self._write() as db:
@@ -766,6 +778,7 @@ class ExperimentStore(JobTable):
                 {"config": json.dumps(config), "slots": slots, "test_mode": int(test), "id": experiment_id},
             )
 
+    @retried
     def set_trial_state(self, trial_id: int, state: State) -> None:
         """Sets the state of one trial; a final state records the time."""
         state = State(state)
@@ -775,6 +788,7 @@ class ExperimentStore(JobTable):
                 {"state": state.value, "ended": time.time() if state.is_final else None, "id": trial_id},
             )
 
+    @retried
     def request_pause(self, experiment_id: int) -> None:
         """Asks the experiment's launcher to have its trials checkpoint and stop."""
         with self._write() as db:
@@ -783,6 +797,7 @@ class ExperimentStore(JobTable):
                 {"now": time.time(), "id": experiment_id},
             )
 
+    @retried
     def set_progress(self, trial_id: int, batches_trained: int, max_batches: Optional[int] = None) -> None:
         """Records how far a trial is, and (when given) how many batches it trains in all."""
         with self._write() as db:
@@ -799,6 +814,7 @@ class ExperimentStore(JobTable):
 
     # Runs of a trial.
 
+    @retried
     def start_run(self, trial_id: int, start_batches: int = 0) -> int:
         """Records that a run of the trial (a launch, resume or restart) starts, after ``start_batches``.
 
@@ -817,11 +833,13 @@ class ExperimentStore(JobTable):
                 },
             )
 
+    @retried
     def acknowledge_preemption(self, run_id: int) -> None:
         """Records that the run stops because it was asked to pause, not because it is done."""
         with self._write() as db:
             db.execute("UPDATE trial_runs SET preempted = 1 WHERE id = :id", {"id": run_id})
 
+    @retried
     def record_run_error(self, run_id: int, error: dict[str, Any]) -> None:
         """Records the error that ended a run.
 
@@ -840,6 +858,7 @@ class ExperimentStore(JobTable):
                     "UPDATE trial_runs SET error = :error WHERE id = :id", {"error": json.dumps(error), "id": run_id}
                 )
 
+    @retried
     def end_run(self, run_id: int, state: State, exit_status: Optional[int] = None) -> None:
         """Records how a run ended (and its processes' exit status, when they were launched)."""
         with self._write() as db:
@@ -850,6 +869,7 @@ class ExperimentStore(JobTable):
 
     # Metrics and checkpoints.
 
+    @retried
     def record_metrics(
         self,
         trial_id: int,
@@ -877,6 +897,7 @@ class ExperimentStore(JobTable):
                 {"batches": batches, "id": trial_id},
             )
 
+    @retried
     def record_checkpoint(
         self,
         trial_id: int,
@@ -908,6 +929,7 @@ class ExperimentStore(JobTable):
                 },
             )
 
+    @retried
     def record_checkpoint_validation(
         self, uuid: str, metrics: dict[str, Any], size_bytes: Optional[int] = None
     ) -> None:
@@ -932,6 +954,7 @@ class ExperimentStore(JobTable):
                     },
                 )
 
+    @retried
     def mark_checkpoints_deleted(self, uuids: list[str]) -> None:
         """Records that retention deleted these checkpoints' files."""
         with self._write() as db:
