@@ -72,17 +72,17 @@ def test_an_experiment_on_postgresql_outlives_a_server_restart_pauses_resumes_on
     described = det.json("experiment", "describe", experiment_id)
     (trial,) = described["trials"]
     assert [run["state"] for run in trial["runs"]] == ["PAUSED", "COMPLETED"]
-    # Every record the runs wrote, as the database holds it: each validation the config asks
-    # for (every 5 batches), and each checkpoint, once; none written twice over the restart.
+    # Every record the runs wrote, as the database holds it: the validation and the checkpoint
+    # the config asks for every 5 batches, and the checkpoint of the pause, each once, in
+    # order: none lost, none written twice over the server's restart.
     database = det.store.rsplit("/", 1)[1]
-    validations = postgres_server.sql(database, "SELECT batches FROM metrics WHERE kind = 'validation' ORDER BY id")
-    recorded = [int(batches) for batches in validations.split()]
     expected = list(range(5, SLOW_BATCHES + 1, 5))
-    assert sorted(recorded) == sorted(set(recorded)) and set(expected) <= set(recorded), recorded
-    assert [validation["batches"] for validation in trial["validations"]] == sorted(recorded)
-    checkpoints = postgres_server.sql(database, "SELECT batches, uuid FROM checkpoints ORDER BY batches").split()
-    batches = [int(line.split("|")[0]) for line in checkpoints]
-    assert batches == sorted(set(batches)) and set(expected) <= set(batches), batches
+    validations = postgres_server.sql(database, "SELECT batches FROM metrics WHERE kind = 'validation' ORDER BY id")
+    assert [int(batches) for batches in validations.split()] == expected
+    assert [validation["batches"] for validation in trial["validations"]] == expected
+    checkpoints = postgres_server.sql(database, "SELECT batches FROM checkpoints ORDER BY created_at")
+    paused_at = trial["runs"][1]["start_batches"]
+    assert [int(batches) for batches in checkpoints.split()] == sorted({*expected, paused_at})
     logs = det.ok("trial", "logs", trial["id"])
     # Both runs' output, read from the files folder the store records.
     assert f"--- det-estimator: run 1 of trial {trial['id']}" in logs.stdout
