@@ -19,7 +19,15 @@ from det_estimator.orchestration._processes import FinishedRun, SlotPool, TrialP
 from det_estimator.orchestration._restarts import Failure, resumes_from, why_not_restart
 from det_estimator.orchestration._runs import checkpoint_storage_root
 from det_estimator.orchestration._search import SearchRunner
-from det_estimator.store import ExperimentRecord, ExperimentStore, SearchState, State, TrialRecord, TrialRunRecord
+from det_estimator.store import (
+    ExperimentRecord,
+    ExperimentStore,
+    SearchState,
+    State,
+    StoreUnavailableError,
+    TrialRecord,
+    TrialRunRecord,
+)
 
 # How often the launcher looks at the store for progress and pause requests.
 _POLL_SECONDS = 0.25
@@ -126,6 +134,9 @@ def run_experiment(
 
     Raises:
         ExperimentBusyError: another live process already runs the experiment.
+        StoreUnavailableError: the store's database server stopped answering for longer
+            than the store waits (``RECONNECT_SECONDS``): the trials' processes were ended,
+            and the experiment is left to ``experiment resume``.
     """
     lifecycle = RunLifecycle(store)
     retry = lifecycle.begin_experiment(experiment_id) == State.ERROR
@@ -133,12 +144,21 @@ def run_experiment(
     if config is None:
         config = load_experiment_config(experiment.config)
     loop = _ExperimentLoop(store, experiment, config, display, verbose, retry)
-    state = State.ERROR
+    state, recordable = State.ERROR, True
     try:
         state = loop.run()
+    except StoreUnavailableError as error:
+        # Nothing more can be recorded: the experiment stays ACTIVE, and reads INTERRUPTED
+        # once this process has ended, as after a launcher that was killed.
+        recordable = False
+        raise StoreUnavailableError(
+            f"{error} Experiment {experiment_id} stopped, its trials' processes ended; once the database answers "
+            f"again, `det-estimator experiment resume {experiment_id}` goes on from its trials' latest checkpoints."
+        ) from None
     finally:
         loop.stop_all()
-        _show_deleted(display, lifecycle.end_experiment(experiment_id, state, config))
+        if recordable:
+            _show_deleted(display, lifecycle.end_experiment(experiment_id, state, config))
     return state
 
 

@@ -10,12 +10,22 @@ of a constant key (:data:`WRITE_LOCK_KEY`), taken first in every write transacti
 one-launcher-per-trial claim, the pause request, the searcher's handshake and retention
 marks read and write inside such a transaction, and keep their serial meaning.
 
+A PostgreSQL server may restart under a running experiment (a crash, an upgrade). Once a
+store has reached its server, a lost connection is waited out: every read, and every
+store method that writes (:func:`retried`), runs again, whole, until the server answers,
+for at most :data:`RECONNECT_SECONDS` in a row (:meth:`Database.retrying`); then the store
+raises :class:`StoreUnavailableError`. A write is run again only if its transaction did
+not commit: when the answer to its ``COMMIT`` is what was lost, the server is asked
+whether the transaction committed (``pg_xact_status`` of its id) before anything is
+redone, so that no record is written twice. A server never reached is an error at once.
+
 The queries are text in SQL that both databases read, with named bind parameters
 (``:name``), and ``INSERT ... RETURNING id`` for the id of a new row.
 """
 
 import contextlib
 import errno
+import functools
 import os
 import re
 import shutil
@@ -25,14 +35,20 @@ import urllib.parse
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Callable, Optional, TypeVar, Union, cast
 
 import sqlalchemy
 from sqlalchemy.engine import URL, Connection, Engine, RowMapping
 from sqlalchemy.pool import StaticPool
 
 from det_estimator import _environment_variables as environment_variables
-from det_estimator.store._errors import StoreError, StoreFullError, StoreLockedError, StoreUnusableError
+from det_estimator.store._errors import (
+    StoreError,
+    StoreFullError,
+    StoreLockedError,
+    StoreUnavailableError,
+    StoreUnusableError,
+)
 
 # PostgreSQL's advisory lock that every write transaction of a store takes first: "detE", the
 # application id an SQLite store carries in its header. Advisory locks are per database, and a
@@ -40,6 +56,11 @@ from det_estimator.store._errors import StoreError, StoreFullError, StoreLockedE
 WRITE_LOCK_KEY = 0x64657445
 # Seconds a connection to a PostgreSQL server may take before the store gives up on it.
 CONNECT_TIMEOUT_SECONDS = 5
+# How long, in a row, the store waits for a PostgreSQL server it had reached to answer again: a
+# server restarting after a crash takes seconds, one recovering a large write-ahead log longer.
+RECONNECT_SECONDS = 60.0
+# The waits between two attempts to reach it: from the first, doubled each time, up to the last.
+_FIRST_WAIT_SECONDS, _LAST_WAIT_SECONDS = 0.05, 2.0
 # The schemes of a PostgreSQL store's URL.
 POSTGRESQL_SCHEMES = ("postgresql", "postgresql+psycopg")
 # SQLITE_BUSY and SQLITE_FULL; the sqlite3 module names its codes only from Python 3.11.
@@ -52,6 +73,8 @@ _DATABASE_URL = re.compile(
 )
 
 Parameters = Mapping[str, Any]
+T = TypeVar("T")
+Method = TypeVar("Method", bound=Callable[..., Any])
 
 
 @dataclass(frozen=True, repr=False)
@@ -194,6 +217,25 @@ def _without_password(text: str) -> str:
     return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
 
 
+class ConnectionLostError(StoreUnusableError):
+    """The connection to a PostgreSQL server the store had reached was lost: :meth:`Database.retrying` waits it out."""
+
+
+def retried(method: Method) -> Method:
+    """A store method run again, whole, while its database's server is away (see :meth:`Database.retrying`).
+
+    For the methods that write: each is one transaction (or several, each safe to run
+    again), with nothing outside the database that running it again would repeat.
+    """
+
+    @functools.wraps(method)
+    def run(store: Any, *args: Any, **kwargs: Any) -> Any:
+        database: Database = store._database
+        return database.retrying(lambda: method(store, *args, **kwargs))
+
+    return cast(Method, run)
+
+
 class Transaction:
     """The queries of one write transaction, which holds the store's write lock (see :meth:`Database.write`)."""
 
@@ -231,7 +273,9 @@ class Database:
     Every connection runs in autocommit mode, and a write opens its transaction itself:
     ``BEGIN IMMEDIATE`` on SQLite (which takes the file's write lock at once), ``BEGIN``
     and the advisory lock on PostgreSQL. A read runs outside any transaction and sees
-    what was committed.
+    what was committed. A connection is not tested before each use (a round trip per
+    read): one the server dropped fails its first statement, and is waited out as any
+    lost connection is (:meth:`retrying`).
 
     Args:
         location: the store.
@@ -243,6 +287,13 @@ class Database:
         self._lock_wait_seconds = lock_wait_seconds
         # The connection in use, while one is: a read inside a write runs in the write's transaction.
         self._current: Optional[Connection] = None
+        # Whether the server has taken a connection: only then is one it refuses waited out.
+        self._reached = False
+        # While the server is away: since when (time.monotonic()), and the wait before the next attempt.
+        self._away_since: Optional[float] = None
+        self._next_wait = _FIRST_WAIT_SECONDS
+        # Inside retrying(): a call within it that loses the connection is run again by it, whole.
+        self._retrying = False
         self.engine: Engine
         if location.path is not None:
             # One connection per store, as an sqlite3 connection serves the thread that opened it.
@@ -262,7 +313,7 @@ class Database:
             if "connect_timeout" not in url.query:
                 arguments["connect_timeout"] = CONNECT_TIMEOUT_SECONDS
             self.engine = sqlalchemy.create_engine(
-                url, isolation_level="AUTOCOMMIT", pool_pre_ping=True, pool_reset_on_return=None, connect_args=arguments
+                url, isolation_level="AUTOCOMMIT", pool_reset_on_return=None, connect_args=arguments
             )
 
     @property
@@ -278,13 +329,57 @@ class Database:
 
     def read(self, sql: str, parameters: Optional[Parameters] = None) -> list[RowMapping]:
         """Every row the query returns, each read by column name."""
-        with self._connect() as connection:
-            return Transaction(connection).rows(sql, parameters)
+        return self.retrying(lambda: self._read(lambda connection: connection.rows(sql, parameters)))
 
     def read_one(self, sql: str, parameters: Optional[Parameters] = None) -> Optional[RowMapping]:
         """The query's first row, or None."""
+        return self.retrying(lambda: self._read(lambda connection: connection.row(sql, parameters)))
+
+    def _read(self, query: Callable[[Transaction], T]) -> T:
         with self._connect() as connection:
-            return Transaction(connection).row(sql, parameters)
+            return query(Transaction(connection))
+
+    def retrying(self, call: Callable[[], T]) -> T:
+        """``call()``, run again, whole, each time it loses the connection to a server the store had reached.
+
+        Between attempts it waits, longer each time, for at most :data:`RECONNECT_SECONDS`
+        since the server stopped answering (across calls: once that has passed, a call
+        makes one attempt). A call made inside another's retrying, or inside a write
+        transaction, is run again by the outer one: its connection is that one's.
+
+        Raises:
+            StoreUnavailableError: the server has not answered for :data:`RECONNECT_SECONDS`.
+        """
+        if self._retrying or self._current is not None or self.is_sqlite:
+            return call()
+        self._retrying = True
+        try:
+            while True:
+                try:
+                    result = call()
+                except ConnectionLostError as lost:
+                    self._wait_for_server(str(lost))
+                    continue
+                return result
+        finally:
+            self._retrying = False
+
+    def _wait_for_server(self, why: str) -> None:
+        """Waits before the next attempt to reach the server, which just failed for ``why``.
+
+        Raises:
+            StoreUnavailableError: the server has been away for :data:`RECONNECT_SECONDS`.
+        """
+        now = time.monotonic()
+        if self._away_since is None:
+            self._away_since, self._next_wait = now, _FIRST_WAIT_SECONDS
+        if now - self._away_since >= RECONNECT_SECONDS:
+            raise StoreUnavailableError(
+                f"{why.rstrip('.')}; it has not answered for {now - self._away_since:.0f} s, as long as the store "
+                "waits for its database server to come back. What was recorded before stays."
+            ) from None
+        time.sleep(self._next_wait)
+        self._next_wait = min(2 * self._next_wait, _LAST_WAIT_SECONDS)
 
     @contextlib.contextmanager
     def write(self) -> Iterator[Transaction]:
@@ -295,6 +390,7 @@ class Database:
             StoreFullError: the SQLite file's disk (or quota) is full.
         """
         with self._connect() as connection:
+            xid: Optional[str] = None
             if self.is_sqlite:
                 try:
                     connection.exec_driver_sql("BEGIN IMMEDIATE")
@@ -306,16 +402,51 @@ class Database:
                     raise
             else:
                 connection.exec_driver_sql("BEGIN")
-                connection.execute(sqlalchemy.text("SELECT pg_advisory_xact_lock(:key)"), {"key": WRITE_LOCK_KEY})
+                # The transaction's id, in the lock's round trip: should the answer to its
+                # COMMIT be lost, the server tells by it whether the transaction committed.
+                locked = sqlalchemy.text("SELECT pg_advisory_xact_lock(:key), CAST(pg_current_xact_id() AS text)")
+                xid = str(connection.execute(locked, {"key": WRITE_LOCK_KEY}).one()[1])
             try:
                 yield Transaction(connection)
-                connection.exec_driver_sql("COMMIT")
+                self._commit(connection, xid)
             except BaseException as error:
                 self._roll_back(connection)
                 cause = error.orig if isinstance(error, sqlalchemy.exc.DBAPIError) else error
                 if isinstance(cause, sqlite3.OperationalError) and is_full(cause):
                     raise StoreFullError(full_message(self.location, cause)) from None
                 raise
+
+    def _commit(self, connection: Connection, xid: Optional[str]) -> None:
+        """Commits the transaction ``xid`` (None on SQLite); returns if it committed, even if the answer was lost.
+
+        Raises:
+            sqlalchemy.exc.DBAPIError: the transaction did not commit.
+        """
+        try:
+            connection.exec_driver_sql("COMMIT")
+        except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError):
+            if xid is None or not self._committed(xid):
+                raise
+
+    def _committed(self, xid: str) -> bool:
+        """Whether the transaction ``xid``, whose COMMIT's answer was lost, committed; asked until the server answers.
+
+        Raises:
+            StoreUnavailableError: the server has not answered for :data:`RECONNECT_SECONDS`.
+        """
+        asked = sqlalchemy.text("SELECT pg_xact_status(CAST(:xid AS xid8))")
+        while True:
+            try:
+                # Another connection than the lost one, which the pool has discarded.
+                with self.engine.connect() as connection:
+                    status = connection.execute(asked, {"xid": xid}).scalar()
+            except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError) as error:
+                self._wait_for_server(str(self.translated(error)))
+                continue
+            self._away_since = None
+            if status != "in progress":  # a server that lost sight of the client may not have ended it yet
+                return status == "committed"
+            self._wait_for_server(f"The transaction {xid} of the store {self.location} is still in progress")
 
     def check_writable(self) -> None:
         """Takes the write lock and writes in a transaction rolled back at once (PostgreSQL).
@@ -344,6 +475,8 @@ class Database:
             if isinstance(raw, sqlite3.Connection) and raw.in_transaction:
                 raw.execute("ROLLBACK")
             return
+        if connection.invalidated:
+            return  # the connection was lost, and its transaction ended with it
         with contextlib.suppress(sqlalchemy.exc.DBAPIError):
             connection.exec_driver_sql("ROLLBACK")
 
@@ -355,11 +488,14 @@ class Database:
             return
         try:
             with self.engine.connect() as connection:
+                self._reached = True
                 self._current = connection
                 try:
                     yield connection
                 finally:
                     self._current = None
+            # The server answered all that was asked of it: an outage, if there was one, is over.
+            self._away_since = None
         except sqlalchemy.exc.DBAPIError as error:
             raise self.translated(error) from None
 
@@ -369,8 +505,9 @@ class Database:
         On SQLite, the ``sqlite3`` error itself, which the store reads for locks, full
         disks and read-only files, but a damaged file's, which is a
         :class:`StoreUnusableError`. On PostgreSQL, a :class:`StoreUnusableError` for a
-        server that cannot be reached or refuses the connection, a :class:`StoreError`
-        for any other failure; neither shows the password.
+        server that cannot be reached or refuses the connection (a
+        :class:`ConnectionLostError` once it had been reached), a :class:`StoreError`
+        for any other failure; none shows the password.
         """
         cause = error.orig
         if self.is_sqlite:
@@ -378,6 +515,8 @@ class Database:
                 return damaged_store_error(self.location, cause) or cause
             return cause if isinstance(cause, sqlite3.Error) else error
         said = self.without_password(" ".join(str(cause).split()).rstrip("?."))
+        if isinstance(error, (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError)) and self._reached:
+            return ConnectionLostError(f"Lost the connection to the store {self.location}: {said}.")
         if isinstance(error, (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError)):
             return StoreUnusableError(
                 f"Cannot reach the store {self.location}: {said}. Expected a running PostgreSQL server at that host "

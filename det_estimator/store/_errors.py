@@ -23,6 +23,10 @@ class StoreUpgradeNeededError(StoreUnusableError):
     """The store has an older schema, which ``det-estimator store upgrade`` upgrades; it is not used until then."""
 
 
+class StoreUnavailableError(StoreUnusableError):
+    """The store's database server, reached before, stopped answering and did not answer again in time."""
+
+
 class NoStoreError(StoreUnusableError):
     """A command that reads a store was given a database that holds none (a store is made only by creating)."""
 

@@ -14,7 +14,7 @@ from typing import Any, Optional, Protocol
 
 from sqlalchemy.engine import RowMapping
 
-from det_estimator.store._database import Database, StoreLocation, Transaction
+from det_estimator.store._database import Database, StoreLocation, Transaction, retried
 from det_estimator.store._errors import UnknownIdError
 from det_estimator.store._launchers import (
     Launched,
@@ -76,6 +76,7 @@ class _Store(Protocol):
 class JobTable:
     """The store's methods for jobs; a base of ``ExperimentStore``, which provides what :class:`_Store` lists."""
 
+    @retried
     def create_job(
         self: _Store,
         name: str,
@@ -115,6 +116,7 @@ class JobTable:
         self._heartbeat.add(Launched("jobs", job_id))
         return job_id
 
+    @retried
     def end_job(
         self: _Store,
         job_id: int,

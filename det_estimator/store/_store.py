@@ -24,6 +24,7 @@ from det_estimator.store._database import (
     enable_wal,
     is_locked,
     locked_message,
+    retried,
     store_location,
 )
 from det_estimator.store._detach import copy_for_detach, plan_detach, store_files_dir
@@ -492,6 +493,7 @@ class ExperimentStore(JobTable, LogTable):
 
     # Experiments and trials.
 
+    @retried
     def create_experiment(
         self,
         name: str,
@@ -554,6 +556,7 @@ class ExperimentStore(JobTable, LogTable):
         self._heartbeat.add(Launched("experiments", experiment_id))
         return experiment_id
 
+    @retried
     def create_trial(
         self,
         experiment_id: int,
@@ -614,6 +617,7 @@ class ExperimentStore(JobTable, LogTable):
         found = self._database.read_one("SELECT searcher_state FROM experiments WHERE id = :id", {"id": experiment_id})
         return None if found is None or found["searcher_state"] is None else json.loads(found["searcher_state"])
 
+    @retried
     def apply_search_step(
         self,
         experiment_id: int,
@@ -671,6 +675,7 @@ class ExperimentStore(JobTable, LogTable):
                 )
         return created
 
+    @retried
     def adopt_trial(self, trial_id: int, request_id: int) -> None:
         """Makes a trial recorded outside a search (by ``core.init()``, or an older store) its ``request_id``."""
         with self._write() as db:
@@ -678,6 +683,7 @@ class ExperimentStore(JobTable, LogTable):
                 "UPDATE trials SET request_id = :request_id WHERE id = :id", {"request_id": request_id, "id": trial_id}
             )
 
+    @retried
     def set_search_state(self, trial_id: int, search_state: SearchState) -> None:
         """Records where a trial stands in its search (it started, or ended early)."""
         with self._write() as db:
@@ -686,6 +692,7 @@ class ExperimentStore(JobTable, LogTable):
                 {"search_state": SearchState(search_state).value, "id": trial_id},
             )
 
+    @retried
     def report_search_metric(self, trial_id: int, length: int, metric: Any) -> None:
         """The trial completed the operation of ``length`` with this searcher metric; the search answers later."""
         with self._write() as db:
@@ -694,6 +701,7 @@ class ExperimentStore(JobTable, LogTable):
                 {"length": length, "metric": json.dumps(metric), "id": trial_id},
             )
 
+    @retried
     def count_restart(self, trial_id: int, failed_run_id: Optional[int] = None, cause: str = "") -> int:
         """Counts one more automatic restart of a failed trial, with its cause; returns how many it has had.
 
@@ -730,6 +738,7 @@ class ExperimentStore(JobTable, LogTable):
             for row in rows
         ]
 
+    @retried
     def claim(self, experiment_id: int, pid: Optional[int] = None) -> None:
         """Makes process ``pid`` (default: this one) the experiment's launcher, if no live one is.
 
@@ -774,6 +783,7 @@ class ExperimentStore(JobTable, LogTable):
                 _end_runs_of_a_dead_launcher(db, experiment_id)
         self._beat_if_mine(Launched("experiments", experiment_id), pid)
 
+    @retried
     def set_launcher(self, experiment_id: int, pid: int) -> None:
         """Records the process that runs the experiment now, with a fresh heartbeat, without checking for another."""
         launcher_pid, host, started = launcher_columns(pid)
@@ -815,6 +825,7 @@ class ExperimentStore(JobTable, LogTable):
                     kept.add(each)
         return kept
 
+    @retried
     def set_state(self, experiment_id: int, state: State) -> None:
         """Sets an experiment's state; a final state records the time, and reaches its trials still ACTIVE.
 
@@ -836,6 +847,7 @@ class ExperimentStore(JobTable, LogTable):
                     {"state": state.value, "ended": ended, "id": experiment_id, "active": State.ACTIVE.value},
                 )
 
+    @retried
     def update_experiment(self, experiment_id: int, config: dict[str, Any], slots: int, test: bool) -> None:
         """Replaces the config of an experiment run again under the same run key (its length may have grown)."""
         with self._write() as db:
@@ -844,6 +856,7 @@ class ExperimentStore(JobTable, LogTable):
                 {"config": json.dumps(config), "slots": slots, "test_mode": int(test), "id": experiment_id},
             )
 
+    @retried
     def set_trial_state(self, trial_id: int, state: State) -> None:
         """Sets the state of one trial; a final state records the time."""
         state = State(state)
@@ -853,6 +866,7 @@ class ExperimentStore(JobTable, LogTable):
                 {"state": state.value, "ended": time.time() if state.is_final else None, "id": trial_id},
             )
 
+    @retried
     def request_pause(self, experiment_id: int) -> None:
         """Asks the experiment's launcher to have its trials checkpoint and stop."""
         with self._write() as db:
@@ -861,6 +875,7 @@ class ExperimentStore(JobTable, LogTable):
                 {"now": time.time(), "id": experiment_id},
             )
 
+    @retried
     def set_progress(self, trial_id: int, batches_trained: int, max_batches: Optional[int] = None) -> None:
         """Records how far a trial is, and (when given) how many batches it trains in all."""
         with self._write() as db:
@@ -877,6 +892,7 @@ class ExperimentStore(JobTable, LogTable):
 
     # Runs of a trial.
 
+    @retried
     def start_run(self, trial_id: int, start_batches: int = 0) -> int:
         """Records that a run of the trial (a launch, resume or restart) starts, after ``start_batches``.
 
@@ -895,11 +911,13 @@ class ExperimentStore(JobTable, LogTable):
                 },
             )
 
+    @retried
     def acknowledge_preemption(self, run_id: int) -> None:
         """Records that the run stops because it was asked to pause, not because it is done."""
         with self._write() as db:
             db.execute("UPDATE trial_runs SET preempted = 1 WHERE id = :id", {"id": run_id})
 
+    @retried
     def record_run_error(self, run_id: int, error: dict[str, Any]) -> None:
         """Records the error that ended a run.
 
@@ -918,6 +936,7 @@ class ExperimentStore(JobTable, LogTable):
                     "UPDATE trial_runs SET error = :error WHERE id = :id", {"error": json.dumps(error), "id": run_id}
                 )
 
+    @retried
     def end_run(self, run_id: int, state: State, exit_status: Optional[int] = None) -> None:
         """Records how a run ended (and its processes' exit status, when they were launched)."""
         with self._write() as db:
@@ -928,6 +947,7 @@ class ExperimentStore(JobTable, LogTable):
 
     # Metrics and checkpoints.
 
+    @retried
     def record_metrics(
         self,
         trial_id: int,
@@ -955,6 +975,7 @@ class ExperimentStore(JobTable, LogTable):
                 {"batches": batches, "id": trial_id},
             )
 
+    @retried
     def record_checkpoint(
         self,
         trial_id: int,
@@ -986,6 +1007,7 @@ class ExperimentStore(JobTable, LogTable):
                 },
             )
 
+    @retried
     def record_checkpoint_validation(
         self, uuid: str, metrics: dict[str, Any], size_bytes: Optional[int] = None
     ) -> None:
@@ -1010,6 +1032,7 @@ class ExperimentStore(JobTable, LogTable):
                     },
                 )
 
+    @retried
     def mark_checkpoints_deleted(self, uuids: list[str]) -> None:
         """Records that retention deleted these checkpoints' files."""
         with self._write() as db:

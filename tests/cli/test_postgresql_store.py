@@ -2,6 +2,7 @@
 
 import re
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,8 @@ BATCHES = 10
 SLOW_BATCHES = 30
 SLOW = {"seconds_per_batch": 0.2, "resumed_at_full_speed": True}
 PASSWORD = "det-test-secret"  # tests/support/postgres.py's
+# How long the server is away in the middle of a run.
+SERVER_AWAY_SECONDS = 3
 
 
 def created_id(output: str) -> int:
@@ -37,12 +40,20 @@ def pg_det(make_det, postgres_url):
 
 
 @pytest.mark.estimator  # the analytic trial is an EstimatorTrial
-def test_an_experiment_on_postgresql_runs_pauses_resumes_once_and_reads_back_without_its_password(
-    pg_det, postgres_server, context, tmp_path
+@pytest.mark.horovod  # on 2 processes
+@pytest.mark.timeout(400)
+def test_an_experiment_on_postgresql_outlives_a_server_restart_pauses_resumes_once_and_reads_back_without_its_password(
+    pg_det, context, tmp_path, postgres_server
 ):
     det = pg_det
-    running = det.start("experiment", "create", context.write_config(SLOW_BATCHES, hparams=SLOW), context.directory)
+    config = context.write_config(SLOW_BATCHES, hparams=SLOW, resources={"slots_per_trial": 2})
+    running = det.start("experiment", "create", config, context.directory)
     experiment_id = created_id(running.wait_for("Created experiment"))
+    # The server crashes once a validation is recorded, and is back in seconds: the run waits for it.
+    running.wait_for("validation after ")
+    postgres_server.kill()
+    time.sleep(SERVER_AWAY_SECONDS)
+    postgres_server.start()
     running.wait_for("checkpoint ")
     paused = det.ok("experiment", "pause", experiment_id)
     created = running.finish()
@@ -82,9 +93,17 @@ def test_an_experiment_on_postgresql_runs_pauses_resumes_once_and_reads_back_wit
     assert (listed["id"], listed["state"], listed["batches_trained"]) == (experiment_id, "COMPLETED", SLOW_BATCHES)
     described = det.json("experiment", "describe", experiment_id)
     (trial,) = described["trials"]
-    batches = [validation["batches"] for validation in trial["validations"]]
-    assert batches == sorted(set(batches)) and batches[-1] == SLOW_BATCHES, "a validation missing or recorded twice"
     assert [run["state"] for run in trial["runs"]] == ["PAUSED", "COMPLETED"]
+    # Every record the runs wrote, as the database holds it: the validation and the checkpoint
+    # the config asks for every 5 batches, and the checkpoint of the pause, each once, in
+    # order: none lost, none written twice over the server's restart.
+    expected = list(range(5, SLOW_BATCHES + 1, 5))
+    validations = postgres_server.sql(database, "SELECT batches FROM metrics WHERE kind = 'validation' ORDER BY id")
+    assert [int(batches) for batches in validations.split()] == expected
+    assert [validation["batches"] for validation in trial["validations"]] == expected
+    checkpoints = postgres_server.sql(database, "SELECT batches FROM checkpoints ORDER BY created_at")
+    paused_at = trial["runs"][1]["start_batches"]
+    assert [int(batches) for batches in checkpoints.split()] == sorted({*expected, paused_at})
     logs = det.ok("trial", "logs", trial["id"])
     # Both runs' output, read from the database.
     assert f"--- det-estimator: run 1 of trial {trial['id']}" in logs.stdout

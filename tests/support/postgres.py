@@ -6,10 +6,11 @@ password authentication over TCP, so that tests see what a team's server does. P
 refuses to run as root: as root, the cluster belongs to the ``postgres`` user the package
 made (or ``nobody``), and every server command runs as that user.
 
-The tests' cluster trades durability for speed (no fsync); :meth:`PostgresServer.kill` and
-:meth:`PostgresServer.start` let a test take the server away and bring it back. A test of
-several hosts starts it inside one host's network namespace, listening on that host's
-address (``start_server(address=..., namespace=...)``), for the other hosts to reach it.
+The tests' cluster trades durability for speed (no fsync), but loses nothing to a crash of
+the server itself: :meth:`PostgresServer.kill` and :meth:`PostgresServer.start` let a test
+take the server away and bring it back. A test of several hosts starts it inside one host's
+network namespace, listening on that host's address (``start_server(address=..., namespace=...)``),
+for the other hosts to reach it.
 """
 
 import glob
@@ -30,9 +31,11 @@ SUPERUSER = "det_test"
 PASSWORD = "det-test-secret"
 _SERVER_USERS = ("postgres", "nobody")
 # What the tests ask of the server: little memory, quick to start and stop, and (but for a
-# benchmark's) no durability.
+# benchmark's) no durability against a crash of the machine. A crash of the server alone
+# (kill()) loses no commit it answered: each still reaches the kernel before its answer
+# (synchronous_commit), without waiting for the disk (fsync).
 _SERVER_SETTINGS = "-c shared_buffers=16MB -c max_connections=200"
-_NOT_DURABLE = "-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+_NOT_DURABLE = "-c fsync=off -c full_page_writes=off"
 
 
 def server_bin_dir() -> Optional[Path]:
