@@ -16,6 +16,7 @@ The queries are text in SQL that both databases read, with named bind parameters
 
 import contextlib
 import errno
+import functools
 import os
 import re
 import shutil
@@ -194,6 +195,17 @@ def _without_password(text: str) -> str:
     return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
 
 
+@functools.lru_cache(maxsize=1024)
+def statement(sql: str) -> sqlalchemy.TextClause:
+    """The statement of the query ``sql``, made once per query string and reused by every call.
+
+    Parsing the text for its bind parameters and computing the statement's cache key, which
+    finds its compiled form, cost more than SQLite's own work on a small write; a statement
+    object made once does both once. The store's queries are a bounded set of strings.
+    """
+    return sqlalchemy.text(sql)
+
+
 class Transaction:
     """The queries of one write transaction, which holds the store's write lock (see :meth:`Database.write`)."""
 
@@ -202,24 +214,24 @@ class Transaction:
 
     def rows(self, sql: str, parameters: Optional[Parameters] = None) -> list[RowMapping]:
         """Every row the query returns, each read by column name."""
-        return list(self.connection.execute(sqlalchemy.text(sql), dict(parameters or {})).mappings())
+        return list(self.connection.execute(statement(sql), dict(parameters or {})).mappings())
 
     def row(self, sql: str, parameters: Optional[Parameters] = None) -> Optional[RowMapping]:
         """The query's first row, or None."""
-        return self.connection.execute(sqlalchemy.text(sql), dict(parameters or {})).mappings().first()
+        return self.connection.execute(statement(sql), dict(parameters or {})).mappings().first()
 
     def execute(self, sql: str, parameters: Optional[Parameters] = None) -> None:
         """Runs a statement that returns nothing."""
-        self.connection.execute(sqlalchemy.text(sql), dict(parameters or {}))
+        self.connection.execute(statement(sql), dict(parameters or {}))
 
     def execute_many(self, sql: str, parameters: Sequence[Parameters]) -> None:
         """Runs one statement for each set of parameters."""
         if parameters:
-            self.connection.execute(sqlalchemy.text(sql), [dict(each) for each in parameters])
+            self.connection.execute(statement(sql), [dict(each) for each in parameters])
 
     def insert(self, sql: str, parameters: Optional[Parameters] = None) -> int:
         """Runs an ``INSERT ... RETURNING id``; returns the id of the row it made."""
-        made = self.connection.execute(sqlalchemy.text(sql), dict(parameters or {})).scalar()
+        made = self.connection.execute(statement(sql), dict(parameters or {})).scalar()
         if made is None:
             raise StoreError("The store's INSERT made no row.")
         return int(made)
@@ -306,7 +318,7 @@ class Database:
                     raise
             else:
                 connection.exec_driver_sql("BEGIN")
-                connection.execute(sqlalchemy.text("SELECT pg_advisory_xact_lock(:key)"), {"key": WRITE_LOCK_KEY})
+                connection.execute(statement("SELECT pg_advisory_xact_lock(:key)"), {"key": WRITE_LOCK_KEY})
             try:
                 yield Transaction(connection)
                 connection.exec_driver_sql("COMMIT")
@@ -326,7 +338,7 @@ class Database:
         with self._connect() as connection:
             try:
                 connection.exec_driver_sql("BEGIN")
-                connection.execute(sqlalchemy.text("SELECT pg_advisory_xact_lock(:key)"), {"key": WRITE_LOCK_KEY})
+                connection.execute(statement("SELECT pg_advisory_xact_lock(:key)"), {"key": WRITE_LOCK_KEY})
                 connection.exec_driver_sql("UPDATE store_info SET schema_version = schema_version WHERE id = 1")
             except sqlalchemy.exc.ProgrammingError as error:
                 raise StoreUnusableError(
