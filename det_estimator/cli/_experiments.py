@@ -243,7 +243,7 @@ def list_experiments(store: ExperimentStore, args: argparse.Namespace) -> int:
     experiments = store.experiments()
     # What killed checkpoint writes left in experiments that no longer run goes, rather than
     # waiting for a resume that may never come.
-    remove_leftovers(store, [experiment.id for experiment in experiments])
+    remove_leftovers(store, experiments, store.all_trials())
     best = store.best_validations(experiments)
     if args.json:
         print_json([{**to_json_value(e), "best_validation": best[e.id]} for e in experiments], sys.stdout)
