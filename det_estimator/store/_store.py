@@ -491,7 +491,14 @@ class ExperimentStore(JobTable):
             run_key: the key a run that resumes by name finds it again by.
             trial_class: how a worker imports the trial class, when it is not the
                 config's entrypoint (a class handed to ``run_trial``).
+
+        Raises:
+            StoreCopyError: this store is a copy of a store that still exists.
+            FolderOwnedError: the store's files folder belongs to another store.
         """
+        # Checked before the record, not at the run's start: an experiment that its run then
+        # refused would stay listed (as failed) for an experiment that never ran.
+        self.own_folders(None)
         with self._write() as db:
             pid, host, started = launcher_columns()
             return db.insert(

@@ -238,6 +238,20 @@ def test_a_store_that_meets_a_folder_of_another_store_neither_writes_nor_deletes
     other.close()
 
 
+def test_a_store_whose_files_folder_belongs_to_another_store_records_no_experiment(store, tmp_path):
+    other = ExperimentStore(tmp_path / "other.sqlite")
+    store.files_dir.mkdir(parents=True, exist_ok=True)
+    (store.files_dir / ".det-estimator-store").write_text(
+        f'{{"store_id": "{other.store_id}", "store_path": "{other.path}"}}\n', encoding="utf-8"
+    )
+
+    with pytest.raises(FolderOwnedError, match="belongs to another det-estimator store"):
+        store.create_experiment("refused", {}, str(tmp_path), "python3 train.py", 1, False)
+
+    assert store.experiments() == []
+    other.close()
+
+
 def test_a_store_made_anew_at_the_path_of_a_deleted_one_takes_over_its_files_folder(original):
     path = original.path
     original.close()
