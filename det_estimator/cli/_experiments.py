@@ -1,6 +1,7 @@
 """The experiment, checkpoint and trial commands: thin front ends over orchestration and the store."""
 
 import argparse
+import contextlib
 import os
 import sys
 import tempfile
@@ -124,21 +125,23 @@ def create(open_store: Callable[[], ExperimentStore], args: argparse.Namespace) 
             config = config.with_overrides(test=True)
         except ConfigError as error:
             raise UsageError(f"{args.config}: {error}") from error
-    try:
-        store = open_store()
-    except BaseException:
-        remove_empty_folders(storage, made)  # what the check of the checkpoint storage made
-        raise
-    with store:
-        experiment_id = orchestration.record_experiment(
-            store,
-            config,
-            str(context_dir),
-            name=config.name or Path(args.config).stem,
-            test=args.test,
-            hosts=args.hosts,
-            slots=slots,
-        )
+    with contextlib.ExitStack() as opened:
+        try:
+            store = opened.enter_context(open_store())
+            experiment_id = orchestration.record_experiment(
+                store,
+                config,
+                str(context_dir),
+                name=config.name or Path(args.config).stem,
+                test=args.test,
+                hosts=args.hosts,
+                slots=slots,
+            )
+        except BaseException:
+            # A store that cannot be opened, or that refuses the experiment (a folder of another
+            # store): what the check of the checkpoint storage made goes, as nothing is recorded.
+            remove_empty_folders(storage, made)
+            raise
         trial_id = store.trials(experiment_id)[0].id
         _tell(args.json, f"Created experiment {experiment_id} ({_what_it_runs(config, trial_id)}) in {store.location}")
         return _run(store, experiment_id, args, config)
@@ -244,7 +247,7 @@ def list_experiments(store: ExperimentStore, args: argparse.Namespace) -> int:
     experiments = store.experiments()
     # What killed checkpoint writes left in experiments that no longer run goes, rather than
     # waiting for a resume that may never come.
-    remove_leftovers(store, [experiment.id for experiment in experiments])
+    remove_leftovers(store, experiments, store.all_trials())
     best = store.best_validations(experiments)
     if args.json:
         print_json([{**to_json_value(e), "best_validation": best[e.id]} for e in experiments], sys.stdout)

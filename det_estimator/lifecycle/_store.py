@@ -1,5 +1,6 @@
 """RunStore: what the run lifecycle asks of the experiment store, as a protocol."""
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Optional, Protocol, Union
 
@@ -50,8 +51,13 @@ class RunStore(Protocol):
     def update_experiment(self, experiment_id: int, config: dict[str, Any], slots: int, test: bool) -> None:
         """Replaces an experiment's config, slots and test mode."""
 
-    def own_folders(self, experiment_id: Optional[int], make: bool = True) -> None:
-        """Claims for the store the folders a run of the experiment writes and deletes in (see ExperimentStore)."""
+    def own_folders(
+        self, experiment_id: Optional[int], make: bool = True, trials: Optional[Sequence[TrialRecord]] = None
+    ) -> None:
+        """Claims for the store the folders a run of the experiment writes and deletes in (see ExperimentStore).
+
+        ``trials`` are the experiment's, when the caller has read them already; else the store reads them.
+        """
 
     def claim(self, experiment_id: int) -> None:
         """Makes this process the experiment's launcher; raises ``ExperimentBusyError`` if a live one is."""

@@ -345,7 +345,9 @@ class ExperimentStore(JobTable, LogTable):
 
     # Identity: the folders this store owns, and making a copy a store of its own.
 
-    def own_folders(self, experiment_id: Optional[int], make: bool = True) -> None:
+    def own_folders(
+        self, experiment_id: Optional[int], make: bool = True, trials: Optional[Sequence[TrialRecord]] = None
+    ) -> None:
         """Claims for this store the folders a run of the experiment writes and deletes in.
 
         Those are the store's own files folder and each of the experiment's checkpoint
@@ -357,13 +359,16 @@ class ExperimentStore(JobTable, LogTable):
         Args:
             experiment_id: the experiment; None for the store's own files folder alone (a job's).
             make: make a missing folder (and claim it); else a missing one is left alone.
+            trials: the experiment's trials, when the caller has read them already (a sweep
+                of every experiment reads them all in one query); else they are read here.
 
         Raises:
             StoreCopyError: this store is a copy of a store that still exists.
             FolderOwnedError: a folder belongs to another store.
         """
         self._refuse_a_copy()
-        trials = [] if experiment_id is None else self.trials(experiment_id)
+        if trials is None:
+            trials = [] if experiment_id is None else self.trials(experiment_id)
         checkpoint_folders = {Path(trial.checkpoint_dir).parent for trial in trials}
         mine = FolderOwner(self.store_id, self.home)
         for folder in [self.files_dir, *sorted(checkpoint_folders)]:
@@ -525,7 +530,14 @@ class ExperimentStore(JobTable, LogTable):
             run_key: the key a run that resumes by name finds it again by.
             trial_class: how a worker imports the trial class, when it is not the
                 config's entrypoint (a class handed to ``run_trial``).
+
+        Raises:
+            StoreCopyError: this store is a copy of a store that still exists.
+            FolderOwnedError: the store's files folder belongs to another store.
         """
+        # Checked before the record, not at the run's start: an experiment that its run then
+        # refused would stay listed (as failed) for an experiment that never ran.
+        self.own_folders(None)
         with self._write() as db:
             pid, host, started = launcher_columns()
             experiment_id = db.insert(
@@ -1072,6 +1084,11 @@ class ExperimentStore(JobTable, LogTable):
         rows = self._database.read(
             f"{self._reads.trials} WHERE t.experiment_id = :id ORDER BY t.id", {"id": experiment_id}
         )
+        return [_trial_record(row) for row in rows]
+
+    def all_trials(self) -> list[TrialRecord]:
+        """Every experiment's trials, oldest first, in one query (for what looks at every experiment at once)."""
+        rows = self._database.read(f"{self._reads.trials} ORDER BY t.id")
         return [_trial_record(row) for row in rows]
 
     def trial(self, trial_id: int) -> TrialRecord:

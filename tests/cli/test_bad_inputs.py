@@ -109,6 +109,29 @@ def test_resume_refuses_an_experiment_whose_code_is_gone(tmp_path, gone):
         assert store.trial_runs(trial.id) == [] and trial.restarts == 0
 
 
+def test_create_refused_for_a_files_folder_of_another_store_leaves_no_experiment(tmp_path):
+    bad_inputs.BadInput("", (), "").set_up(tmp_path)
+    other = ExperimentStore(tmp_path / "other.sqlite")
+    with ExperimentStore(tmp_path / "store.sqlite") as store:
+        store.files_dir.mkdir()
+        (store.files_dir / ".det-estimator-store").write_text(
+            f'{{"store_id": "{other.store_id}", "store_path": "{other.path}"}}\n', encoding="utf-8"
+        )
+        path = store.path
+    other.close()
+
+    status, output = run_command(
+        ["--store", str(path), "experiment", "create", str(tmp_path / "ok.yaml"), str(tmp_path)]
+    )
+
+    assert status == 2, output
+    assert f"The folder {tmp_path / 'store-files'} belongs to another det-estimator store, {other.path}" in output
+    assert "Created experiment" not in output and "Traceback" not in output, output
+    status, output = run_command(["--store", str(path), "experiment", "list"])
+    assert (status, output) == (0, f"No experiments yet in {path}.\n")
+    assert not (tmp_path / "checkpoints").exists()  # made by the check of the checkpoint storage, and removed
+
+
 def test_json_output_writes_a_nan_metric_as_null(tmp_path):
     path = record_one_experiment(tmp_path)
     with ExperimentStore(path) as store:

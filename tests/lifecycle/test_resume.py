@@ -98,7 +98,7 @@ def test_leftovers_of_killed_checkpoint_writes_go_unless_the_experiment_runs(tri
         (path / "model").mkdir(parents=True)
     store.set_state(trial.experiment_id, State(state))
 
-    remove_leftovers(store, [trial.experiment_id])
+    remove_leftovers(store, [store.experiment(trial.experiment_id)], store.trials(trial.experiment_id))
 
     assert [path.exists() for path in left] == [not removed] * 2
     assert sorted(checkpoint.uuid for checkpoint in TrialCheckpoints(directory).list()) == sorted(uuids.values())

@@ -199,7 +199,7 @@ def test_a_copy_of_a_store_is_read_only_and_leaves_the_originals_folders_as_they
                 write()
             assert f"The store {copy_path} is a copy of the store {original.path}" in str(raised.value)
             assert f"det-estimator --store {copy_path} store detach" in str(raised.value)
-        assert remove_leftovers(copy, [1]) == []
+        assert remove_leftovers(copy, copy.experiments(), copy.all_trials()) == []
         assert copy.experiment(1).state == State.PAUSED and len(copy.checkpoints(1)) == 2
 
     assert tree_digest(storage) == before
@@ -233,8 +233,22 @@ def test_a_store_that_meets_a_folder_of_another_store_neither_writes_nor_deletes
     assert f"the store {original.path} (store {original.store_id}) neither writes nor deletes there" in said
     with pytest.raises(FolderOwnedError):
         RunLifecycle(original).end_experiment(1, State.COMPLETED)
-    assert remove_leftovers(original, [1]) == []
+    assert remove_leftovers(original, original.experiments(), original.all_trials()) == []
     assert tree_digest(folder) == before
+    other.close()
+
+
+def test_a_store_whose_files_folder_belongs_to_another_store_records_no_experiment(store, tmp_path):
+    other = ExperimentStore(tmp_path / "other.sqlite")
+    store.files_dir.mkdir(parents=True, exist_ok=True)
+    (store.files_dir / ".det-estimator-store").write_text(
+        f'{{"store_id": "{other.store_id}", "store_path": "{other.path}"}}\n', encoding="utf-8"
+    )
+
+    with pytest.raises(FolderOwnedError, match="belongs to another det-estimator store"):
+        store.create_experiment("refused", {}, str(tmp_path), "python3 train.py", 1, False)
+
+    assert store.experiments() == []
     other.close()
 
 

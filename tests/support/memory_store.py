@@ -14,6 +14,7 @@ import json
 import os
 import secrets
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Optional, Union
 
@@ -163,7 +164,9 @@ class MemoryStore:
     def update_experiment(self, experiment_id: int, config: dict[str, Any], slots: int, test: bool) -> None:
         self._update_experiment(experiment_id, config=json.loads(json.dumps(config)), slots=slots, test=bool(test))
 
-    def own_folders(self, experiment_id: Optional[int], make: bool = True) -> None:
+    def own_folders(
+        self, experiment_id: Optional[int], make: bool = True, trials: Optional[Sequence[TrialRecord]] = None
+    ) -> None:
         """Nothing to check: no other store writes in the folders of a store held in memory."""
 
     def claim(self, experiment_id: int, pid: Optional[int] = None) -> None:
