@@ -341,6 +341,8 @@ def _named_store(args: argparse.Namespace) -> "StoreLocation":
 _CREATING_COMMANDS = {("experiment", "create"), ("e", "create"), ("job", "run"), ("j", "run")}
 # Commands that write to the store, which must then be writable.
 _DETACHING_COMMANDS = {("store", "detach"), ("s", "detach")}
+# Commands whose own output says whether the store is a copy of another.
+_DESCRIBING_COMMANDS = {("store", "describe"), ("s", "describe")}
 # The command that upgrades a store of an older schema, which every other command refuses.
 _UPGRADING_COMMANDS = {("store", "upgrade"), ("s", "upgrade")}
 _WRITING_COMMANDS = (
@@ -443,14 +445,20 @@ def _check_store_folder(path: Path, named_by: str) -> None:
 
 
 def _open_store(
-    location: "StoreLocation", writing: bool, detaching: bool = False, create: bool = True, upgrade: bool = False
+    location: "StoreLocation",
+    writing: bool,
+    detaching: bool = False,
+    create: bool = True,
+    upgrade: bool = False,
+    says_copy: bool = False,
 ) -> "ExperimentStore":
     """The store at ``location`` (made there if missing, when ``create``); checked writable for a command that writes.
 
     A store of an older schema is upgraded when ``upgrade`` (``store upgrade``), else refused.
 
     A copy of another store is read-only (``store detach`` aside): a command that reads
-    it says so once, on stderr, and one that writes is refused.
+    it says so once, on stderr (unless it ``says_copy`` itself, as ``store describe``
+    does), and one that writes is refused.
     """
     from det_estimator.store import ExperimentStore
 
@@ -461,7 +469,7 @@ def _open_store(
         except BaseException:
             store.close()
             raise
-    elif store.copy_of is not None:
+    elif store.copy_of is not None and not says_copy:
         print(
             f"det-estimator: note: the store {store.path} is a copy of {store.copy_of}, and read-only; "
             f"`det-estimator --store {store.home} store detach` makes it a store of its own.",
@@ -526,7 +534,12 @@ def _main(argv: Optional[list[str]]) -> int:
         command = (args.command, args.action)
         writing = command in _WRITING_COMMANDS
         opened = _open_store(
-            location, writing, command in _DETACHING_COMMANDS, create=False, upgrade=command in _UPGRADING_COMMANDS
+            location,
+            writing,
+            command in _DETACHING_COMMANDS,
+            create=False,
+            upgrade=command in _UPGRADING_COMMANDS,
+            says_copy=command in _DESCRIBING_COMMANDS,
         )
         with opened as store:
             return run(store, args)

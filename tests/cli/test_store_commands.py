@@ -137,6 +137,7 @@ def test_store_describe_shows_the_store_its_id_and_that_it_is_a_copy(original_an
     assert status == 0, output
     assert f"store:           {copy}\n" in output and f"id:              {store_id}\n" in output
     assert f"a copy of:       {original} (read-only until `det-estimator --store {copy} store detach`)" in output
+    assert "note: the store" not in output  # said once, in its own line, not again as the note of other commands
 
 
 def test_a_store_of_an_older_schema_is_refused_until_store_upgrade_upgrades_it_once(tmp_path):
