@@ -10,7 +10,7 @@ import pytest
 
 COMMAND = str(Path(sys.executable).with_name("det-estimator"))
 
-SLOW_BATCHES = 30
+SLOW_BATCHES = 100  # the first run is paused long before its end, even on a busy machine; a resume runs at full speed
 SLOW = {"seconds_per_batch": 0.2, "resumed_at_full_speed": True}
 PASSWORD = "det-test-secret"  # tests/support/postgres.py's
 
