@@ -25,10 +25,16 @@ _IMPORT_EACH = textwrap.dedent(
     """
     import importlib, json, os, sys, traceback
     import numpy, sklearn.metrics, tensorflow, tensorboard, yaml
-    try:
-        import tensorflow_estimator  # the estimator stack's; the current stack has none
-    except ImportError:
-        pass
+    # The rest of what some modules import, where this stack has it (the estimator stack's
+    # tensorflow_estimator and Horovod, the web page's libraries): seconds a child each.
+    for name in ("tensorflow_estimator", "horovod.tensorflow", "keras", "sqlalchemy", "psycopg",
+                 "tensorboard.summary", "optuna", "starlette.applications", "jinja2", "uvicorn", "plotly",
+                 "psutil", "tqdm"):
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
+    tensorflow.keras.layers  # tf.keras loads Keras on first use
     assert not [name for name in sys.modules if name.startswith("det_estimator")]
     failures = {}
     for name in json.loads(sys.argv[1]):
@@ -54,6 +60,9 @@ _IMPORT_EACH = textwrap.dedent(
 )
 
 
+# A minute or two of forks: a long run (the cycles themselves are read from the source by
+# test_no_import_cycle_at_module_level and its sibling, which run every time).
+@pytest.mark.slow
 def test_every_module_imports_on_its_own():
     assert len(MODULES) > 50
     result = subprocess.run(
@@ -90,9 +99,13 @@ def test_every_module_imports_on_its_own():
         "det_estimator.searcher",
     ],
 )
-def test_the_command_launcher_orchestration_and_core_load_no_tensorflow(module):
+def test_the_command_launcher_orchestration_and_core_load_no_tensorflow_nor_numpy(module):
+    # Every process of a run imports these (the command, its launcher, each rank): NumPy and
+    # TensorBoard's summary API (which loads NumPy) cost a third of a second each time, and
+    # only a process that writes an event file or computes needs them.
     code = (
-        f"import sys, {module}; print(sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'horovod')))"
+        f"import sys, {module}; print(sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'horovod', "
+        "'numpy') or m.startswith('tensorboard.summary')))"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr

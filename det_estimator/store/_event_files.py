@@ -11,12 +11,14 @@ import os
 import socket
 import time
 from pathlib import Path
-from typing import Any, BinaryIO, Optional
+from typing import TYPE_CHECKING, Any, BinaryIO, Optional
 
 from google.protobuf import struct_pb2
 from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.plugins.hparams import plugin_data_pb2
-from tensorboard.summary.writer.record_writer import RecordWriter
+
+if TYPE_CHECKING:
+    from tensorboard.summary.writer.record_writer import RecordWriter
 
 # The HParams plugin's names (tensorboard.plugins.hparams.metadata, which imports NumPy
 # for the rest of what it holds, and every command imports this module).
@@ -109,8 +111,13 @@ def session_start(start_batches: int) -> bytes:
     return start.SerializeToString()
 
 
-def _open_event_file(directory: Path, start_batches: int = 0) -> RecordWriter:
+def _open_event_file(directory: Path, start_batches: int = 0) -> "RecordWriter":
     """A new event file in ``directory``, named as TensorBoard names them: its header, then :func:`session_start`."""
+    # Imported here: `tensorboard.summary` loads NumPy and TensorBoard's summary API, a
+    # third of a second in every process that opens the store, most of which (the
+    # command, a run's launcher, the ranks other than the chief) never write an event.
+    from tensorboard.summary.writer.record_writer import RecordWriter
+
     directory.mkdir(parents=True, exist_ok=True)
     name = f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.{time.monotonic_ns()}"
     stream: BinaryIO = open(directory / name, "ab")  # noqa: SIM115 -- kept open by the writer until close()
