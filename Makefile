@@ -47,16 +47,21 @@ format: setup
 # Everything but the few long end-to-end runs marked slow, on each stack (tests that need
 # tf.estimator or Horovod skip on the current one, saying so); test-all runs the slow ones
 # too. Each lane ends with its slowest tests and its time, to show where the time goes.
+# Where both stacks are tested, the runs marked any_stack (the same on both) run in the
+# current stack's lane alone.
+TEST_MARKS ?= not slow
 test:
 	@for stack in $(TEST_STACKS); do \
 		start=$$(date +%s); \
 		if [ $$stack = current ]; then python="PYTHON=$(CURRENT_PYTHON)"; else python=""; fi; \
-		$(MAKE) --no-print-directory test-stack STACK=$$stack $$python; \
+		marks="$(TEST_MARKS)"; \
+		if [ $$stack = estimator ] && [[ " $(TEST_STACKS) " == *" current "* ]]; then marks="$$marks and not any_stack"; fi; \
+		$(MAKE) --no-print-directory test-stack STACK=$$stack $$python TEST_MARKS="$$marks"; \
 		echo "[test] the $$stack stack: $$(( $$(date +%s) - start )) s, set-up included"; \
 	done
 
 test-stack: lint
-	$(PYTEST) -m "not slow" --durations=10
+	$(PYTEST) -m "$(TEST_MARKS)" --durations=20
 
 test-all: lint
 	$(PYTEST) --durations=20

@@ -122,6 +122,7 @@ def test_an_experiment_on_postgresql_outlives_a_server_restart_pauses_resumes_on
     assert files_holding(context.directory, PASSWORD) == []
 
 
+@pytest.mark.any_stack  # the store alone, the same on both stacks
 def test_a_reading_command_on_an_empty_database_makes_no_store_there(pg_det, postgres_server):
     listed = pg_det("experiment", "list")
     assert listed.returncode == 2
@@ -131,6 +132,7 @@ def test_a_reading_command_on_an_empty_database_makes_no_store_there(pg_det, pos
     assert postgres_server.sql(database, tables).strip() == "0"
 
 
+@pytest.mark.any_stack
 @pytest.mark.parametrize(
     "fault, said",
     [
@@ -170,6 +172,7 @@ def _shape(value):
     return type(value).__name__ if value is not None else None
 
 
+@pytest.mark.any_stack  # a NumPy-free script: the same on both stacks
 def test_a_search_records_the_same_on_postgresql_as_on_sqlite(make_det, postgres_url, tmp_path):
     # A NumPy-free script of the Core API: it runs on either stack.
     search = tmp_path / "search"

@@ -135,6 +135,10 @@ def test_a_custom_train_step_averages_the_gradients_of_every_kind_of_optimizer(a
     assert abs(weight - expected) > 1e-3
 
 
+# Three runs on two processes: a long run. Each process's own masks across a resume, on two
+# processes, run every time through det.keras.init() (tests/keras_api/test_fit_and_job_on_processes.py),
+# on the one engine whose random states this trial's checkpoints hold too.
+@pytest.mark.slow
 def test_a_resumed_run_draws_each_process_s_own_dropout_masks(analytic_keras, tmp_path):
     # Per-process batches of 5 of 64 records: each epoch's last batch holds 4, and the 13
     # batches of an epoch give it to the processes in turn, so their generators part.

@@ -42,9 +42,10 @@ def config(analytic_keras, directory: Path, max_batches: int, **hparams) -> dict
 
 # A tf.data input read in order follows the closed form; NumPy arrays shuffled by the harness
 # (by batch number, which a resume reproduces) leave it, and must still meet the uninterrupted run.
-@pytest.mark.parametrize(
-    "data", [{"loader": "tfdata"}, pytest.param({"loader": "numpy", "shuffle": True}, marks=pytest.mark.slow)]
-)
+# Three runs on two processes: long runs. A pause inside a workload, resumed to the closed form,
+# runs every time in test_several_steps_per_execution_count_pause_and_resume_their_batches_exactly.
+@pytest.mark.slow
+@pytest.mark.parametrize("data", [{"loader": "tfdata"}, {"loader": "numpy", "shuffle": True}])
 def test_a_pause_in_the_middle_of_a_workload_resumes_to_the_uninterrupted_validations(
     analytic_keras, runs, tmp_path, data
 ):

@@ -70,7 +70,8 @@ def test_fit_refuses_a_sequence_saying_what_it_takes(reports):
 # A pause in the second epoch, after each worker's short batch of the first (66 and 65
 # records in batches of 4), resumed from its checkpoint: the workers of the strategy end
 # with the weights of an uninterrupted run, dropout masks and all.
-@pytest.mark.parametrize("keras", ["tf.keras", "tf-keras"])
+# tf-keras runs the Keras 2 code paths, which the estimator stack runs every time: a long run here.
+@pytest.mark.parametrize("keras", ["tf.keras", pytest.param("tf-keras", marks=pytest.mark.slow)])
 def test_a_paused_trial_of_the_strategy_resumes_to_the_uninterrupted_weights(tmp_path, monkeypatch, keras):
     if keras == "tf-keras" and not _keras_compat.KERAS_3:
         pytest.skip("tf.keras is Keras 2 here: the tf.keras case runs it already")

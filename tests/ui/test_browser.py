@@ -54,6 +54,8 @@ pytestmark = [
     pytest.mark.skipif(bool(_missing()), reason=f"no browser: {_missing()}"),
     # One server, one store and one browser for the module, on one test process.
     pytest.mark.xdist_group("ui_browser"),
+    # The page and the search behind it run no TensorFlow: the same on both stacks.
+    pytest.mark.any_stack,
 ]
 
 
