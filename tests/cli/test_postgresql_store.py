@@ -39,6 +39,9 @@ def pg_det(make_det, postgres_url):
         running.kill()
 
 
+# A fault injected into a real job, with a server away 15 s: a long run. The store's waiting
+# out of a lost server, and its lost COMMIT, run every time in tests/store/test_postgresql_faults.py.
+@pytest.mark.slow
 @pytest.mark.estimator  # the analytic trial is an EstimatorTrial
 @pytest.mark.horovod  # on 2 processes
 @pytest.mark.timeout(400)
