@@ -114,7 +114,7 @@ def session_start(start_batches: int) -> bytes:
 def _open_event_file(directory: Path, start_batches: int = 0) -> "RecordWriter":
     """A new event file in ``directory``, named as TensorBoard names them: its header, then :func:`session_start`."""
     # Imported here: `tensorboard.summary` loads NumPy and TensorBoard's summary API, a
-    # third of a second in every process that opens the store, most of which (the
+    # third of a second in every process that imports the store, most of which (the
     # command, a run's launcher, the ranks other than the chief) never write an event.
     from tensorboard.summary.writer.record_writer import RecordWriter
 

@@ -80,7 +80,9 @@ print(json.dumps(model.evaluate(x_val, y_val, batch_size=64, return_dict=True, v
 
 # On two processes the example validates as one process does on the whole validation set:
 # under Horovod, or (where it is missing) as the workers of a MultiWorkerMirroredStrategy.
-# tf-keras runs the Keras 2 code paths, which the estimator stack runs every time: a long run here.
+# tf-keras runs the Keras 2 code paths: a long run here. Keras 2 under the strategy runs every
+# time in the estimator lane through det.keras.init() (test_init_under_tensorflow_launcher.py);
+# there this example runs under Horovod.
 @pytest.mark.parametrize("keras", ["tf.keras", pytest.param("tf-keras", marks=pytest.mark.slow)])
 def test_on_two_processes_it_completes_and_validates_as_one_process_on_all_the_data(example, tmp_path, det, keras):
     if keras == "tf-keras" and not _keras_compat.KERAS_3:
