@@ -94,6 +94,17 @@ def _mark_needs(items) -> None:
             item.add_marker(marker)
         if _ESTIMATOR_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker("estimator")
+    # `make test` runs an any_stack test in the current stack's lane alone, where one that
+    # needs the estimator stack skips: it would run nowhere.
+    nowhere = [
+        item.nodeid
+        for item in items
+        if item.get_closest_marker("any_stack") and any(item.get_closest_marker(marker) for marker in _NEEDS)
+    ]
+    if nowhere:
+        raise pytest.UsageError(
+            "marked any_stack but needing the estimator stack (make test would run them nowhere): " + ", ".join(nowhere)
+        )
 
 
 def pytest_runtest_setup(item):
