@@ -787,16 +787,12 @@ PyDoc_STRVAR(key_batch_doc,
              "offset may be written whatever it returns. Labels: any C-contiguous integer, bool or float\n"
              "array; scores: float32, the same number of elements; keys: int32.");
 
-/* METH_FASTCALL, like append_batch: it runs for every batch. */
-static PyObject *key_batch(PyObject *module, PyObject *const *objects, Py_ssize_t num_args) {
-    if (num_args != 4) {
-        PyErr_Format(PyExc_TypeError, "key_batch takes 4 arguments (%zd given)", num_args);
-        return NULL;
-    }
-    Py_ssize_t offset = PyLong_AsSsize_t(objects[3]);
-    if (offset == -1 && PyErr_Occurred()) {
-        return NULL;
-    }
+/*
+ * key_views on the buffers of three objects; UNUSUAL if one is not a contiguous buffer of the
+ * right kind. *keyed is set to the number of examples keyed (0 unless it returns APPENDED).
+ */
+static long key_objects(PyObject *labels, PyObject *scores, PyObject *keys, Py_ssize_t offset, Py_ssize_t *keyed) {
+    PyObject *objects[3] = {labels, scores, keys};
     Py_buffer views[3];
     int flags[3] = {PyBUF_FORMAT | PyBUF_C_CONTIGUOUS, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS,
                     PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE};
@@ -812,14 +808,74 @@ static PyObject *key_batch(PyObject *module, PyObject *const *objects, Py_ssize_
     } else {
         PyErr_Clear(); /* not a contiguous buffer: the caller's general path handles it */
     }
+    /* Keyed scores are float32: 4 bytes each. */
+    *keyed = status == APPENDED ? views[1].len / 4 : 0;
     for (int i = 0; i < acquired; i++) {
         PyBuffer_Release(&views[i]);
     }
-    return PyLong_FromLong(status);
+    return status;
+}
+
+/* METH_FASTCALL, like append_batch: it runs for every batch. */
+static PyObject *key_batch(PyObject *module, PyObject *const *objects, Py_ssize_t num_args) {
+    if (num_args != 4) {
+        PyErr_Format(PyExc_TypeError, "key_batch takes 4 arguments (%zd given)", num_args);
+        return NULL;
+    }
+    Py_ssize_t offset = PyLong_AsSsize_t(objects[3]);
+    if (offset == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    Py_ssize_t keyed;
+    return PyLong_FromLong(key_objects(objects[0], objects[1], objects[2], offset, &keyed));
+}
+
+PyDoc_STRVAR(key_metric_doc,
+             "key_metric(metric, keys, offset)\n--\n\n"
+             "key_batch of a batch as accumulate() receives it: a dict of exactly \"labels\" and\n"
+             "\"predictions\", both numpy.ndarray (not a subclass). Returns the offset after the batch\n"
+             "when keyed, else minus what key_batch would return (-3 for a metric of another form).");
+
+/* The keys of the metric dict, interned once. */
+static PyObject *labels_key, *predictions_key;
+
+/* A NumPy array, told by its type's name so that the module needs no NumPy headers. */
+static int is_exact_ndarray(PyObject *object) {
+    return object != NULL && strcmp(Py_TYPE(object)->tp_name, "numpy.ndarray") == 0;
+}
+
+/*
+ * key_batch with the dict unpacked here: the Python around the common batch (a dict lookup
+ * and a type check per array, the size added to the offset) cost about as much as keying it.
+ */
+static PyObject *key_metric(PyObject *module, PyObject *const *objects, Py_ssize_t num_args) {
+    if (num_args != 3) {
+        PyErr_Format(PyExc_TypeError, "key_metric takes 3 arguments (%zd given)", num_args);
+        return NULL;
+    }
+    Py_ssize_t offset = PyLong_AsSsize_t(objects[2]);
+    if (offset == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    PyObject *metric = objects[0];
+    if (!PyDict_CheckExact(metric) || PyDict_GET_SIZE(metric) != 2) {
+        return PyLong_FromLong(-UNUSUAL);
+    }
+    /* Borrowed references. A key's lookup can only fail for a missing key (its hash is cached). */
+    PyObject *labels = PyDict_GetItemWithError(metric, labels_key);
+    PyObject *scores = labels == NULL ? NULL : PyDict_GetItemWithError(metric, predictions_key);
+    if (!is_exact_ndarray(labels) || !is_exact_ndarray(scores)) {
+        PyErr_Clear();
+        return PyLong_FromLong(-UNUSUAL);
+    }
+    Py_ssize_t keyed;
+    long status = key_objects(labels, scores, objects[1], offset, &keyed);
+    return PyLong_FromSsize_t(status == APPENDED ? offset + keyed : -status);
 }
 
 static PyMethodDef methods[] = {
     {"key_batch", (PyCFunction)(void (*)(void))key_batch, METH_FASTCALL, key_batch_doc},
+    {"key_metric", (PyCFunction)(void (*)(void))key_metric, METH_FASTCALL, key_metric_doc},
     {"label_keys", (PyCFunction)(void (*)(void))label_keys, METH_FASTCALL, label_keys_doc},
     {"sort", sort, METH_VARARGS, sort_doc},
     {"count_parts", count_parts, METH_VARARGS, count_parts_doc},
@@ -835,4 +891,11 @@ static struct PyModuleDef module_definition = {
     PyModuleDef_HEAD_INIT, "_ranking_kernels", "Native kernels of the exact ranking metrics.", -1, methods,
 };
 
-PyMODINIT_FUNC PyInit__ranking_kernels(void) { return PyModule_Create(&module_definition); }
+PyMODINIT_FUNC PyInit__ranking_kernels(void) {
+    labels_key = PyUnicode_InternFromString("labels");
+    predictions_key = PyUnicode_InternFromString("predictions");
+    if (labels_key == NULL || predictions_key == NULL) {
+        return NULL;
+    }
+    return PyModule_Create(&module_definition);
+}

@@ -117,16 +117,22 @@ class _Batches:
         checks the types and the room left.
         """
         native = ranking.kernels
-        if native is None or type(metric) is not dict:
+        if native is None:
+            return False
+        filling = self.filling
+        if type(filling) is _KeyedChunk:
+            # The common case, in one native call that also unpacks the dict; any other
+            # outcome is sorted out below.
+            end = native.key_metric(metric, filling.keys, filling.size)
+            if end >= 0:
+                filling.size = end
+                return True
+        if type(metric) is not dict:
             return False
         labels, scores = metric.get("labels"), metric.get("predictions")
         if type(labels) is not np.ndarray or type(scores) is not np.ndarray or len(metric) != 2:
             return False
-        filling = self.filling
         if type(filling) is _KeyedChunk:
-            if native.key_batch(labels, scores, filling.keys, filling.size) == _ADDED:  # the common case, inline
-                filling.size += scores.size
-                return True
             return self._key_in(native, labels, scores, filling)
         if filling is None and self.keyable:
             return self._key_in(native, labels, scores, filling)

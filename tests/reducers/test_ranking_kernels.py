@@ -256,3 +256,47 @@ def test_key_batch_leaves_other_arrays_and_a_full_chunk_to_its_caller():
     assert np.count_nonzero(keys) == 300
     with pytest.raises(TypeError, match="4 arguments"):
         kernels.key_batch(labels, scores, keys)
+
+
+class _ArraySubclass(np.ndarray):
+    pass
+
+
+@needs_kernels
+def test_key_metric_keys_the_usual_dict_and_returns_the_offset_after_it():
+    rng = np.random.default_rng(5)
+    labels, scores = rng.integers(0, 2, (3, 100)), rng.random((3, 100), dtype=np.float32)
+    keys = np.full(1000, -7, np.int32)
+    assert kernels.key_metric({"predictions": scores, "labels": labels}, keys, 40) == 340  # every element counts
+    expected = np.full(1000, -7, np.int32)
+    assert kernels.key_batch(labels, scores, expected, 40) == 0
+    np.testing.assert_array_equal(keys, expected)
+    assert kernels.key_metric({"labels": labels[:0], "predictions": scores[:0]}, keys, 7) == 7
+
+
+@needs_kernels
+def test_key_metric_returns_minus_key_batchs_status_and_leaves_other_forms_to_its_caller():
+    labels, scores, keys = np.ones(300, np.int64), np.full(300, 0.5, np.float32), np.zeros(1000, np.int32)
+    bad_labels, nan_scores = np.full(300, 2, np.int64), scores.copy()
+    nan_scores[4] = np.nan
+    assert kernels.key_metric({"labels": bad_labels, "predictions": scores}, keys, 0) == -1
+    assert kernels.key_metric({"labels": labels, "predictions": nan_scores}, keys, 0) == -2
+    assert kernels.key_metric({"labels": labels, "predictions": scores}, keys, 701) == -4  # no room
+    assert kernels.key_metric({"labels": labels, "predictions": scores + 2}, keys, 0) == -5
+    other_forms = [
+        {"labels": labels, "predictions": scores, "weights": scores},  # weighted
+        {"labels": labels},
+        {"label": labels, "predictions": scores},
+        {"labels": labels.tolist(), "predictions": scores},
+        {"labels": labels, "predictions": scores.view(_ArraySubclass)},  # a subclass may mean other values
+        {"labels": labels, "predictions": memoryview(scores)},
+        {"labels": labels, "predictions": scores.astype(np.float64)},
+        [labels, scores],
+        None,
+    ]
+    keys = np.zeros(1000, np.int32)  # the refused batches above may have written keys
+    for metric in other_forms:
+        assert kernels.key_metric(metric, keys, 0) == -3, metric
+    assert not keys.any()  # nothing was written
+    with pytest.raises(TypeError, match="3 arguments"):
+        kernels.key_metric({"labels": labels, "predictions": scores}, keys)
