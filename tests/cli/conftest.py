@@ -181,9 +181,19 @@ class Det:
         )
         return result
 
-    def json(self, *args: Any, timeout: float = TIMEOUT_SECONDS) -> Any:
-        """Runs ``COMMAND ... --json`` and parses its stdout."""
-        return json.loads(self.ok(*args, "--json", timeout=timeout).stdout)
+    def json(self, *args: Any) -> Any:
+        """Runs the reading command ``COMMAND ... --json`` in this process (see :meth:`here`) and parses its stdout.
+
+        What a reading command prints depends on the store alone, and a process of its own
+        for each would cost the tests a start-up per call (tests read often); the
+        commands' process boundary is under test wherever :meth:`ok` runs them.
+        """
+        result = self.here(*args, "--json")
+        assert result.returncode == 0, (
+            f"det-estimator {' '.join(map(str, args))} --json exited {result.returncode}\n"
+            f"stdout:\n{result.stdout[-5000:]}\nstderr:\n{result.stderr[-5000:]}"
+        )
+        return json.loads(result.stdout)
 
     def start(self, *args: Any) -> Running:
         """Starts a command in a new session (so that its process group can be signalled)."""
