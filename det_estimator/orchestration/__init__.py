@@ -17,6 +17,7 @@ from det_estimator.orchestration._display import (
     format_value,
 )
 from det_estimator.orchestration._experiment import (
+    LauncherReplacedError,
     find_or_record_experiment,
     in_process_run,
     record_experiment,
@@ -46,6 +47,7 @@ from det_estimator.orchestration._search import saved_method_state
 
 __all__ = [
     "ActionRefusedError",
+    "LauncherReplacedError",
     "BarDisplay",
     "CheckpointSaved",
     "Display",

@@ -20,6 +20,8 @@ from det_estimator.orchestration._restarts import Failure, resumes_from, why_not
 from det_estimator.orchestration._runs import checkpoint_storage_root
 from det_estimator.orchestration._search import SearchRunner
 from det_estimator.store import (
+    LEASE_SECONDS,
+    ExperimentBusyError,
     ExperimentRecord,
     ExperimentStore,
     SearchState,
@@ -35,6 +37,15 @@ _POLL_SECONDS = 0.25
 # the request): another Ctrl-C or SIGTERM then ends the trials' processes at once. Sooner,
 # it is an impatient repeat, and the pause goes on to its checkpoint.
 _STOP_AFTER_SECONDS = 10.0
+
+
+class LauncherReplacedError(ExperimentBusyError):
+    """Another launcher took the experiment over while this one ran it.
+
+    It can: a launcher whose heartbeat has not reached the store for longer than the
+    lease (its host cut off from a PostgreSQL server for half a minute, say) counts as
+    gone, and ``experiment resume`` on another host claims the experiment.
+    """
 
 
 def record_experiment(
@@ -134,6 +145,9 @@ def run_experiment(
 
     Raises:
         ExperimentBusyError: another live process already runs the experiment.
+        LauncherReplacedError: another launcher took the experiment over meanwhile (this
+            one's heartbeat had lapsed): the trials' processes here were ended, nothing
+            more was recorded.
         StoreUnavailableError: the store's database server stopped answering for longer
             than the store waits (``RECONNECT_SECONDS``): the trials' processes were ended,
             and the experiment is left to ``experiment resume``.
@@ -147,6 +161,11 @@ def run_experiment(
     state, recordable = State.ERROR, True
     try:
         state = loop.run()
+    except LauncherReplacedError:
+        # The experiment is the other launcher's now, its runs included: this one ends its
+        # trials' processes and records nothing, so that no trial runs twice for long.
+        recordable = False
+        raise
     except StoreUnavailableError as error:
         # Nothing more can be recorded: the experiment stays ACTIVE, and reads INTERRUPTED
         # once this process has ended, as after a launcher that was killed.
@@ -201,6 +220,9 @@ class _ExperimentLoop:
         self._pausing_since: Optional[float] = None
         self._stop_hint_shown = False
         self._follower = StoreFollower(store, experiment.id, since=time.time())
+        # This process, as the claim recorded it: a record naming another launcher later
+        # means the experiment was taken over.
+        self._launcher = (experiment.launcher_pid, experiment.launcher_host)
 
     def _recover(self) -> None:
         """Picks up a search whose launcher died: its trials' processes are gone, their reports unanswered."""
@@ -214,7 +236,9 @@ class _ExperimentLoop:
         self._recover()
         with launcher.pause_on_signals(self._on_signal):
             while True:
-                if not self._pausing and self._store.experiment(self._experiment.id).pause_requested_at is not None:
+                experiment = self._store.experiment(self._experiment.id)
+                self._check_still_its_launcher(experiment)
+                if not self._pausing and experiment.pause_requested_at is not None:
                     self._request_pause()
                 self._hint_at_stopping()
                 self._answer_reports()
@@ -239,6 +263,17 @@ class _ExperimentLoop:
         raise RuntimeError(  # a search method that neither shuts down nor gives work: a bug of ours
             f"The search of experiment {self._experiment.id} stopped giving trials work before it ended."
         )
+
+    def _check_still_its_launcher(self, experiment: ExperimentRecord) -> None:
+        """Raises :class:`LauncherReplacedError` if the store names another launcher of the experiment now."""
+        launcher = (experiment.launcher_pid, experiment.launcher_host)
+        if launcher != self._launcher:
+            raise LauncherReplacedError(
+                f"Experiment {experiment.id} was taken over by process {launcher[0]} on {launcher[1]}, as this "
+                "launcher's heartbeat had not reached the store for longer than "
+                f"the lease ({LEASE_SECONDS:.0f} s). Its trials' processes here were ended and nothing more was "
+                "recorded from here; it goes on there."
+            )
 
     def _every_trial_failed(self) -> bool:
         """Whether every trial ended in ERROR, some after the search had what it needed of them.

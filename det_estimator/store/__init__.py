@@ -46,7 +46,7 @@ from det_estimator.store._identity import (
     folder_owner,
 )
 from det_estimator.store._jobs import BATCH_INFERENCE, JobRecord
-from det_estimator.store._launchers import launcher_alive, launcher_columns
+from det_estimator.store._launchers import LEASE_SECONDS, launcher_alive, launcher_columns
 from det_estimator.store._logs import LogKind, LogOwner, LogPart, LogWriter
 from det_estimator.store._recorder import StoreRecorder
 from det_estimator.store._records import (
@@ -73,6 +73,7 @@ from det_estimator.store._store import (
 
 __all__ = [
     "BATCH_INFERENCE",
+    "LEASE_SECONDS",
     "SCHEMA_VERSION",
     "SchemaUpgrade",
     "STORE_VARIABLE",

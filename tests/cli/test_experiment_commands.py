@@ -704,6 +704,33 @@ def test_a_pause_reaches_an_experiment_launched_on_another_machine_through_the_s
         assert store.experiment(experiment_id).pause_requested_at is not None  # what its launcher polls
 
 
+def rows_of_every_table(store_path: Path) -> dict[str, int]:
+    with contextlib.closing(sqlite3.connect(store_path)) as raw:
+        tables = [name for (name,) in raw.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        return {table: raw.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0] for table in tables}
+
+
+def test_a_launcher_whose_experiment_another_host_took_over_ends_its_trial_and_records_nothing_more(det, context):
+    config = context.write_config(SLOW_BATCHES, hparams=SLOW)
+    running = det.start("experiment", "create", config, context.directory)
+    running.wait_for("checkpoint ")
+    # What `experiment resume` on host2 writes once this launcher's heartbeat is older than the
+    # lease (its host cut off from the database server for half a minute, say).
+    with contextlib.closing(sqlite3.connect(det.store)) as raw, raw:
+        raw.execute(
+            "UPDATE experiments SET launcher_pid = 4242, launcher_host = 'host2', launcher_started = NULL,"
+            " launcher_seen_at = (julianday('now') - 2440587.5) * 86400.0"
+        )
+    result = running.finish(timeout=60)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Experiment 1 was taken over by process 4242 on host2" in result.stderr
+    ended = rows_of_every_table(det.store)
+    time.sleep(3)  # 15 batches at the trial's speed, with their metrics and a validation
+    assert rows_of_every_table(det.store) == ended  # the trial's processes are gone
+    (experiment,) = det.json("experiment", "list")
+    assert experiment["state"] == "ACTIVE" and experiment["batches_trained"] < SLOW_BATCHES  # left to host2
+
+
 @pytest.mark.parametrize(
     ("state", "error", "shown"),
     [
