@@ -220,6 +220,8 @@ class BarDisplay:
         self._multi_trial = multi_trial
         self._bars: dict[int, Any] = {}
         self._lines: dict[int, int] = {}  # each live bar's line, below the printed text
+        # The trials whose run has reported progress: their bar's clock runs from that report.
+        self._timed: set[int] = set()
 
     def _bar(self, trial_id: int, total: Optional[int], initial: int = 0) -> Any:
         from tqdm import tqdm
@@ -260,6 +262,7 @@ class BarDisplay:
 
     def show(self, event: Event) -> None:
         if isinstance(event, TrialStarted):
+            self._timed.discard(event.trial_id)
             if event.batches_done:
                 self._write(event.trial_id, f"resumed after {event.batches_done} batches")
             self._bar(event.trial_id, event.max_batches, event.batches_done)
@@ -275,6 +278,7 @@ class BarDisplay:
         elif isinstance(event, TrialEnded):
             bar = self._bars.pop(event.trial_id, None)
             self._lines.pop(event.trial_id, None)
+            self._timed.discard(event.trial_id)
             if bar is not None:
                 bar.close()
                 # tqdm leaves the cursor after the cleared bar (at the right margin of a
@@ -289,6 +293,13 @@ class BarDisplay:
         bar.ncols = _bar_columns(self._stream)
         if batches > bar.n:
             bar.update(batches - bar.n)
+        if trial_id not in self._timed:
+            # The speed and the time left count from the run's first report, as the plain
+            # lines' speed does: the seconds before it went to starting the processes
+            # (importing TensorFlow, restoring a checkpoint), which would make a resumed
+            # run's few batches look slow.
+            self._timed.add(trial_id)
+            bar.initial, bar.start_t = bar.n, bar._time()
         return bar
 
     def echo(self, line: str) -> None:

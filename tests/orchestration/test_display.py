@@ -3,6 +3,7 @@
 import fcntl
 import io
 import os
+import re
 import struct
 import termios
 from typing import Optional
@@ -132,7 +133,7 @@ def test_a_bar_without_a_length_shows_the_batches_trained_not_a_question_mark():
     display.show(MetricsReported(1, MetricKind.TRAINING, 5, {"loss": 0.5}, 1.0))
     bar = screen(stream.getvalue())[-1]
     assert bar.startswith("batches: 5 [") and bar.endswith(", loss 0.5"), bar
-    assert "?" not in bar and "%" not in bar, bar
+    assert "/?" not in bar and "%" not in bar, bar  # no length (its speed is "?" until a second report)
     display.show(Progress(1, 10, 40, 2.0))  # a length, once known, is shown as usual
     assert "/40 [" in screen(stream.getvalue())[-1] and "%|" in screen(stream.getvalue())[-1]
     display.close()
@@ -163,3 +164,20 @@ def test_ctrl_c_echoed_after_the_bar_leaves_no_stale_bar_behind(tmp_path):
     assert shown[0] == "Pausing: the trial finishes its batch and writes a checkpoint...", shown
     assert len(shown) == 2 and shown[1].startswith("batches:  34%|") and "6858/20000" in shown[1], shown
     assert all(len(line) <= 78 for line in shown), shown
+
+
+def test_a_bars_speed_counts_from_the_runs_first_report_not_from_its_start_up():
+    stream = io.StringIO()
+    display = BarDisplay(stream)
+    display.show(TrialStarted(1, 800, 1600, 0.0))  # a resumed run
+    bar = display._bars[1]
+    bar.start_t -= 5.0  # its processes took 5 s to start and restore the checkpoint
+    display.show(Progress(1, 1000, 1600, 5.0))
+    bar.start_t -= 1.0  # one second later
+    display.show(Progress(1, 1200, 1600, 6.0))
+    bar.refresh()
+    shown = screen(stream.getvalue())[-1]
+    # 200 batches in the second since the first report (from the start-up: 400 in 6 s, 67 batch/s).
+    rate = float(re.search(r"([0-9.]+)batch/s", shown).group(1))
+    assert 150 < rate < 210, shown
+    display.close()
