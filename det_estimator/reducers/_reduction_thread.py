@@ -21,14 +21,29 @@ heavy work over the CPUs themselves.
 """
 
 import concurrent.futures
+import importlib
 import os
 import threading
 from typing import Any, Callable, Optional, TypeVar
 
-try:  # NumPy < 2, the versions supported; without the switch the advice stays on.
-    from numpy.core.multiarray import _set_madvise_hugepage  # type: ignore[attr-defined]  # private: not in the stubs
-except ImportError:  # pragma: no cover
-    _set_madvise_hugepage = None
+
+def _advice_switch() -> Optional[Callable[[bool], bool]]:
+    """NumPy's switch of the advice, private in every version, or None if it has none.
+
+    In ``numpy._core`` since NumPy 2 (and 1.26), in ``numpy.core`` before: NumPy 2 keeps
+    that only as a shim that warns, which is an error where warnings are (``python -W error``).
+    Without the switch the advice stays on.
+    """
+    for module in ("numpy._core.multiarray", "numpy.core.multiarray"):
+        try:
+            switch: Callable[[bool], bool] = importlib.import_module(module)._set_madvise_hugepage
+        except (ImportError, AttributeError):
+            continue
+        return switch
+    return None
+
+
+_set_madvise_hugepage = _advice_switch()
 
 Result = TypeVar("Result")
 

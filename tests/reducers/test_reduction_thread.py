@@ -2,15 +2,34 @@
 as if called directly: same value, same errors, also in a forked child."""
 
 import multiprocessing
+import subprocess
+import sys
 import threading
 
 import numpy as np
 import pytest
-from numpy.core.multiarray import _set_madvise_hugepage
 
 from det_estimator.reducers import MetricReducer
 from det_estimator.reducers._accumulator import MetricAccumulator, MetricReductionError
-from det_estimator.reducers._reduction_thread import run_reduction
+from det_estimator.reducers._reduction_thread import _set_madvise_hugepage, run_reduction
+
+
+def test_numpys_advice_switch_is_found_without_a_deprecation_warning():
+    # On NumPy 2, numpy.core is a shim that warns: an error where warnings are, as under
+    # `python -W error` or a test suite's filterwarnings.
+    found = subprocess.run(
+        [
+            sys.executable,
+            "-W",
+            "error",
+            "-c",
+            "from det_estimator.reducers import _reduction_thread as r; print(r._set_madvise_hugepage is not None)",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert found.returncode == 0 and found.stdout.strip() == "True", found.stderr
 
 
 class RecordsWhereItRuns(MetricReducer):
