@@ -248,6 +248,10 @@ class DetInHost(cli.Det):
     def command(self, args: tuple) -> list[str]:
         return self.hosts.command_in(self.host, super().command(args))
 
+    def here(self, *args: object) -> subprocess.CompletedProcess:
+        """The command in the host, not in this process: the store may be reachable from the hosts alone."""
+        return self(*args)
+
 
 @pytest.fixture
 def hosts(tmp_path):
