@@ -568,6 +568,20 @@ static int append_views(Py_buffer *labels, Py_buffer *scores, Py_buffer *chunk_s
     return status;
 }
 
+/*
+ * The shared start of the METH_FASTCALL functions below: exactly `expected` arguments, the last
+ * one the offset. Returns 0, with the exception set, when they are not.
+ */
+static int offset_argument(const char *name, PyObject *const *objects, Py_ssize_t num_args, Py_ssize_t expected,
+                           Py_ssize_t *offset) {
+    if (num_args != expected) {
+        PyErr_Format(PyExc_TypeError, "%s takes %zd arguments (%zd given)", name, expected, num_args);
+        return 0;
+    }
+    *offset = PyLong_AsSsize_t(objects[expected - 1]);
+    return !(*offset == -1 && PyErr_Occurred());
+}
+
 PyDoc_STRVAR(append_batch_doc,
              "append_batch(labels, scores, chunk_scores, chunk_labels, offset)\n--\n\n"
              "Copies a batch into a chunk from `offset` on, checking it; returns 0 when copied, 1 when a\n"
@@ -578,12 +592,8 @@ PyDoc_STRVAR(append_batch_doc,
 
 /* METH_FASTCALL: it runs for every batch, and parsing a tuple of arguments costs about what copying 1024 labels does. */
 static PyObject *append_batch(PyObject *module, PyObject *const *objects, Py_ssize_t num_args) {
-    if (num_args != 5) {
-        PyErr_Format(PyExc_TypeError, "append_batch takes 5 arguments (%zd given)", num_args);
-        return NULL;
-    }
-    Py_ssize_t offset = PyLong_AsSsize_t(objects[4]);
-    if (offset == -1 && PyErr_Occurred()) {
+    Py_ssize_t offset;
+    if (!offset_argument("append_batch", objects, num_args, 5, &offset)) {
         return NULL;
     }
     Py_buffer views[4];
@@ -818,12 +828,8 @@ static long key_objects(PyObject *labels, PyObject *scores, PyObject *keys, Py_s
 
 /* METH_FASTCALL, like append_batch: it runs for every batch. */
 static PyObject *key_batch(PyObject *module, PyObject *const *objects, Py_ssize_t num_args) {
-    if (num_args != 4) {
-        PyErr_Format(PyExc_TypeError, "key_batch takes 4 arguments (%zd given)", num_args);
-        return NULL;
-    }
-    Py_ssize_t offset = PyLong_AsSsize_t(objects[3]);
-    if (offset == -1 && PyErr_Occurred()) {
+    Py_ssize_t offset;
+    if (!offset_argument("key_batch", objects, num_args, 4, &offset)) {
         return NULL;
     }
     Py_ssize_t keyed;
@@ -849,12 +855,8 @@ static int is_exact_ndarray(PyObject *object) {
  * and a type check per array, the size added to the offset) cost about as much as keying it.
  */
 static PyObject *key_metric(PyObject *module, PyObject *const *objects, Py_ssize_t num_args) {
-    if (num_args != 3) {
-        PyErr_Format(PyExc_TypeError, "key_metric takes 3 arguments (%zd given)", num_args);
-        return NULL;
-    }
-    Py_ssize_t offset = PyLong_AsSsize_t(objects[2]);
-    if (offset == -1 && PyErr_Occurred()) {
+    Py_ssize_t offset;
+    if (!offset_argument("key_metric", objects, num_args, 3, &offset)) {
         return NULL;
     }
     PyObject *metric = objects[0];
