@@ -174,12 +174,7 @@ class Det:
 
     def ok(self, *args: Any, timeout: float = TIMEOUT_SECONDS) -> subprocess.CompletedProcess:
         """Runs a command that must succeed."""
-        result = self(*args, timeout=timeout)
-        assert result.returncode == 0, (
-            f"det-estimator {' '.join(map(str, args))} exited {result.returncode}\n"
-            f"stdout:\n{result.stdout[-5000:]}\nstderr:\n{result.stderr[-5000:]}"
-        )
-        return result
+        return self._succeeded(args, self(*args, timeout=timeout))
 
     def json(self, *args: Any) -> Any:
         """Runs the reading command ``COMMAND ... --json`` in this process (see :meth:`here`) and parses its stdout.
@@ -188,12 +183,16 @@ class Det:
         for each would cost the tests a start-up per call (tests read often); the
         commands' process boundary is under test wherever :meth:`ok` runs them.
         """
-        result = self.here(*args, "--json")
+        return json.loads(self._succeeded((*args, "--json"), self.here(*args, "--json")).stdout)
+
+    @staticmethod
+    def _succeeded(args: tuple, result: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+        """``result``, once asserted to be a success (the failure shows the command's output)."""
         assert result.returncode == 0, (
-            f"det-estimator {' '.join(map(str, args))} --json exited {result.returncode}\n"
+            f"det-estimator {' '.join(map(str, args))} exited {result.returncode}\n"
             f"stdout:\n{result.stdout[-5000:]}\nstderr:\n{result.stderr[-5000:]}"
         )
-        return json.loads(result.stdout)
+        return result
 
     def start(self, *args: Any) -> Running:
         """Starts a command in a new session (so that its process group can be signalled)."""
